@@ -1,0 +1,9 @@
+// Values that test/setup/origin.ts provide()s to the workers project (read with inject()).
+export {};
+
+declare module "vitest" {
+  interface ProvidedContext {
+    /** Base URL (http://127.0.0.1:PORT) of the Node echo origin started by globalSetup. */
+    originUrl: string;
+  }
+}
