@@ -1,14 +1,13 @@
-// Placeholder Worker entry: 200 text on any path, proxies /echo* to env.ORIGIN; re-exports the DO.
+/**
+ * @module Worker entry: the fetch handler and the RateLimiter Durable Object class.
+ */
+
+import { handle } from "./worker.ts";
+
 export { RateLimiter } from "./limiter.ts";
 
 export default {
-  async fetch(request, env): Promise<Response> {
-    const url = new URL(request.url);
-    if (url.pathname.startsWith("/echo")) {
-      return fetch(new Request(new URL(url.pathname + url.search, env.ORIGIN), request));
-    }
-    return new Response("strict-rate-limiter placeholder\n", {
-      headers: { "content-type": "text/plain; charset=utf-8" },
-    });
+  fetch(request, env): Promise<Response> {
+    return handle(request, env);
   },
 } satisfies ExportedHandler<Env>;

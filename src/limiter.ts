@@ -1,15 +1,140 @@
-// Placeholder RateLimiter Durable Object (SQLite-backed); replaced by the real limiter later.
+/**
+ * @module The RateLimiter Durable Object: one per key, the single writer of that key's log.
+ * Loads the log from SQLite once, decides with the pure core, writes the one slot a grant
+ * touched (nothing for a denial), and deletes the key's state once it has been idle longer
+ * than its longest window.
+ */
+
 import { DurableObject } from "cloudflare:workers";
+import { type LimitSpec, SlidingLog, type SlotRow } from "./core/sliding-log.ts";
+
+/** A decision as sent back over RPC: plain data, no reused objects. */
+export interface DecisionResult {
+  /** Whether the request was granted and recorded. */
+  allowed: boolean;
+  /** The cost exceeds some limit: it can never pass. */
+  neverAllowed: boolean;
+  /** The object's clock when it decided (ms). */
+  now: number;
+  /** 0 when allowed; else the exact wait in ms (`Infinity` when it can never pass). */
+  retryAfterMs: number;
+  /** ms after `now` before which no request of cost 1 can pass for this key (0: one can now). */
+  blockedForMs: number;
+  /** Per limit, in the order given. */
+  limits: { remaining: number; resetMs: number; exceeded: boolean }[];
+}
+
+/** A stable fingerprint of a limit set: a change means the log must be rebuilt. */
+function fingerprint(limits: readonly LimitSpec[]): string {
+  return limits.map((l) => `${l.limit}/${l.windowMs}`).join(",");
+}
 
 export class RateLimiter extends DurableObject<Env> {
+  readonly #sql: SqlStorage;
+  #log: SlidingLog | null = null;
+  #fingerprint = "";
+  /** When the scheduled idle alarm fires (ms), or null when none is set. */
+  #alarmAt: number | null = null;
+
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
+    this.#sql = ctx.storage.sql;
     void ctx.blockConcurrencyWhile(async () => {
-      ctx.storage.sql.exec("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)");
+      this.#createTables();
+      this.#alarmAt = await ctx.storage.getAlarm();
     });
   }
 
-  ping(): string {
-    return "pong";
+  /**
+   * Decides one request of `cost` against `limits` at the object's clock and records it when
+   * granted. Synchronous from start to end, so no other call interleaves.
+   */
+  async decide(limits: readonly LimitSpec[], cost: number): Promise<DecisionResult> {
+    const log = this.#logFor(limits);
+    const d = log.decide(this.clock(), cost);
+    if (d.write) {
+      this.#sql.exec(
+        "INSERT INTO slots (slot, ts, cost) VALUES (?, ?, ?) ON CONFLICT (slot) DO UPDATE SET ts = excluded.ts, cost = excluded.cost",
+        d.write.slot,
+        d.write.ts,
+        d.write.cost,
+      );
+      if (this.#alarmAt === null) {
+        this.#alarmAt = log.idleAt;
+        await this.ctx.storage.setAlarm(this.#alarmAt);
+      }
+    }
+    return {
+      allowed: d.allowed,
+      neverAllowed: d.neverAllowed,
+      now: d.now,
+      retryAfterMs: d.retryAfterMs,
+      blockedForMs: d.blockedUntil - d.now,
+      limits: d.limits.map((l) => ({ remaining: l.remaining, resetMs: l.resetMs, exceeded: l.exceeded })),
+    };
+  }
+
+  /** The object's clock in ms. The only place time is read; tests may replace it. */
+  clock(): number {
+    return Date.now();
+  }
+
+  /** Deletes the key's state once nothing in it counts any more; otherwise re-arms. */
+  override async alarm(): Promise<void> {
+    this.#alarmAt = null;
+    const idleAt = this.#log ? this.#log.idleAt : this.#storedIdleAt();
+    if (idleAt === null || idleAt <= this.clock()) {
+      this.#log = null;
+      this.#fingerprint = "";
+      await this.ctx.storage.deleteAll();
+      this.#createTables();
+      return;
+    }
+    this.#alarmAt = idleAt;
+    await this.ctx.storage.setAlarm(idleAt);
+  }
+
+  #createTables(): void {
+    this.#sql.exec(
+      "CREATE TABLE IF NOT EXISTS slots (slot INTEGER PRIMARY KEY, ts INTEGER NOT NULL, cost INTEGER NOT NULL)",
+    );
+    this.#sql.exec("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)");
+  }
+
+  /** Without a log in memory (no call since a restart): the newest stored slot plus the stored longest window. */
+  #storedIdleAt(): number | null {
+    const row = this.#sql
+      .exec<{ ts: number | null; w: string | null }>(
+        "SELECT (SELECT MAX(ts) FROM slots) AS ts, (SELECT v FROM meta WHERE k = 'longest_window_ms') AS w",
+      )
+      .one();
+    if (row.ts === null) return null;
+    return row.ts + Number(row.w ?? 0);
+  }
+
+  /** The log for these limits: built from storage on first use, rebuilt when the limits change. */
+  #logFor(limits: readonly LimitSpec[]): SlidingLog {
+    const fp = fingerprint(limits);
+    if (this.#log && fp === this.#fingerprint) return this.#log;
+    const rows = this.#sql
+      .exec<{ slot: number; ts: number; cost: number }>("SELECT slot, ts, cost FROM slots")
+      .toArray();
+    const { log, rewrite } = SlidingLog.restore(limits, rows);
+    if (rewrite) this.#rewrite(log.rows());
+    const longest = String(Math.max(...limits.map((l) => l.windowMs)));
+    const stored = this.#sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'longest_window_ms'").toArray()[0];
+    if (stored?.v !== longest) {
+      this.#sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('longest_window_ms', ?)", longest);
+    }
+    this.#log = log;
+    this.#fingerprint = fp;
+    return log;
+  }
+
+  #rewrite(rows: readonly SlotRow[]): void {
+    this.ctx.storage.transactionSync(() => {
+      this.#sql.exec("DELETE FROM slots");
+      for (const r of rows) this.#sql.exec("INSERT INTO slots (slot, ts, cost) VALUES (?, ?, ?)", r.slot, r.ts, r.cost);
+    });
   }
 }

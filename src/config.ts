@@ -1,0 +1,361 @@
+/**
+ * @module Parses and validates the Worker's configuration (`[vars]` in wrangler.toml) once.
+ * Every error names the field; nothing invalid ever falls back to "no limit".
+ */
+
+import { describe, formatDuration, parseDuration } from "./core/duration.ts";
+import { capacityFor, type LimitSpec, MAX_CAPACITY } from "./core/sliding-log.ts";
+
+/** A limit with its header name and window, ready for the object and the headers. */
+export interface Limit extends Required<LimitSpec> {}
+
+/** A set of limits chosen for a key. `limits: null` means unlimited (the object is never called). */
+export interface Plan {
+  readonly name: string;
+  /** Keys starting with this prefix use this plan (`""` for the default plan). */
+  readonly keyPrefix: string;
+  readonly limits: readonly Limit[] | null;
+  /** The `RateLimit-Policy` field value for this plan (empty when unlimited). */
+  readonly policyHeader: string;
+}
+
+/** Requests matching `method` and starting with `pathPrefix` cost `cost` units (0: not limited). */
+export interface CostRule {
+  readonly method: string | null;
+  readonly pathPrefix: string;
+  readonly cost: number;
+}
+
+/** Where the API key is read from, in order of precedence. */
+export interface KeySource {
+  /** Lower-case header name, or null to ignore headers. */
+  readonly header: string | null;
+  /** Read `Authorization: Bearer <key>`. */
+  readonly bearer: boolean;
+  /** Query parameter name, or null. */
+  readonly query: string | null;
+  readonly maxLength: number;
+}
+
+export type FailureMode = "open" | "closed";
+
+export interface Config {
+  /** Base URL allowed requests go to: ORIGIN + path + query. */
+  readonly origin: URL;
+  readonly originTimeoutMs: number;
+  /** Plans matched by key prefix, first match wins. */
+  readonly plans: readonly Plan[];
+  /** The plan for keys that match no prefix; null: such keys get 401. */
+  readonly defaultPlan: Plan | null;
+  /** The plan for requests without a key, limited per client IP; null: they get 401. */
+  readonly anonymous: Plan | null;
+  readonly costs: readonly CostRule[];
+  readonly key: KeySource;
+  readonly failureMode: FailureMode;
+  /** Decide, log and add headers, but never reject. */
+  readonly shadow: boolean;
+}
+
+/** A configuration error: the message names the field. */
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+}
+
+/** Defaults for the optional settings. */
+export const DEFAULTS = {
+  keyHeader: "x-api-key",
+  maxKeyLength: 256,
+  originTimeoutMs: 30_000,
+  failureMode: "closed" as FailureMode,
+};
+
+type Obj = Record<string, unknown>;
+
+const TOP_FIELDS = [
+  "limits",
+  "plans",
+  "anonymous",
+  "costs",
+  "key",
+  "failure_mode",
+  "shadow",
+  "origin_timeout",
+] as const;
+
+/**
+ * Parses the Worker's vars. Each var may be given as TOML/JSON values or as a JSON string
+ * (dashboard variables and `wrangler dev --var` deliver strings).
+ *
+ * @throws ConfigError naming the first bad field
+ */
+export function parseConfig(vars: { ORIGIN?: unknown; RATE_LIMIT?: unknown }): Config {
+  const origin = parseOrigin(vars.ORIGIN);
+  const raw = fromJsonString(vars.RATE_LIMIT, "RATE_LIMIT");
+  const rl = object(raw, "RATE_LIMIT");
+  unknownFields(rl, TOP_FIELDS, "RATE_LIMIT");
+
+  const plans = optionalArray(rl.plans, "RATE_LIMIT.plans").map((p, i) => parsePlan(p, `RATE_LIMIT.plans[${i}]`));
+  const names = new Set<string>();
+  for (const [i, p] of plans.entries()) {
+    if (names.has(p.name))
+      throw new ConfigError(`RATE_LIMIT.plans[${i}].name: ${JSON.stringify(p.name)} is used twice`);
+    names.add(p.name);
+  }
+  const defaultPlan =
+    rl.limits === undefined ? null : makePlan("default", "", parseLimits(rl.limits, "RATE_LIMIT.limits"));
+  if (!defaultPlan && plans.length === 0) {
+    throw new ConfigError(
+      "RATE_LIMIT.limits: required (or give RATE_LIMIT.plans); without limits nothing would be limited",
+    );
+  }
+  let anonymous: Plan | null = null;
+  if (rl.anonymous !== undefined) {
+    const a = object(rl.anonymous, "RATE_LIMIT.anonymous");
+    unknownFields(a, ["limits"], "RATE_LIMIT.anonymous");
+    anonymous = makePlan("anonymous", "", parseLimits(a.limits, "RATE_LIMIT.anonymous.limits"));
+  }
+
+  return {
+    origin,
+    originTimeoutMs:
+      rl.origin_timeout === undefined
+        ? DEFAULTS.originTimeoutMs
+        : wrap(() => parseDuration(rl.origin_timeout, "RATE_LIMIT.origin_timeout")),
+    plans,
+    defaultPlan,
+    anonymous,
+    costs: optionalArray(rl.costs, "RATE_LIMIT.costs").map((c, i) => parseCost(c, `RATE_LIMIT.costs[${i}]`)),
+    key: parseKeySource(rl.key),
+    failureMode: parseFailureMode(rl.failure_mode),
+    shadow: optionalBoolean(rl.shadow, "RATE_LIMIT.shadow", false),
+  };
+}
+
+function parseOrigin(value: unknown): URL {
+  if (value === undefined || value === "") {
+    throw new ConfigError('ORIGIN: required, the base URL of your API, e.g. "https://api.example.com"');
+  }
+  let s: unknown = value;
+  if (typeof s === "string" && s.trim().startsWith('"')) s = fromJsonString(s, "ORIGIN");
+  if (typeof s !== "string") throw new ConfigError(`ORIGIN: expected a URL string, got ${describe(s)}`);
+  let url: URL;
+  try {
+    url = new URL(s);
+  } catch {
+    throw new ConfigError(`ORIGIN: expected an absolute http(s) URL, got ${JSON.stringify(s)}`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new ConfigError(`ORIGIN: expected an http or https URL, got ${JSON.stringify(s)}`);
+  }
+  if (url.search || url.hash) {
+    throw new ConfigError(
+      `ORIGIN: must not carry a query or fragment (the request's own are appended), got ${JSON.stringify(s)}`,
+    );
+  }
+  return url;
+}
+
+function parsePlan(value: unknown, field: string): Plan {
+  const p = object(value, field);
+  unknownFields(p, ["name", "key_prefix", "limits", "unlimited"], field);
+  const name = nonEmptyString(p.name, `${field}.name`);
+  if (!/^[A-Za-z0-9_.-]+$/.test(name)) {
+    throw new ConfigError(`${field}.name: use letters, digits, "_", "-" or "." only, got ${JSON.stringify(name)}`);
+  }
+  const keyPrefix = nonEmptyString(p.key_prefix, `${field}.key_prefix`);
+  const unlimited = optionalBoolean(p.unlimited, `${field}.unlimited`, false);
+  if (unlimited && p.limits !== undefined) {
+    throw new ConfigError(`${field}: give either limits or unlimited = true, not both`);
+  }
+  if (!unlimited && p.limits === undefined) {
+    throw new ConfigError(`${field}.limits: required (or set unlimited = true)`);
+  }
+  return makePlan(name, keyPrefix, unlimited ? null : parseLimits(p.limits, `${field}.limits`));
+}
+
+function makePlan(name: string, keyPrefix: string, limits: Limit[] | null): Plan {
+  return { name, keyPrefix, limits, policyHeader: limits ? policyHeader(limits) : "" };
+}
+
+/** `"per-second";q=100;w=1, "per-minute";q=1000;w=60` (draft-ietf-httpapi-ratelimit-headers). */
+function policyHeader(limits: readonly Limit[]): string {
+  return limits.map((l) => `${sfString(l.name)};q=${l.limit};w=${Math.ceil(l.windowMs / 1000)}`).join(", ");
+}
+
+/** Serialises a structured-field string (RFC 9651 §4.1.6). */
+export function sfString(s: string): string {
+  return `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+}
+
+const WINDOW_NAMES: Readonly<Record<number, string>> = {
+  1000: "per-second",
+  60000: "per-minute",
+  3600000: "per-hour",
+  86400000: "per-day",
+};
+
+function parseLimits(value: unknown, field: string): Limit[] {
+  const list = array(value, field);
+  if (list.length === 0) throw new ConfigError(`${field}: expected at least one limit`);
+  const limits = list.map((item, i): Limit => {
+    const f = `${field}[${i}]`;
+    const l = object(item, f);
+    unknownFields(l, ["limit", "window", "name"], f);
+    const limit = l.limit;
+    if (typeof limit !== "number" || !Number.isSafeInteger(limit) || limit < 1) {
+      throw new ConfigError(`${f}.limit: expected a positive integer, got ${describe(limit)}`);
+    }
+    if (l.window === undefined) throw new ConfigError(`${f}.window: required, e.g. "1s" or "1m"`);
+    const windowMs = wrap(() => parseDuration(l.window, `${f}.window`));
+    const name =
+      l.name === undefined
+        ? (WINDOW_NAMES[windowMs] ?? `per-${formatDuration(windowMs)}`)
+        : nonEmptyString(l.name, `${f}.name`);
+    return { limit, windowMs, name };
+  });
+  const seen = new Map<string, number>();
+  for (const [i, l] of limits.entries()) {
+    const before = seen.get(l.name);
+    if (before !== undefined) {
+      throw new ConfigError(
+        `${field}[${i}].name: ${JSON.stringify(l.name)} is already used by ${field}[${before}]; give each limit a distinct name`,
+      );
+    }
+    seen.set(l.name, i);
+  }
+  const capacity = capacityFor(limits);
+  if (capacity > MAX_CAPACITY) {
+    throw new ConfigError(
+      `${field}: needs up to ${capacity} timestamp slots per key, more than the ${MAX_CAPACITY} one Durable Object can hold; lower the limit or shorten the longest window`,
+    );
+  }
+  return limits;
+}
+
+function parseCost(value: unknown, field: string): CostRule {
+  const c = object(value, field);
+  unknownFields(c, ["method", "path", "cost"], field);
+  const method = c.method === undefined ? null : nonEmptyString(c.method, `${field}.method`).toUpperCase();
+  if (method !== null && !/^[A-Z]+$/.test(method)) {
+    throw new ConfigError(`${field}.method: expected an HTTP method such as "POST", got ${JSON.stringify(c.method)}`);
+  }
+  const pathPrefix = nonEmptyString(c.path, `${field}.path`);
+  if (!pathPrefix.startsWith("/")) {
+    throw new ConfigError(`${field}.path: expected a path prefix starting with "/", got ${JSON.stringify(pathPrefix)}`);
+  }
+  const cost = c.cost;
+  if (typeof cost !== "number" || !Number.isSafeInteger(cost) || cost < 0) {
+    throw new ConfigError(`${field}.cost: expected a whole number ≥ 0 (0 means not limited), got ${describe(cost)}`);
+  }
+  return { method, pathPrefix, cost };
+}
+
+function parseKeySource(value: unknown): KeySource {
+  if (value === undefined) {
+    return { header: DEFAULTS.keyHeader, bearer: true, query: null, maxLength: DEFAULTS.maxKeyLength };
+  }
+  const k = object(value, "RATE_LIMIT.key");
+  unknownFields(k, ["header", "bearer", "query", "max_length"], "RATE_LIMIT.key");
+  let header: string | null = DEFAULTS.keyHeader;
+  if (k.header === false) header = null;
+  else if (k.header !== undefined) {
+    header = nonEmptyString(k.header, "RATE_LIMIT.key.header").toLowerCase();
+    if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(header) || header === "authorization") {
+      throw new ConfigError(
+        `RATE_LIMIT.key.header: expected a header name other than authorization (use bearer), got ${JSON.stringify(k.header)}`,
+      );
+    }
+  }
+  const query = k.query === undefined ? null : nonEmptyString(k.query, "RATE_LIMIT.key.query");
+  const bearer = optionalBoolean(k.bearer, "RATE_LIMIT.key.bearer", true);
+  if (header === null && !bearer && query === null) {
+    throw new ConfigError("RATE_LIMIT.key: every key source is off; enable header, bearer or query");
+  }
+  let maxLength = DEFAULTS.maxKeyLength;
+  if (k.max_length !== undefined) {
+    const m = k.max_length;
+    if (typeof m !== "number" || !Number.isSafeInteger(m) || m < 1 || m > 4096) {
+      throw new ConfigError(`RATE_LIMIT.key.max_length: expected an integer from 1 to 4096, got ${describe(m)}`);
+    }
+    maxLength = m;
+  }
+  return { header, bearer, query, maxLength };
+}
+
+function parseFailureMode(value: unknown): FailureMode {
+  if (value === undefined) return DEFAULTS.failureMode;
+  if (value === "open" || value === "closed") return value;
+  throw new ConfigError(`RATE_LIMIT.failure_mode: expected "closed" or "open", got ${describe(value)}`);
+}
+
+function fromJsonString(value: unknown, field: string): unknown {
+  if (typeof value !== "string") return value;
+  try {
+    return JSON.parse(value);
+  } catch (e) {
+    throw new ConfigError(`${field}: given as a string but it is not valid JSON (${(e as Error).message})`);
+  }
+}
+
+function object(value: unknown, field: string): Obj {
+  if (value === undefined) throw new ConfigError(`${field}: required`);
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new ConfigError(`${field}: expected a table/object, got ${describe(value)}`);
+  }
+  return value as Obj;
+}
+
+function array(value: unknown, field: string): unknown[] {
+  if (value === undefined) throw new ConfigError(`${field}: required`);
+  if (!Array.isArray(value)) throw new ConfigError(`${field}: expected an array, got ${describe(value)}`);
+  return value;
+}
+
+function optionalArray(value: unknown, field: string): unknown[] {
+  return value === undefined ? [] : array(value, field);
+}
+
+function nonEmptyString(value: unknown, field: string): string {
+  if (value === undefined) throw new ConfigError(`${field}: required`);
+  if (typeof value !== "string" || value.length === 0) {
+    throw new ConfigError(`${field}: expected a non-empty string, got ${describe(value)}`);
+  }
+  return value;
+}
+
+function optionalBoolean(value: unknown, field: string, fallback: boolean): boolean {
+  if (value === undefined) return fallback;
+  if (typeof value !== "boolean") throw new ConfigError(`${field}: expected true or false, got ${describe(value)}`);
+  return value;
+}
+
+function unknownFields(obj: Obj, known: readonly string[], field: string): void {
+  for (const k of Object.keys(obj)) {
+    if (!known.includes(k)) {
+      throw new ConfigError(`${field}.${k}: unknown setting; expected one of ${known.join(", ")}`);
+    }
+  }
+}
+
+/** Turns a core RangeError (already naming the field) into a ConfigError. */
+function wrap<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    throw new ConfigError((e as Error).message);
+  }
+}
+
+/** The plan for a key: first plan whose prefix matches, else the default plan, else null. */
+export function planForKey(config: Config, key: string): Plan | null {
+  for (const p of config.plans) if (key.startsWith(p.keyPrefix)) return p;
+  return config.defaultPlan;
+}
+
+/** The cost of a request: the first matching rule's, else 1. */
+export function costFor(config: Config, method: string, path: string): number {
+  for (const r of config.costs) {
+    if ((r.method === null || r.method === method) && path.startsWith(r.pathPrefix)) return r.cost;
+  }
+  return 1;
+}

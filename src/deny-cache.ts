@@ -1,0 +1,58 @@
+/**
+ * @module The isolate's deny cache: "no request of this key can pass before T". Only time
+ * frees capacity, so until T the object would refuse every request of the key; answering
+ * `429` here never changes a decision and keeps floods off the object.
+ */
+
+/** What the Worker remembers of a key that is blocked. */
+export interface Blocked {
+  /** Local clock (ms): before it, no request of cost 1 can pass. */
+  readonly until: number;
+  /** Per limit: local time from which a cost of 1 fits it again (0: it is not what blocks). */
+  readonly freeAt: readonly number[];
+  /** Exact local retry times already learnt for other costs while blocked. */
+  readonly retryAt: Map<number, number>;
+}
+
+/** A bounded map of blocked keys; expired entries are dropped on read and when full. */
+export class DenyCache {
+  readonly #entries = new Map<string, Blocked>();
+  readonly #max: number;
+
+  constructor(max = 10_000) {
+    this.#max = max;
+  }
+
+  /** The entry for `name` while it still blocks at `now`, else undefined. */
+  get(name: string, now: number): Blocked | undefined {
+    const entry = this.#entries.get(name);
+    if (!entry) return undefined;
+    if (now >= entry.until) {
+      this.#entries.delete(name);
+      return undefined;
+    }
+    return entry;
+  }
+
+  set(name: string, entry: Blocked, now: number): void {
+    if (!this.#entries.has(name) && this.#entries.size >= this.#max) this.#prune(now);
+    this.#entries.set(name, entry);
+  }
+
+  delete(name: string): void {
+    this.#entries.delete(name);
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /** Drops expired entries, then the oldest inserted ones until there is room. */
+  #prune(now: number): void {
+    for (const [k, v] of this.#entries) if (now >= v.until) this.#entries.delete(k);
+    for (const k of this.#entries.keys()) {
+      if (this.#entries.size < this.#max) break;
+      this.#entries.delete(k);
+    }
+  }
+}

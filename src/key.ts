@@ -1,0 +1,54 @@
+/**
+ * @module Reads and validates the API key: header, then `Authorization: Bearer`, then the
+ * query parameter, as configured. Two sources that disagree are an error, never a guess.
+ */
+
+import type { KeySource } from "./config.ts";
+import { HttpError } from "./http.ts";
+
+const BEARER = /^Bearer[ \t]+(.*)$/i;
+/** Printable ASCII without spaces: what a key may contain. */
+const KEY_CHARS = /^[\x21-\x7e]+$/;
+
+/**
+ * The request's API key, or null when it carries none.
+ *
+ * @throws HttpError 400 when a key is malformed (too long, control or non-ASCII characters,
+ * several values) or when two sources carry different keys
+ */
+export function readKey(request: Request, source: KeySource): string | null {
+  const found: [where: string, key: string][] = [];
+  if (source.header) {
+    const v = request.headers.get(source.header);
+    if (v !== null && v.trim() !== "") found.push([source.header, v.trim()]);
+  }
+  if (source.bearer) {
+    const m = BEARER.exec(request.headers.get("authorization") ?? "");
+    if (m && (m[1] ?? "").trim() !== "") found.push(["Authorization: Bearer", (m[1] ?? "").trim()]);
+  }
+  if (source.query) {
+    const values = new URL(request.url).searchParams.getAll(source.query);
+    if (values.length > 1) throw badKey(`the ${source.query} query parameter is given ${values.length} times`);
+    const v = values[0];
+    if (v !== undefined && v.trim() !== "") found.push([`?${source.query}`, v.trim()]);
+  }
+  const first = found[0];
+  if (!first) return null;
+  for (const [where, key] of found) validate(key, where, source.maxLength);
+  const other = found.find(([, key]) => key !== first[1]);
+  if (other) throw badKey(`${first[0]} and ${other[0]} carry different keys; send one key`);
+  return first[1];
+}
+
+function validate(key: string, where: string, maxLength: number): void {
+  if (key.length > maxLength) throw badKey(`the key in ${where} is longer than ${maxLength} characters`);
+  if (!KEY_CHARS.test(key)) {
+    throw badKey(
+      `the key in ${where} may hold printable ASCII only (no spaces, commas between repeated headers, or control characters)`,
+    );
+  }
+}
+
+function badKey(detail: string): HttpError {
+  return new HttpError(400, "Malformed API key", detail);
+}
