@@ -126,8 +126,11 @@ export type OriginFetcher = (request: Request) => Promise<Response>;
 
 /**
  * Sends the request to ORIGIN + path + query, bodies streamed both ways, redirects passed
- * back. `502` when the origin cannot be reached or drops the connection, `504` when it sends
- * no response headers within the timeout.
+ * back. Resolves (never rejects for origin failures) to a problem-details `502` when the origin
+ * cannot be reached or drops the connection before its response headers, or `504` when it
+ * sends no response headers within the timeout — returned rather than thrown, so the caller
+ * adds `RateLimit` headers to them like to any response that spent quota. A connection dropped
+ * after the headers can no longer become a `502`: the client's read of the body fails instead.
  */
 export async function proxy(request: Request, config: Config, send: OriginFetcher): Promise<Response> {
   const incoming = new URL(request.url);
@@ -147,23 +150,32 @@ export async function proxy(request: Request, config: Config, send: OriginFetche
   headers.set("x-forwarded-host", incoming.host);
 
   const abort = new AbortController();
-  const timer = setTimeout(() => abort.abort(), config.originTimeoutMs);
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  // The signal asks the fetch to give up; the race makes the timeout hold even when the
+  // fetcher (an ORIGIN_SERVICE binding's Worker, a test double) ignores the signal.
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      abort.abort();
+      reject(abort.signal.reason);
+    }, config.originTimeoutMs);
+  });
   let response: Response;
   try {
-    response = await send(
-      new Request(target, {
-        method: request.method,
-        headers,
-        body: request.body,
-        redirect: "manual",
-        signal: abort.signal,
-      }),
-    );
+    const outgoing = new Request(target, {
+      method: request.method,
+      headers,
+      body: request.body,
+      redirect: "manual",
+      signal: abort.signal,
+    });
+    response = await Promise.race([send(outgoing), timeout]);
   } catch (e) {
     if (abort.signal.aborted) {
-      throw new HttpError(504, "Gateway Timeout", `The origin sent no response within ${config.originTimeoutMs} ms.`);
+      return problem(504, "Gateway Timeout", `The origin sent no response within ${config.originTimeoutMs} ms.`);
     }
-    throw new HttpError(502, "Bad Gateway", `The origin could not be reached: ${errorName(e)}.`);
+    // workerd's messages end with a period ("Network connection lost."): don't double it.
+    const reason = errorName(e).replace(/\.+$/, "");
+    return problem(502, "Bad Gateway", `The origin could not be reached: ${reason}.`);
   } finally {
     clearTimeout(timer);
   }
