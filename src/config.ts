@@ -93,13 +93,22 @@ export function parseConfig(vars: { ORIGIN?: unknown; RATE_LIMIT?: unknown }): C
   const raw = fromJsonString(vars.RATE_LIMIT, "RATE_LIMIT");
   const rl = object(raw, "RATE_LIMIT");
   unknownFields(rl, TOP_FIELDS, "RATE_LIMIT");
+  const key = parseKeySource(rl.key);
 
-  const plans = optionalArray(rl.plans, "RATE_LIMIT.plans").map((p, i) => parsePlan(p, `RATE_LIMIT.plans[${i}]`));
+  const plans = optionalArray(rl.plans, "RATE_LIMIT.plans").map((p, i) =>
+    parsePlan(p, `RATE_LIMIT.plans[${i}]`, key.maxLength),
+  );
   const names = new Set<string>();
   for (const [i, p] of plans.entries()) {
     if (names.has(p.name))
       throw new ConfigError(`RATE_LIMIT.plans[${i}].name: ${JSON.stringify(p.name)} is used twice`);
     names.add(p.name);
+    const earlier = plans.findIndex((q, j) => j < i && p.keyPrefix.startsWith(q.keyPrefix));
+    if (earlier !== -1) {
+      throw new ConfigError(
+        `RATE_LIMIT.plans[${i}].key_prefix: ${JSON.stringify(p.keyPrefix)} can never match, every such key already matches RATE_LIMIT.plans[${earlier}] (key_prefix ${JSON.stringify(plans[earlier]?.keyPrefix)}) and the first match wins; put the longer prefix first`,
+      );
+    }
   }
   const defaultPlan =
     rl.limits === undefined ? null : makePlan("default", "", parseLimits(rl.limits, "RATE_LIMIT.limits"));
@@ -117,15 +126,12 @@ export function parseConfig(vars: { ORIGIN?: unknown; RATE_LIMIT?: unknown }): C
 
   return {
     origin,
-    originTimeoutMs:
-      rl.origin_timeout === undefined
-        ? DEFAULTS.originTimeoutMs
-        : wrap(() => parseDuration(rl.origin_timeout, "RATE_LIMIT.origin_timeout")),
+    originTimeoutMs: parseOriginTimeout(rl.origin_timeout),
     plans,
     defaultPlan,
     anonymous,
-    costs: optionalArray(rl.costs, "RATE_LIMIT.costs").map((c, i) => parseCost(c, `RATE_LIMIT.costs[${i}]`)),
-    key: parseKeySource(rl.key),
+    costs: parseCosts(rl.costs),
+    key,
     failureMode: parseFailureMode(rl.failure_mode),
     shadow: optionalBoolean(rl.shadow, "RATE_LIMIT.shadow", false),
   };
@@ -147,6 +153,13 @@ function parseOrigin(value: unknown): URL {
   if (url.protocol !== "http:" && url.protocol !== "https:") {
     throw new ConfigError(`ORIGIN: expected an http or https URL, got ${JSON.stringify(s)}`);
   }
+  if (url.username || url.password) {
+    // The message reaches clients (500 detail) and logs: never echo the credentials.
+    const redacted = `${url.protocol}//***@${url.host}${url.pathname}`;
+    throw new ConfigError(
+      `ORIGIN: must not carry a user name or password (fetch refuses such URLs), got ${JSON.stringify(redacted)}`,
+    );
+  }
   if (url.search || url.hash) {
     throw new ConfigError(
       `ORIGIN: must not carry a query or fragment (the request's own are appended), got ${JSON.stringify(s)}`,
@@ -155,7 +168,24 @@ function parseOrigin(value: unknown): URL {
   return url;
 }
 
-function parsePlan(value: unknown, field: string): Plan {
+/** The longest timer `setTimeout` keeps: longer delays overflow and fire at once. */
+export const MAX_ORIGIN_TIMEOUT_MS = 2_147_483_647;
+
+function parseOriginTimeout(value: unknown): number {
+  if (value === undefined) return DEFAULTS.originTimeoutMs;
+  const ms = wrap(() => parseDuration(value, "RATE_LIMIT.origin_timeout"));
+  if (ms > MAX_ORIGIN_TIMEOUT_MS) {
+    throw new ConfigError(
+      `RATE_LIMIT.origin_timeout: at most ${MAX_ORIGIN_TIMEOUT_MS} ms (about 24.8 days; longer timers fire at once), got ${describe(value)}`,
+    );
+  }
+  return ms;
+}
+
+/** What an API key may contain (see key.ts): printable ASCII without spaces. */
+const KEY_CHARS = /^[\x21-\x7e]+$/;
+
+function parsePlan(value: unknown, field: string, maxKeyLength: number): Plan {
   const p = object(value, field);
   unknownFields(p, ["name", "key_prefix", "limits", "unlimited"], field);
   const name = nonEmptyString(p.name, `${field}.name`);
@@ -163,6 +193,16 @@ function parsePlan(value: unknown, field: string): Plan {
     throw new ConfigError(`${field}.name: use letters, digits, "_", "-" or "." only, got ${JSON.stringify(name)}`);
   }
   const keyPrefix = nonEmptyString(p.key_prefix, `${field}.key_prefix`);
+  if (!KEY_CHARS.test(keyPrefix)) {
+    throw new ConfigError(
+      `${field}.key_prefix: keys hold printable ASCII without spaces only, so no key can start with ${JSON.stringify(keyPrefix)}`,
+    );
+  }
+  if (keyPrefix.length > maxKeyLength) {
+    throw new ConfigError(
+      `${field}.key_prefix: longer than RATE_LIMIT.key.max_length (${maxKeyLength}), so no key can start with ${JSON.stringify(keyPrefix)}`,
+    );
+  }
   const unlimited = optionalBoolean(p.unlimited, `${field}.unlimited`, false);
   if (unlimited && p.limits !== undefined) {
     throw new ConfigError(`${field}: give either limits or unlimited = true, not both`);
@@ -207,30 +247,67 @@ function parseLimits(value: unknown, field: string): Limit[] {
     }
     if (l.window === undefined) throw new ConfigError(`${f}.window: required, e.g. "1s" or "1m"`);
     const windowMs = wrap(() => parseDuration(l.window, `${f}.window`));
-    const name =
-      l.name === undefined
-        ? (WINDOW_NAMES[windowMs] ?? `per-${formatDuration(windowMs)}`)
-        : nonEmptyString(l.name, `${f}.name`);
+    let name: string;
+    if (l.name === undefined) {
+      name = WINDOW_NAMES[windowMs] ?? `per-${formatDuration(windowMs)}`;
+    } else {
+      name = nonEmptyString(l.name, `${f}.name`);
+      // The name goes into RateLimit-Policy as a structured-field string: printable ASCII only.
+      if (!/^[\x20-\x7e]+$/.test(name)) {
+        throw new ConfigError(
+          `${f}.name: use printable ASCII only (it is sent in the RateLimit-Policy header), got ${JSON.stringify(name)}`,
+        );
+      }
+    }
     return { limit, windowMs, name };
   });
   const seen = new Map<string, number>();
   for (const [i, l] of limits.entries()) {
     const before = seen.get(l.name);
     if (before !== undefined) {
+      const named = (list[i] as Obj).name !== undefined;
       throw new ConfigError(
-        `${field}[${i}].name: ${JSON.stringify(l.name)} is already used by ${field}[${before}]; give each limit a distinct name`,
+        named
+          ? `${field}[${i}].name: ${JSON.stringify(l.name)} is already used by ${field}[${before}]; give each limit a distinct name`
+          : `${field}[${i}].window: ${JSON.stringify(formatDuration(l.windowMs))} gives the default name ${JSON.stringify(l.name)}, already used by ${field}[${before}]; give one of them a distinct name`,
       );
     }
     seen.set(l.name, i);
   }
   const capacity = capacityFor(limits);
   if (capacity > MAX_CAPACITY) {
+    // capacityFor sizes the ring by the longest window (the smallest limit among equals).
+    let i = 0;
+    for (const [j, l] of limits.entries()) {
+      const b = limits[i] as Limit;
+      if (l.windowMs > b.windowMs || (l.windowMs === b.windowMs && l.limit < b.limit)) i = j;
+    }
+    const l = limits[i] as Limit;
     throw new ConfigError(
-      `${field}: needs up to ${capacity} timestamp slots per key, more than the ${MAX_CAPACITY} one Durable Object can hold; lower the limit or shorten the longest window`,
+      `${field}[${i}].limit: ${l.limit} per ${formatDuration(l.windowMs)} needs up to ${capacity} timestamp slots per key, more than the ${MAX_CAPACITY} one Durable Object can hold; lower the limit or shorten the window`,
     );
   }
   return limits;
 }
+
+function parseCosts(value: unknown): CostRule[] {
+  const rules = optionalArray(value, "RATE_LIMIT.costs").map((c, i) => parseCost(c, `RATE_LIMIT.costs[${i}]`));
+  for (const [i, r] of rules.entries()) {
+    const earlier = rules.findIndex(
+      (q, j) => j < i && (q.method === null || q.method === r.method) && r.pathPrefix.startsWith(q.pathPrefix),
+    );
+    if (earlier !== -1) {
+      const q = rules[earlier] as CostRule;
+      throw new ConfigError(
+        `RATE_LIMIT.costs[${i}]: ${r.method ?? "any method"} ${JSON.stringify(r.pathPrefix)} never applies, every such request already matches RATE_LIMIT.costs[${earlier}] (${q.method ?? "any method"} ${JSON.stringify(q.pathPrefix)}) and the first match wins; put the more specific rule first`,
+      );
+    }
+  }
+  return rules;
+}
+
+/** Characters a URL's pathname never holds unencoded (WHATWG path percent-encode set, `\`, non-ASCII). */
+const NOT_IN_PATHNAME = /[^\x21-\x7e]|["#<>?`{}\\]/;
 
 function parseCost(value: unknown, field: string): CostRule {
   const c = object(value, field);
@@ -242,6 +319,11 @@ function parseCost(value: unknown, field: string): CostRule {
   const pathPrefix = nonEmptyString(c.path, `${field}.path`);
   if (!pathPrefix.startsWith("/")) {
     throw new ConfigError(`${field}.path: expected a path prefix starting with "/", got ${JSON.stringify(pathPrefix)}`);
+  }
+  if (NOT_IN_PATHNAME.test(pathPrefix)) {
+    throw new ConfigError(
+      `${field}.path: a request path never holds this unencoded (no query, fragment, spaces or non-ASCII; percent-encode them as in the URL), got ${JSON.stringify(pathPrefix)}`,
+    );
   }
   const cost = c.cost;
   if (typeof cost !== "number" || !Number.isSafeInteger(cost) || cost < 0) {
@@ -308,7 +390,8 @@ function object(value: unknown, field: string): Obj {
 function array(value: unknown, field: string): unknown[] {
   if (value === undefined) throw new ConfigError(`${field}: required`);
   if (!Array.isArray(value)) throw new ConfigError(`${field}: expected an array, got ${describe(value)}`);
-  return value;
+  // Dense copy: a hole is an item that is missing, never one skipped by map().
+  return Array.from(value);
 }
 
 function optionalArray(value: unknown, field: string): unknown[] {

@@ -1,0 +1,1272 @@
+/**
+ * @module The config parser: valid configs (DESIGN.md, wrangler.toml, README examples, every
+ * field), every config error naming its field and quoting the bad value, plan and cost lookup,
+ * and properties: limits round-trip, junk never escapes as anything but a ConfigError.
+ */
+
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { isDeepStrictEqual } from "node:util";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { unstable_readConfig } from "wrangler";
+import {
+  type Config,
+  ConfigError,
+  costFor,
+  DEFAULTS,
+  type Limit,
+  MAX_ORIGIN_TIMEOUT_MS,
+  type Plan,
+  parseConfig,
+  planForKey,
+} from "../../src/config.ts";
+import { MAX_CAPACITY } from "../../src/core/sliding-log.ts";
+
+const ORIGIN = "https://api.example.com";
+/** The minimum config of DESIGN.md and README.md. */
+const MINIMUM = {
+  limits: [
+    { limit: 100, window: "1s" },
+    { limit: 1000, window: "1m" },
+  ],
+};
+const MINIMUM_LIMITS: Limit[] = [
+  { limit: 100, windowMs: 1_000, name: "per-second" },
+  { limit: 1000, windowMs: 60_000, name: "per-minute" },
+];
+const MINIMUM_POLICY = '"per-second";q=100;w=1, "per-minute";q=1000;w=60';
+const DEFAULT_KEY = { header: "x-api-key", bearer: true, query: null, maxLength: 256 };
+
+function parse(rateLimit: unknown, origin: unknown = ORIGIN): Config {
+  return parseConfig({ ORIGIN: origin, RATE_LIMIT: rateLimit });
+}
+
+/** The config as plain data (`origin` as its href), so `toEqual` compares every field. */
+function plain(config: Config): Omit<Config, "origin"> & { origin: string } {
+  return { ...config, origin: config.origin.href };
+}
+
+/** The ConfigError `f` throws; fails the test when it throws nothing or anything else. */
+function configError(f: () => unknown): ConfigError {
+  let thrown: unknown;
+  try {
+    f();
+  } catch (e) {
+    thrown = e;
+  }
+  expect(thrown, "expected a ConfigError").toBeInstanceOf(ConfigError);
+  return thrown as ConfigError;
+}
+
+/** Reads `[vars]` from a wrangler.toml the way wrangler does. */
+function varsOf(configPath: string): { ORIGIN?: unknown; RATE_LIMIT?: unknown } {
+  return unstable_readConfig({ config: configPath }).vars as { ORIGIN?: unknown; RATE_LIMIT?: unknown };
+}
+
+function varsOfToml(toml: string): { ORIGIN?: unknown; RATE_LIMIT?: unknown } {
+  const dir = mkdtempSync(join(tmpdir(), "config-test-"));
+  try {
+    const file = join(dir, "wrangler.toml");
+    writeFileSync(file, `name = "t"\ncompatibility_date = "2026-11-02"\n${toml}`);
+    return varsOf(file);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+describe("parseConfig: valid configs", () => {
+  const minimumConfig = {
+    origin: "https://api.example.com/",
+    originTimeoutMs: 30_000,
+    plans: [],
+    defaultPlan: { name: "default", keyPrefix: "", limits: MINIMUM_LIMITS, policyHeader: MINIMUM_POLICY },
+    anonymous: null,
+    costs: [],
+    key: DEFAULT_KEY,
+    failureMode: "closed",
+    shadow: false,
+  };
+
+  it("documents the defaults README states", () => {
+    expect(DEFAULTS).toEqual({
+      keyHeader: "x-api-key",
+      maxKeyLength: 256,
+      originTimeoutMs: 30_000,
+      failureMode: "closed",
+    });
+  });
+
+  it("parses the DESIGN.md minimum with every default filled in", () => {
+    expect(plain(parse(MINIMUM))).toEqual(minimumConfig);
+  });
+
+  it("parses wrangler.toml's [vars] as wrangler reads them", () => {
+    const vars = varsOf("wrangler.toml");
+    expect(plain(parseConfig(vars))).toEqual({
+      ...minimumConfig,
+      origin: "http://127.0.0.1:8788/",
+      plans: [
+        {
+          name: "test",
+          keyPrefix: "test_",
+          limits: [{ limit: 10, windowMs: 60_000, name: "per-minute" }],
+          policyHeader: '"per-minute";q=10;w=60',
+        },
+      ],
+    });
+  });
+
+  it("parses the DESIGN.md minimum as TOML through wrangler", () => {
+    const vars = varsOfToml(`[vars]
+ORIGIN = "https://api.example.com"       # allowed requests go to ORIGIN + path + query
+
+[vars.RATE_LIMIT]
+limits = [
+  { limit = 100,  window = "1s" },        # a request must fit every limit
+  { limit = 1000, window = "1m" },
+]
+`);
+    expect(plain(parseConfig(vars))).toEqual(minimumConfig);
+  });
+
+  it("accepts every TOML example in README's configuration reference", () => {
+    const readme = readFileSync("README.md", "utf8");
+    const start = readme.indexOf("## Configuration reference");
+    const section = readme.slice(start, readme.indexOf("\n## ", start + 1));
+    const blocks = [...section.matchAll(/```toml\n([\s\S]*?)```/g)].map((m) => m[1] ?? "");
+    const checked = [];
+    for (const block of blocks) {
+      if (block.includes("[[services]]")) continue;
+      let toml = block;
+      if (!toml.includes("[vars.RATE_LIMIT]")) {
+        // A fragment (costs = …, key = …): put it under a minimum RATE_LIMIT.
+        toml = `[vars.RATE_LIMIT]\nlimits = [ { limit = 1, window = "1s" } ]\n${toml}`;
+      }
+      if (!toml.includes("ORIGIN =")) toml = `[vars]\nORIGIN = "${ORIGIN}"\n${toml}`;
+      expect(() => parseConfig(varsOfToml(toml)), block).not.toThrow();
+      checked.push(block);
+    }
+    expect(checked.length).toBeGreaterThanOrEqual(4);
+  });
+
+  const full = {
+    limits: [{ limit: 100, window: "1s" }],
+    plans: [
+      { name: "live", key_prefix: "live_", unlimited: true },
+      { name: "test", key_prefix: "test_", limits: [{ limit: 10, window: "1m", name: "tests" }] },
+    ],
+    anonymous: { limits: [{ limit: 5, window: 60_000 }] },
+    costs: [
+      { path: "/health", cost: 0 },
+      { method: "post", path: "/v1/search", cost: 5 },
+    ],
+    key: { header: "X-Key", bearer: false, query: "api_key", max_length: 64 },
+    failure_mode: "open",
+    shadow: true,
+    origin_timeout: "5s",
+  };
+  const fullConfig = {
+    origin: "https://example.com/api",
+    originTimeoutMs: 5_000,
+    plans: [
+      { name: "live", keyPrefix: "live_", limits: null, policyHeader: "" },
+      {
+        name: "test",
+        keyPrefix: "test_",
+        limits: [{ limit: 10, windowMs: 60_000, name: "tests" }],
+        policyHeader: '"tests";q=10;w=60',
+      },
+    ],
+    defaultPlan: {
+      name: "default",
+      keyPrefix: "",
+      limits: [{ limit: 100, windowMs: 1_000, name: "per-second" }],
+      policyHeader: '"per-second";q=100;w=1',
+    },
+    anonymous: {
+      name: "anonymous",
+      keyPrefix: "",
+      limits: [{ limit: 5, windowMs: 60_000, name: "per-minute" }],
+      policyHeader: '"per-minute";q=5;w=60',
+    },
+    costs: [
+      { method: null, pathPrefix: "/health", cost: 0 },
+      { method: "POST", pathPrefix: "/v1/search", cost: 5 },
+    ],
+    key: { header: "x-key", bearer: false, query: "api_key", maxLength: 64 },
+    failureMode: "open",
+    shadow: true,
+  };
+
+  it("parses every setting (plans in order, method upper-cased, header lower-cased)", () => {
+    expect(plain(parse(full, "https://example.com/api"))).toEqual(fullConfig);
+  });
+
+  it.each([
+    ["the minimum", MINIMUM, minimumConfig.origin],
+    ["every setting", full, fullConfig.origin],
+    ["wrangler.toml", varsOf("wrangler.toml").RATE_LIMIT, "http://127.0.0.1:8788/"],
+  ])("reads %s given as JSON strings exactly as given as objects", (_, rateLimit, origin) => {
+    const fromObjects = plain(parse(rateLimit, origin));
+    expect(plain(parse(JSON.stringify(rateLimit), origin))).toEqual(fromObjects);
+    expect(plain(parse(JSON.stringify(rateLimit), JSON.stringify(origin)))).toEqual(fromObjects);
+    expect(plain(parse(` ${JSON.stringify(rateLimit, null, 2)}\n`, ` ${JSON.stringify(origin)} `))).toEqual(
+      fromObjects,
+    );
+  });
+
+  it.each([
+    ["250ms", 250, "per-250ms", 1],
+    ["1s", 1_000, "per-second", 1],
+    ["10s", 10_000, "per-10s", 10],
+    ["90s", 90_000, "per-90s", 90],
+    ["1m", 60_000, "per-minute", 60],
+    ["60s", 60_000, "per-minute", 60],
+    ["2m", 120_000, "per-2m", 120],
+    ["1h", 3_600_000, "per-hour", 3600],
+    ["1d", 86_400_000, "per-day", 86400],
+    ["366d", 366 * 86_400_000, "per-366d", 366 * 86400],
+    [" 2s ", 2_000, "per-2s", 2],
+    [1, 1, "per-1ms", 1],
+    [1500, 1_500, "per-1500ms", 2],
+    [60_000, 60_000, "per-minute", 60],
+  ])("window %j is %i ms, named %j, w=%i", (window, windowMs, name, w) => {
+    const plan = parse({ limits: [{ limit: 7, window }] }).defaultPlan as Plan;
+    expect(plan.limits).toEqual([{ limit: 7, windowMs, name }]);
+    expect(plan.policyHeader).toBe(`"${name}";q=7;w=${w}`);
+  });
+
+  it.each([
+    ["250ms", 250],
+    ["1s", 1_000],
+    ["1m", 60_000],
+    ["1h", 3_600_000],
+    ["1d", 86_400_000],
+    [2500, 2_500],
+    [MAX_ORIGIN_TIMEOUT_MS, MAX_ORIGIN_TIMEOUT_MS],
+  ])("origin_timeout %j is %i ms", (origin_timeout, ms) => {
+    expect(parse({ ...MINIMUM, origin_timeout }).originTimeoutMs).toBe(ms);
+  });
+
+  it("keeps explicit names, escaping them as structured-field strings in the policy header", () => {
+    const plan = parse({
+      limits: [
+        { limit: 1, window: "1s", name: 'burst "hard"' },
+        { limit: 2, window: "1s", name: "back\\slash" },
+      ],
+    }).defaultPlan as Plan;
+    expect(plan.limits?.map((l) => l.name)).toEqual(['burst "hard"', "back\\slash"]);
+    expect(plan.policyHeader).toBe('"burst \\"hard\\"";q=1;w=1, "back\\\\slash";q=2;w=1');
+  });
+
+  it.each([
+    ["http://127.0.0.1:8788", "http://127.0.0.1:8788/"],
+    ["https://example.com/api", "https://example.com/api"],
+    ["https://example.com/api/", "https://example.com/api/"],
+    [" https://EXAMPLE.com ", "https://example.com/"],
+  ])("ORIGIN %j is the URL %j", (origin, href) => {
+    expect(parse(MINIMUM, origin).origin.href).toBe(href);
+  });
+
+  it("needs no default limits when plans are given: keys no plan matches get no plan", () => {
+    const config = parse({ plans: [{ name: "a", key_prefix: "a_", limits: [{ limit: 1, window: "1s" }] }] });
+    expect(config.defaultPlan).toBeNull();
+    expect(config.plans.map((p) => p.name)).toEqual(["a"]);
+  });
+
+  it.each([
+    [{ header: false }, { ...DEFAULT_KEY, header: null }],
+    [{ bearer: false }, { ...DEFAULT_KEY, bearer: false }],
+    [
+      { header: false, bearer: false, query: "key" },
+      { header: null, bearer: false, query: "key", maxLength: 256 },
+    ],
+    [{ max_length: 1 }, { ...DEFAULT_KEY, maxLength: 1 }],
+    [{ max_length: 4096 }, { ...DEFAULT_KEY, maxLength: 4096 }],
+    [{ header: "Authorization-Key" }, { ...DEFAULT_KEY, header: "authorization-key" }],
+    [{}, DEFAULT_KEY],
+  ])("key %j reads as %j", (key, expected) => {
+    expect(parse({ ...MINIMUM, key }).key).toEqual(expected);
+  });
+
+  it("accepts a key_prefix exactly max_length long and costs from 0 to any whole number", () => {
+    const config = parse({
+      ...MINIMUM,
+      key: { max_length: 5 },
+      plans: [{ name: "t", key_prefix: "test_", unlimited: true }],
+      costs: [
+        { path: "/free", cost: 0 },
+        { path: "/huge", cost: Number.MAX_SAFE_INTEGER },
+      ],
+    });
+    expect(config.plans[0]?.keyPrefix).toBe("test_");
+    expect(config.costs.map((c) => c.cost)).toEqual([0, Number.MAX_SAFE_INTEGER]);
+  });
+
+  it("accepts the largest limit one object can hold", () => {
+    const plan = parse({ limits: [{ limit: MAX_CAPACITY, window: "1d" }] }).defaultPlan as Plan;
+    expect(plan.limits?.[0]?.limit).toBe(MAX_CAPACITY);
+    // A huge limit over a short window needs only windowMs + 1 slots.
+    expect(parse({ limits: [{ limit: 2 ** 40, window: "1s" }] }).defaultPlan?.limits?.[0]?.limit).toBe(2 ** 40);
+  });
+
+  it("accepts a plan after a different plan, and a cost rule after one for another method", () => {
+    expect(() =>
+      parse({
+        ...MINIMUM,
+        plans: [
+          { name: "a", key_prefix: "test_live_", unlimited: true },
+          { name: "b", key_prefix: "test_", unlimited: true },
+        ],
+        costs: [
+          { method: "POST", path: "/v1", cost: 2 },
+          { method: "GET", path: "/v1", cost: 3 },
+          { path: "/v1/x", cost: 4 },
+        ],
+      }),
+    ).not.toThrow();
+  });
+});
+
+/** MINIMUM with some top-level settings replaced. */
+function rl(over: Record<string, unknown>): Record<string, unknown> {
+  return { ...MINIMUM, ...over };
+}
+/** MINIMUM with limits[1] replaced. */
+function limit1(l: unknown): Record<string, unknown> {
+  return { limits: [{ limit: 100, window: "1s" }, l] };
+}
+/** MINIMUM with a hole where limits[1] was. */
+function limit1Hole(): Record<string, unknown> {
+  const limits: unknown[] = [{ limit: 100, window: "1s" }];
+  limits.length = 2;
+  return { limits };
+}
+/** A sparse array: a hole, then `item`. */
+function holeThen(item: unknown): unknown[] {
+  const list: unknown[] = [];
+  list[1] = item;
+  return list;
+}
+/** A config whose only plan is `p`. */
+function plan0(p: Record<string, unknown>): Record<string, unknown> {
+  return rl({ plans: [p] });
+}
+const TEST_PLAN = { name: "test", key_prefix: "test_", limits: [{ limit: 10, window: "1m" }] };
+/** A config whose only cost rule is `c`. */
+function cost0(c: Record<string, unknown>): Record<string, unknown> {
+  return rl({ costs: [c] });
+}
+
+interface BadCase {
+  /** What is wrong. */
+  readonly what: string;
+  readonly origin?: unknown;
+  readonly rateLimit?: unknown;
+  /** The message starts with `${field}:`. */
+  readonly field: string;
+  /** The message contains this (usually the bad value as quoted). */
+  readonly quotes: string;
+}
+
+const BAD: readonly BadCase[] = [
+  // ORIGIN
+  { what: "missing ORIGIN", origin: undefined, field: "ORIGIN", quotes: "required" },
+  { what: "empty ORIGIN", origin: "", field: "ORIGIN", quotes: "required" },
+  { what: "ORIGIN not a URL", origin: "api.example.com", field: "ORIGIN", quotes: 'got "api.example.com"' },
+  { what: "ORIGIN with spaces", origin: "not a url", field: "ORIGIN", quotes: 'got "not a url"' },
+  { what: "ftp ORIGIN", origin: "ftp://example.com", field: "ORIGIN", quotes: 'got "ftp://example.com"' },
+  { what: "file ORIGIN", origin: "file:///etc/passwd", field: "ORIGIN", quotes: 'got "file:///etc/passwd"' },
+  { what: "ws ORIGIN", origin: "ws://example.com", field: "ORIGIN", quotes: 'got "ws://example.com"' },
+  { what: "ORIGIN with a query", origin: "https://x.com/?a=1", field: "ORIGIN", quotes: 'got "https://x.com/?a=1"' },
+  { what: "ORIGIN with a fragment", origin: "https://x.com/#top", field: "ORIGIN", quotes: 'got "https://x.com/#top"' },
+  {
+    what: "ORIGIN with credentials (quoted redacted)",
+    origin: "https://user:secret@x.com/api",
+    field: "ORIGIN",
+    quotes: 'got "https://***@x.com/api"',
+  },
+  { what: "ORIGIN a number", origin: 42, field: "ORIGIN", quotes: "got 42" },
+  { what: "ORIGIN null", origin: null, field: "ORIGIN", quotes: "got null" },
+  { what: "ORIGIN a table", origin: { url: "https://x.com" }, field: "ORIGIN", quotes: "got a object" },
+  { what: "ORIGIN bad JSON string", origin: '"https://x.com', field: "ORIGIN", quotes: "not valid JSON" },
+  { what: "ORIGIN JSON string of a number", origin: '"1"', field: "ORIGIN", quotes: 'got "1"' },
+  { what: "ORIGIN JSON ftp", origin: '"ftp://x.com"', field: "ORIGIN", quotes: 'got "ftp://x.com"' },
+  // RATE_LIMIT itself
+  { what: "missing RATE_LIMIT", rateLimit: undefined, field: "RATE_LIMIT", quotes: "required" },
+  { what: "RATE_LIMIT empty string", rateLimit: "", field: "RATE_LIMIT", quotes: "not valid JSON" },
+  { what: "RATE_LIMIT bad JSON", rateLimit: '{"limits": [', field: "RATE_LIMIT", quotes: "not valid JSON" },
+  { what: "RATE_LIMIT TOML as a string", rateLimit: "limits = []", field: "RATE_LIMIT", quotes: "not valid JSON" },
+  { what: "RATE_LIMIT JSON array", rateLimit: "[1]", field: "RATE_LIMIT", quotes: "got an array" },
+  { what: "RATE_LIMIT JSON string", rateLimit: '"x"', field: "RATE_LIMIT", quotes: 'got "x"' },
+  { what: "RATE_LIMIT JSON null", rateLimit: "null", field: "RATE_LIMIT", quotes: "got null" },
+  { what: "RATE_LIMIT a number", rateLimit: 5, field: "RATE_LIMIT", quotes: "got 5" },
+  { what: "RATE_LIMIT an array", rateLimit: [], field: "RATE_LIMIT", quotes: "got an array" },
+  { what: "RATE_LIMIT null", rateLimit: null, field: "RATE_LIMIT", quotes: "got null" },
+  { what: "RATE_LIMIT true", rateLimit: true, field: "RATE_LIMIT", quotes: "got true" },
+  {
+    what: "unknown top-level field",
+    rateLimit: rl({ limit: 5 }),
+    field: "RATE_LIMIT.limit",
+    quotes: "unknown setting",
+  },
+  { what: "JSON unknown field", rateLimit: '{"__proto__": 1}', field: "RATE_LIMIT.__proto__", quotes: "unknown" },
+  // limits
+  { what: "no limits and no plans", rateLimit: {}, field: "RATE_LIMIT.limits", quotes: "required" },
+  { what: "no limits, empty plans", rateLimit: { plans: [] }, field: "RATE_LIMIT.limits", quotes: "required" },
+  { what: "limits a string", rateLimit: { limits: "100/s" }, field: "RATE_LIMIT.limits", quotes: 'got "100/s"' },
+  { what: "limits a table", rateLimit: { limits: { limit: 1 } }, field: "RATE_LIMIT.limits", quotes: "got a object" },
+  { what: "limits null", rateLimit: { limits: null }, field: "RATE_LIMIT.limits", quotes: "got null" },
+  { what: "limits empty", rateLimit: { limits: [] }, field: "RATE_LIMIT.limits", quotes: "at least one limit" },
+  { what: "limit not a table", rateLimit: { limits: [5] }, field: "RATE_LIMIT.limits[0]", quotes: "got 5" },
+  { what: "a hole in limits", rateLimit: limit1Hole(), field: "RATE_LIMIT.limits[1]", quotes: "required" },
+  {
+    what: "a hole in costs",
+    rateLimit: rl({ costs: holeThen({ path: "/", cost: 1 }) }),
+    field: "RATE_LIMIT.costs[0]",
+    quotes: "required",
+  },
+  { what: "limit an array", rateLimit: limit1([]), field: "RATE_LIMIT.limits[1]", quotes: "got an array" },
+  {
+    what: "limit 0",
+    rateLimit: limit1({ limit: 0, window: "1m" }),
+    field: "RATE_LIMIT.limits[1].limit",
+    quotes: "got 0",
+  },
+  {
+    what: "limit -1",
+    rateLimit: limit1({ limit: -1, window: "1m" }),
+    field: "RATE_LIMIT.limits[1].limit",
+    quotes: "got -1",
+  },
+  {
+    what: "limit fractional",
+    rateLimit: limit1({ limit: 1.5, window: "1m" }),
+    field: "RATE_LIMIT.limits[1].limit",
+    quotes: "got 1.5",
+  },
+  {
+    what: "limit a string",
+    rateLimit: limit1({ limit: "100", window: "1m" }),
+    field: "RATE_LIMIT.limits[1].limit",
+    quotes: 'got "100"',
+  },
+  {
+    what: "limit NaN",
+    rateLimit: limit1({ limit: Number.NaN, window: "1m" }),
+    field: "RATE_LIMIT.limits[1].limit",
+    quotes: "got NaN",
+  },
+  {
+    what: "limit beyond safe integers",
+    rateLimit: limit1({ limit: 2 ** 53, window: "1m" }),
+    field: "RATE_LIMIT.limits[1].limit",
+    quotes: "got 9007199254740992",
+  },
+  {
+    what: "limit missing",
+    rateLimit: limit1({ window: "1m" }),
+    field: "RATE_LIMIT.limits[1].limit",
+    quotes: "got nothing",
+  },
+  {
+    what: "limit too big for one object",
+    rateLimit: { limits: [{ limit: MAX_CAPACITY + 1, window: "1d" }] },
+    field: "RATE_LIMIT.limits[0].limit",
+    quotes: `${MAX_CAPACITY + 1} per 1d`,
+  },
+  {
+    what: "the longest window's limit too big",
+    rateLimit: limit1({ limit: 5_000_000, window: "2h" }),
+    field: "RATE_LIMIT.limits[1].limit",
+    quotes: "5000000 per 2h",
+  },
+  {
+    what: "window a bad string",
+    rateLimit: limit1({ limit: 1, window: "1 sec" }),
+    field: "RATE_LIMIT.limits[1].window",
+    quotes: 'got "1 sec"',
+  },
+  {
+    what: "window empty",
+    rateLimit: limit1({ limit: 1, window: "" }),
+    field: "RATE_LIMIT.limits[1].window",
+    quotes: 'got ""',
+  },
+  {
+    what: "window 0s",
+    rateLimit: limit1({ limit: 1, window: "0s" }),
+    field: "RATE_LIMIT.limits[1].window",
+    quotes: 'got "0s"',
+  },
+  {
+    what: "window 0",
+    rateLimit: limit1({ limit: 1, window: 0 }),
+    field: "RATE_LIMIT.limits[1].window",
+    quotes: "got 0",
+  },
+  {
+    what: "window -5",
+    rateLimit: limit1({ limit: 1, window: -5 }),
+    field: "RATE_LIMIT.limits[1].window",
+    quotes: "got -5",
+  },
+  {
+    what: "window fractional ms",
+    rateLimit: limit1({ limit: 1, window: 2.5 }),
+    field: "RATE_LIMIT.limits[1].window",
+    quotes: "got 2.5",
+  },
+  {
+    what: "window fractional unit",
+    rateLimit: limit1({ limit: 1, window: "1.5s" }),
+    field: "RATE_LIMIT.limits[1].window",
+    quotes: 'got "1.5s"',
+  },
+  {
+    what: "window weeks",
+    rateLimit: limit1({ limit: 1, window: "1w" }),
+    field: "RATE_LIMIT.limits[1].window",
+    quotes: 'got "1w"',
+  },
+  {
+    what: "window without unit",
+    rateLimit: limit1({ limit: 1, window: "1000" }),
+    field: "RATE_LIMIT.limits[1].window",
+    quotes: 'got "1000"',
+  },
+  {
+    what: "window too long",
+    rateLimit: limit1({ limit: 1, window: "367d" }),
+    field: "RATE_LIMIT.limits[1].window",
+    quotes: 'at most 366d, got "367d"',
+  },
+  {
+    what: "window true",
+    rateLimit: limit1({ limit: 1, window: true }),
+    field: "RATE_LIMIT.limits[1].window",
+    quotes: "got true",
+  },
+  { what: "window missing", rateLimit: limit1({ limit: 1 }), field: "RATE_LIMIT.limits[1].window", quotes: "required" },
+  {
+    what: "two limits with one window (default names clash)",
+    rateLimit: limit1({ limit: 5, window: "1000ms" }),
+    field: "RATE_LIMIT.limits[1].window",
+    quotes: '"per-second", already used by RATE_LIMIT.limits[0]',
+  },
+  {
+    what: "two limits with one name",
+    rateLimit: {
+      limits: [
+        { limit: 1, window: "1s", name: "a" },
+        { limit: 2, window: "1m", name: "a" },
+      ],
+    },
+    field: "RATE_LIMIT.limits[1].name",
+    quotes: '"a" is already used by RATE_LIMIT.limits[0]',
+  },
+  {
+    what: "a name equal to another limit's default",
+    rateLimit: limit1({ limit: 2, window: "1m", name: "per-second" }),
+    field: "RATE_LIMIT.limits[1].name",
+    quotes: '"per-second" is already used',
+  },
+  {
+    what: "name empty",
+    rateLimit: limit1({ limit: 2, window: "1m", name: "" }),
+    field: "RATE_LIMIT.limits[1].name",
+    quotes: 'got ""',
+  },
+  {
+    what: "name a number",
+    rateLimit: limit1({ limit: 2, window: "1m", name: 5 }),
+    field: "RATE_LIMIT.limits[1].name",
+    quotes: "got 5",
+  },
+  {
+    what: "name not ASCII (cannot go in a header)",
+    rateLimit: limit1({ limit: 2, window: "1m", name: "per-minüte" }),
+    field: "RATE_LIMIT.limits[1].name",
+    quotes: 'got "per-minüte"',
+  },
+  {
+    what: "name with a newline",
+    rateLimit: limit1({ limit: 2, window: "1m", name: "a\nb" }),
+    field: "RATE_LIMIT.limits[1].name",
+    quotes: 'got "a\\nb"',
+  },
+  {
+    what: "unknown limit field",
+    rateLimit: limit1({ limit: 2, window: "1m", per: "ip" }),
+    field: "RATE_LIMIT.limits[1].per",
+    quotes: "unknown setting",
+  },
+  // plans
+  { what: "plans a table", rateLimit: rl({ plans: { test: {} } }), field: "RATE_LIMIT.plans", quotes: "got a object" },
+  { what: "plans a string", rateLimit: rl({ plans: "test" }), field: "RATE_LIMIT.plans", quotes: 'got "test"' },
+  { what: "plan not a table", rateLimit: rl({ plans: [5] }), field: "RATE_LIMIT.plans[0]", quotes: "got 5" },
+  {
+    what: "plan without name",
+    rateLimit: plan0({ key_prefix: "t_", unlimited: true }),
+    field: "RATE_LIMIT.plans[0].name",
+    quotes: "required",
+  },
+  {
+    what: "plan name empty",
+    rateLimit: plan0({ ...TEST_PLAN, name: "" }),
+    field: "RATE_LIMIT.plans[0].name",
+    quotes: 'got ""',
+  },
+  {
+    what: "plan name a number",
+    rateLimit: plan0({ ...TEST_PLAN, name: 1 }),
+    field: "RATE_LIMIT.plans[0].name",
+    quotes: "got 1",
+  },
+  {
+    what: "plan name with a space",
+    rateLimit: plan0({ ...TEST_PLAN, name: "free tier" }),
+    field: "RATE_LIMIT.plans[0].name",
+    quotes: 'got "free tier"',
+  },
+  {
+    what: "duplicate plan name",
+    rateLimit: rl({ plans: [TEST_PLAN, { ...TEST_PLAN, key_prefix: "other_" }] }),
+    field: "RATE_LIMIT.plans[1].name",
+    quotes: '"test" is used twice',
+  },
+  {
+    what: "plan without key_prefix",
+    rateLimit: plan0({ name: "t", unlimited: true }),
+    field: "RATE_LIMIT.plans[0].key_prefix",
+    quotes: "required",
+  },
+  {
+    what: "key_prefix empty",
+    rateLimit: plan0({ ...TEST_PLAN, key_prefix: "" }),
+    field: "RATE_LIMIT.plans[0].key_prefix",
+    quotes: 'got ""',
+  },
+  {
+    what: "key_prefix a number",
+    rateLimit: plan0({ ...TEST_PLAN, key_prefix: 7 }),
+    field: "RATE_LIMIT.plans[0].key_prefix",
+    quotes: "got 7",
+  },
+  {
+    what: "key_prefix with a space (no key can hold it)",
+    rateLimit: plan0({ ...TEST_PLAN, key_prefix: "test key" }),
+    field: "RATE_LIMIT.plans[0].key_prefix",
+    quotes: '"test key"',
+  },
+  {
+    what: "key_prefix not ASCII",
+    rateLimit: plan0({ ...TEST_PLAN, key_prefix: "tést_" }),
+    field: "RATE_LIMIT.plans[0].key_prefix",
+    quotes: '"tést_"',
+  },
+  {
+    what: "key_prefix longer than key.max_length",
+    rateLimit: rl({ plans: [TEST_PLAN], key: { max_length: 4 } }),
+    field: "RATE_LIMIT.plans[0].key_prefix",
+    quotes: 'max_length (4), so no key can start with "test_"',
+  },
+  {
+    what: "duplicate key_prefix (second plan unreachable)",
+    rateLimit: rl({ plans: [TEST_PLAN, { ...TEST_PLAN, name: "other" }] }),
+    field: "RATE_LIMIT.plans[1].key_prefix",
+    quotes: '"test_" can never match',
+  },
+  {
+    what: "key_prefix shadowed by a shorter earlier one",
+    rateLimit: rl({ plans: [TEST_PLAN, { name: "live", key_prefix: "test_live_", unlimited: true }] }),
+    field: "RATE_LIMIT.plans[1].key_prefix",
+    quotes: '"test_live_" can never match, every such key already matches RATE_LIMIT.plans[0] (key_prefix "test_")',
+  },
+  {
+    what: "plan with both limits and unlimited",
+    rateLimit: plan0({ ...TEST_PLAN, unlimited: true }),
+    field: "RATE_LIMIT.plans[0]",
+    quotes: "not both",
+  },
+  {
+    what: "plan with neither limits nor unlimited",
+    rateLimit: plan0({ name: "t", key_prefix: "t_" }),
+    field: "RATE_LIMIT.plans[0].limits",
+    quotes: "required",
+  },
+  {
+    what: "plan unlimited = false without limits",
+    rateLimit: plan0({ name: "t", key_prefix: "t_", unlimited: false }),
+    field: "RATE_LIMIT.plans[0].limits",
+    quotes: "required",
+  },
+  {
+    what: "plan unlimited not boolean",
+    rateLimit: plan0({ name: "t", key_prefix: "t_", unlimited: "yes" }),
+    field: "RATE_LIMIT.plans[0].unlimited",
+    quotes: 'got "yes"',
+  },
+  {
+    what: "plan limits empty",
+    rateLimit: plan0({ ...TEST_PLAN, limits: [] }),
+    field: "RATE_LIMIT.plans[0].limits",
+    quotes: "at least one limit",
+  },
+  {
+    what: "plan limit window bad",
+    rateLimit: plan0({ ...TEST_PLAN, limits: [{ limit: 1, window: "1min" }] }),
+    field: "RATE_LIMIT.plans[0].limits[0].window",
+    quotes: 'got "1min"',
+  },
+  {
+    what: "unknown plan field",
+    rateLimit: plan0({ ...TEST_PLAN, prefix: "x" }),
+    field: "RATE_LIMIT.plans[0].prefix",
+    quotes: "unknown setting",
+  },
+  // anonymous
+  { what: "anonymous true", rateLimit: rl({ anonymous: true }), field: "RATE_LIMIT.anonymous", quotes: "got true" },
+  {
+    what: "anonymous an array",
+    rateLimit: rl({ anonymous: [] }),
+    field: "RATE_LIMIT.anonymous",
+    quotes: "got an array",
+  },
+  {
+    what: "anonymous without limits",
+    rateLimit: rl({ anonymous: {} }),
+    field: "RATE_LIMIT.anonymous.limits",
+    quotes: "required",
+  },
+  {
+    what: "anonymous limits empty",
+    rateLimit: rl({ anonymous: { limits: [] } }),
+    field: "RATE_LIMIT.anonymous.limits",
+    quotes: "at least one",
+  },
+  {
+    what: "anonymous limit bad",
+    rateLimit: rl({ anonymous: { limits: [{ limit: 0, window: "1m" }] } }),
+    field: "RATE_LIMIT.anonymous.limits[0].limit",
+    quotes: "got 0",
+  },
+  {
+    what: "anonymous unlimited",
+    rateLimit: rl({ anonymous: { unlimited: true } }),
+    field: "RATE_LIMIT.anonymous.unlimited",
+    quotes: "unknown setting",
+  },
+  // costs
+  { what: "costs a table", rateLimit: rl({ costs: { "/x": 1 } }), field: "RATE_LIMIT.costs", quotes: "got a object" },
+  { what: "cost rule null", rateLimit: rl({ costs: [null] }), field: "RATE_LIMIT.costs[0]", quotes: "got null" },
+  {
+    what: "method empty",
+    rateLimit: cost0({ method: "", path: "/", cost: 1 }),
+    field: "RATE_LIMIT.costs[0].method",
+    quotes: 'got ""',
+  },
+  {
+    what: "method a number",
+    rateLimit: cost0({ method: 1, path: "/", cost: 1 }),
+    field: "RATE_LIMIT.costs[0].method",
+    quotes: "got 1",
+  },
+  {
+    what: "method with a path",
+    rateLimit: cost0({ method: "GET /x", path: "/", cost: 1 }),
+    field: "RATE_LIMIT.costs[0].method",
+    quotes: 'got "GET /x"',
+  },
+  {
+    what: "method list",
+    rateLimit: cost0({ method: "GET,POST", path: "/", cost: 1 }),
+    field: "RATE_LIMIT.costs[0].method",
+    quotes: 'got "GET,POST"',
+  },
+  {
+    what: "method an array",
+    rateLimit: cost0({ method: ["GET"], path: "/", cost: 1 }),
+    field: "RATE_LIMIT.costs[0].method",
+    quotes: "got an array",
+  },
+  { what: "path missing", rateLimit: cost0({ cost: 1 }), field: "RATE_LIMIT.costs[0].path", quotes: "required" },
+  { what: "path empty", rateLimit: cost0({ path: "", cost: 1 }), field: "RATE_LIMIT.costs[0].path", quotes: 'got ""' },
+  {
+    what: "path relative",
+    rateLimit: cost0({ path: "v1/search", cost: 1 }),
+    field: "RATE_LIMIT.costs[0].path",
+    quotes: 'got "v1/search"',
+  },
+  {
+    what: "path a full URL",
+    rateLimit: cost0({ path: "https://x.com/v1", cost: 1 }),
+    field: "RATE_LIMIT.costs[0].path",
+    quotes: 'got "https://x.com/v1"',
+  },
+  {
+    what: "path with a query (never in a pathname)",
+    rateLimit: cost0({ path: "/search?q=1", cost: 1 }),
+    field: "RATE_LIMIT.costs[0].path",
+    quotes: 'got "/search?q=1"',
+  },
+  {
+    what: "path with a space",
+    rateLimit: cost0({ path: "/v1/search ", cost: 1 }),
+    field: "RATE_LIMIT.costs[0].path",
+    quotes: 'got "/v1/search "',
+  },
+  {
+    what: "path not ASCII",
+    rateLimit: cost0({ path: "/café", cost: 1 }),
+    field: "RATE_LIMIT.costs[0].path",
+    quotes: 'got "/café"',
+  },
+  { what: "path a number", rateLimit: cost0({ path: 1, cost: 1 }), field: "RATE_LIMIT.costs[0].path", quotes: "got 1" },
+  {
+    what: "cost negative",
+    rateLimit: cost0({ path: "/", cost: -1 }),
+    field: "RATE_LIMIT.costs[0].cost",
+    quotes: "got -1",
+  },
+  {
+    what: "cost fractional",
+    rateLimit: cost0({ path: "/", cost: 0.5 }),
+    field: "RATE_LIMIT.costs[0].cost",
+    quotes: "got 0.5",
+  },
+  {
+    what: "cost a string",
+    rateLimit: cost0({ path: "/", cost: "5" }),
+    field: "RATE_LIMIT.costs[0].cost",
+    quotes: 'got "5"',
+  },
+  { what: "cost missing", rateLimit: cost0({ path: "/" }), field: "RATE_LIMIT.costs[0].cost", quotes: "got nothing" },
+  {
+    what: "cost infinite",
+    rateLimit: cost0({ path: "/", cost: Number.POSITIVE_INFINITY }),
+    field: "RATE_LIMIT.costs[0].cost",
+    quotes: "got Infinity",
+  },
+  {
+    what: "unknown cost field",
+    rateLimit: cost0({ path: "/", cost: 1, methods: ["GET"] }),
+    field: "RATE_LIMIT.costs[0].methods",
+    quotes: "unknown setting",
+  },
+  {
+    what: "cost rule shadowed by an earlier prefix",
+    rateLimit: rl({
+      costs: [
+        { path: "/v1", cost: 2 },
+        { method: "POST", path: "/v1/search", cost: 5 },
+      ],
+    }),
+    field: "RATE_LIMIT.costs[1]",
+    quotes:
+      'POST "/v1/search" never applies, every such request already matches RATE_LIMIT.costs[0] (any method "/v1")',
+  },
+  {
+    what: "duplicate cost rule",
+    rateLimit: rl({
+      costs: [
+        { method: "GET", path: "/a", cost: 2 },
+        { method: "get", path: "/a", cost: 3 },
+      ],
+    }),
+    field: "RATE_LIMIT.costs[1]",
+    quotes: 'GET "/a" never applies',
+  },
+  // key
+  { what: "key a string", rateLimit: rl({ key: "x-api-key" }), field: "RATE_LIMIT.key", quotes: 'got "x-api-key"' },
+  {
+    what: "key.header empty",
+    rateLimit: rl({ key: { header: "" } }),
+    field: "RATE_LIMIT.key.header",
+    quotes: 'got ""',
+  },
+  {
+    what: "key.header true",
+    rateLimit: rl({ key: { header: true } }),
+    field: "RATE_LIMIT.key.header",
+    quotes: "got true",
+  },
+  {
+    what: "key.header null",
+    rateLimit: rl({ key: { header: null } }),
+    field: "RATE_LIMIT.key.header",
+    quotes: "got null",
+  },
+  {
+    what: "key.header with a space",
+    rateLimit: rl({ key: { header: "x api key" } }),
+    field: "RATE_LIMIT.key.header",
+    quotes: 'got "x api key"',
+  },
+  {
+    what: "key.header with a colon",
+    rateLimit: rl({ key: { header: "X-Api-Key:" } }),
+    field: "RATE_LIMIT.key.header",
+    quotes: 'got "X-Api-Key:"',
+  },
+  {
+    what: "key.header not ASCII",
+    rateLimit: rl({ key: { header: "clé" } }),
+    field: "RATE_LIMIT.key.header",
+    quotes: 'got "clé"',
+  },
+  {
+    what: "key.header authorization",
+    rateLimit: rl({ key: { header: "Authorization" } }),
+    field: "RATE_LIMIT.key.header",
+    quotes: 'got "Authorization"',
+  },
+  {
+    what: "key.bearer a string",
+    rateLimit: rl({ key: { bearer: "no" } }),
+    field: "RATE_LIMIT.key.bearer",
+    quotes: 'got "no"',
+  },
+  { what: "key.bearer 0", rateLimit: rl({ key: { bearer: 0 } }), field: "RATE_LIMIT.key.bearer", quotes: "got 0" },
+  { what: "key.query empty", rateLimit: rl({ key: { query: "" } }), field: "RATE_LIMIT.key.query", quotes: 'got ""' },
+  { what: "key.query a number", rateLimit: rl({ key: { query: 1 } }), field: "RATE_LIMIT.key.query", quotes: "got 1" },
+  {
+    what: "key.query true",
+    rateLimit: rl({ key: { query: true } }),
+    field: "RATE_LIMIT.key.query",
+    quotes: "got true",
+  },
+  {
+    what: "key.max_length 0",
+    rateLimit: rl({ key: { max_length: 0 } }),
+    field: "RATE_LIMIT.key.max_length",
+    quotes: "got 0",
+  },
+  {
+    what: "key.max_length too big",
+    rateLimit: rl({ key: { max_length: 4097 } }),
+    field: "RATE_LIMIT.key.max_length",
+    quotes: "got 4097",
+  },
+  {
+    what: "key.max_length fractional",
+    rateLimit: rl({ key: { max_length: 10.5 } }),
+    field: "RATE_LIMIT.key.max_length",
+    quotes: "got 10.5",
+  },
+  {
+    what: "key.max_length a string",
+    rateLimit: rl({ key: { max_length: "256" } }),
+    field: "RATE_LIMIT.key.max_length",
+    quotes: 'got "256"',
+  },
+  {
+    what: "every key source off",
+    rateLimit: rl({ key: { header: false, bearer: false } }),
+    field: "RATE_LIMIT.key",
+    quotes: "every key source is off",
+  },
+  {
+    what: "unknown key field",
+    rateLimit: rl({ key: { cookie: "k" } }),
+    field: "RATE_LIMIT.key.cookie",
+    quotes: "unknown setting",
+  },
+  // failure_mode, shadow, origin_timeout
+  ...["fail-open", "OPEN", "", true, 0, null].map(
+    (v): BadCase => ({
+      what: `failure_mode ${JSON.stringify(v)}`,
+      rateLimit: rl({ failure_mode: v }),
+      field: "RATE_LIMIT.failure_mode",
+      quotes: `got ${typeof v === "string" ? JSON.stringify(v) : String(v)}`,
+    }),
+  ),
+  ...["true", 1, null, "yes"].map(
+    (v): BadCase => ({
+      what: `shadow ${JSON.stringify(v)}`,
+      rateLimit: rl({ shadow: v }),
+      field: "RATE_LIMIT.shadow",
+      quotes: `got ${typeof v === "string" ? JSON.stringify(v) : String(v)}`,
+    }),
+  ),
+  ...["30 s", "0ms", "", 0, -1, 1.5, "367d", true, null].map(
+    (v): BadCase => ({
+      what: `origin_timeout ${JSON.stringify(v)}`,
+      rateLimit: rl({ origin_timeout: v }),
+      field: "RATE_LIMIT.origin_timeout",
+      quotes: `got ${typeof v === "string" ? JSON.stringify(v) : String(v)}`,
+    }),
+  ),
+  {
+    what: "origin_timeout beyond a timer's range",
+    rateLimit: rl({ origin_timeout: "25d" }),
+    field: "RATE_LIMIT.origin_timeout",
+    quotes: `at most ${MAX_ORIGIN_TIMEOUT_MS} ms`,
+  },
+  {
+    what: "origin_timeout one ms beyond a timer's range",
+    rateLimit: rl({ origin_timeout: MAX_ORIGIN_TIMEOUT_MS + 1 }),
+    field: "RATE_LIMIT.origin_timeout",
+    quotes: `got ${MAX_ORIGIN_TIMEOUT_MS + 1}`,
+  },
+];
+
+describe("parseConfig: every error names its field and the bad value", () => {
+  it.each(BAD)("$what → $field", (c) => {
+    const vars = {
+      ORIGIN: "origin" in c ? c.origin : ORIGIN,
+      RATE_LIMIT: "rateLimit" in c ? c.rateLimit : MINIMUM,
+    };
+    const e = configError(() => parseConfig(vars));
+    expect(e.name).toBe("ConfigError");
+    expect(e.message.startsWith(`${c.field}: `), e.message).toBe(true);
+    expect(e.message).toContain(c.quotes);
+  });
+
+  it("never echoes ORIGIN's password", () => {
+    const e = configError(() => parse(MINIMUM, "https://admin:hunter2@x.com"));
+    expect(e.message).not.toMatch(/admin|hunter2/);
+  });
+
+  it("gives the same error for the JSON-string form", () => {
+    let checked = 0;
+    for (const c of BAD) {
+      if (!("rateLimit" in c) || typeof c.rateLimit !== "object" || c.rateLimit === null) continue;
+      const json = JSON.stringify(c.rateLimit);
+      // NaN and Infinity do not survive JSON.
+      if (!isDeepStrictEqual(JSON.parse(json), c.rateLimit)) continue;
+      checked++;
+      const fromObject = configError(() => parse(c.rateLimit)).message;
+      expect(configError(() => parse(json)).message, c.what).toBe(fromObject);
+    }
+    expect(checked).toBeGreaterThan(100);
+  });
+});
+
+describe("planForKey", () => {
+  const plans = [
+    { name: "live", key_prefix: "live_", unlimited: true },
+    { name: "test_long", key_prefix: "test_long_", limits: [{ limit: 1, window: "1s" }] },
+    { name: "test", key_prefix: "test_", limits: [{ limit: 10, window: "1m" }] },
+  ];
+  const withDefault = parse({ ...MINIMUM, plans });
+  const withoutDefault = parse({ plans });
+
+  it.each([
+    ["live_abc", "live"],
+    ["live_", "live"],
+    ["test_long_abc", "test_long"],
+    ["test_longer", "test"],
+    ["test_abc", "test"],
+    ["test", "default"],
+    ["TEST_abc", "default"],
+    ["xlive_abc", "default"],
+    ["abc", "default"],
+  ])("key %j gets plan %j (first matching prefix, else the default)", (key, name) => {
+    expect(planForKey(withDefault, key)?.name).toBe(name);
+  });
+
+  it.each([
+    ["live_abc", "live"],
+    ["test_long_x", "test_long"],
+    ["test_x", "test"],
+    ["other", null],
+    ["test", null],
+  ])("without default limits, key %j gets %j", (key, name) => {
+    expect(planForKey(withoutDefault, key)?.name ?? null).toBe(name);
+  });
+
+  it("returns the plan objects themselves: unlimited has no limits and no policy", () => {
+    expect(planForKey(withDefault, "live_1")).toBe(withDefault.plans[0]);
+    expect(planForKey(withDefault, "live_1")).toMatchObject({ limits: null, policyHeader: "" });
+    expect(planForKey(withDefault, "zzz")).toBe(withDefault.defaultPlan);
+  });
+});
+
+describe("costFor", () => {
+  const config = parse(
+    rl({
+      costs: [
+        { path: "/health", cost: 0 },
+        { method: "post", path: "/v1/search", cost: 5 },
+        { path: "/v1/search", cost: 2 },
+        { method: "GET", path: "/v1", cost: 3 },
+      ],
+    }),
+  );
+
+  it.each([
+    ["GET", "/health", 0],
+    ["POST", "/health", 0],
+    ["GET", "/healthz", 0], // a prefix, not a segment
+    ["GET", "/health/deep", 0],
+    ["POST", "/v1/search", 5],
+    ["POST", "/v1/search/more", 5],
+    ["GET", "/v1/search", 2],
+    ["PUT", "/v1/search", 2],
+    ["GET", "/v1/users", 3],
+    ["GET", "/v1", 3],
+    ["POST", "/v1/users", 1],
+    ["GET", "/v2", 1],
+    ["GET", "/", 1],
+    ["DELETE", "/V1/search", 1], // paths are case-sensitive
+  ])("%s %s costs %i (first matching rule, else 1)", (method, path, cost) => {
+    expect(costFor(config, method, path)).toBe(cost);
+  });
+
+  it("costs 1 without rules", () => {
+    expect(costFor(parse(MINIMUM), "POST", "/anything")).toBe(1);
+  });
+
+  it("a catch-all last rule sets the default", () => {
+    const c = parse(
+      rl({
+        costs: [
+          { path: "/cheap", cost: 1 },
+          { path: "/", cost: 4 },
+        ],
+      }),
+    );
+    expect([costFor(c, "GET", "/cheap"), costFor(c, "GET", "/x")]).toEqual([1, 4]);
+  });
+});
+
+/** Windows the property draws from, with their milliseconds, default names and `w`. */
+const WINDOWS: readonly [window: string | number, ms: number, name: string, w: number][] = [
+  ["250ms", 250, "per-250ms", 1],
+  ["1s", 1_000, "per-second", 1],
+  ["10s", 10_000, "per-10s", 10],
+  ["1m", 60_000, "per-minute", 60],
+  [90_000, 90_000, "per-90s", 90],
+  ["1h", 3_600_000, "per-hour", 3600],
+  ["1d", 86_400_000, "per-day", 86400],
+  [1500, 1_500, "per-1500ms", 2],
+];
+
+describe("properties", () => {
+  it("random valid limit sets round-trip into limits and one policy item each", () => {
+    const limitsArb = fc.uniqueArray(
+      fc.record({ limit: fc.integer({ min: 1, max: MAX_CAPACITY }), window: fc.constantFrom(...WINDOWS) }),
+      { minLength: 1, maxLength: 4, selector: (l) => l.window[1] },
+    );
+    fc.assert(
+      fc.property(limitsArb, fc.boolean(), (drawn, asJson) => {
+        const limits = drawn.map((l) => ({ limit: l.limit, window: l.window[0] }));
+        const raw = { limits };
+        const plan = parse(asJson ? JSON.stringify(raw) : raw).defaultPlan as Plan;
+        expect(plan.limits).toEqual(drawn.map((l) => ({ limit: l.limit, windowMs: l.window[1], name: l.window[2] })));
+        const items = plan.policyHeader.split(", ");
+        expect(items).toEqual(drawn.map((l) => `"${l.window[2]}";q=${l.limit};w=${l.window[3]}`));
+      }),
+    );
+  });
+
+  /** Where junk goes: a path into the vars, from a valid base config. */
+  const PATHS: readonly (readonly (string | number)[])[] = [
+    ["ORIGIN"],
+    ["RATE_LIMIT"],
+    ["RATE_LIMIT", "limits"],
+    ["RATE_LIMIT", "limits", 0],
+    ["RATE_LIMIT", "limits", 0, "limit"],
+    ["RATE_LIMIT", "limits", 0, "window"],
+    ["RATE_LIMIT", "limits", 0, "name"],
+    ["RATE_LIMIT", "limits", 2],
+    ["RATE_LIMIT", "plans"],
+    ["RATE_LIMIT", "plans", 0],
+    ["RATE_LIMIT", "plans", 0, "name"],
+    ["RATE_LIMIT", "plans", 0, "key_prefix"],
+    ["RATE_LIMIT", "plans", 0, "limits"],
+    ["RATE_LIMIT", "plans", 0, "unlimited"],
+    ["RATE_LIMIT", "plans", 1, "unlimited"],
+    ["RATE_LIMIT", "anonymous"],
+    ["RATE_LIMIT", "anonymous", "limits"],
+    ["RATE_LIMIT", "costs"],
+    ["RATE_LIMIT", "costs", 0],
+    ["RATE_LIMIT", "costs", 0, "method"],
+    ["RATE_LIMIT", "costs", 0, "path"],
+    ["RATE_LIMIT", "costs", 0, "cost"],
+    ["RATE_LIMIT", "key"],
+    ["RATE_LIMIT", "key", "header"],
+    ["RATE_LIMIT", "key", "bearer"],
+    ["RATE_LIMIT", "key", "query"],
+    ["RATE_LIMIT", "key", "max_length"],
+    ["RATE_LIMIT", "failure_mode"],
+    ["RATE_LIMIT", "shadow"],
+    ["RATE_LIMIT", "origin_timeout"],
+    ["RATE_LIMIT", "extra"],
+  ];
+  const base = () => ({
+    ORIGIN,
+    RATE_LIMIT: {
+      limits: [
+        { limit: 100, window: "1s" },
+        { limit: 1000, window: "1m" },
+      ],
+      plans: [
+        { name: "test", key_prefix: "test_", limits: [{ limit: 10, window: "1m" }] },
+        { name: "live", key_prefix: "live_", unlimited: true },
+      ],
+      anonymous: { limits: [{ limit: 5, window: "1m" }] },
+      costs: [{ method: "POST", path: "/v1/search", cost: 5 }],
+      key: { header: "x-api-key", bearer: true, query: "api_key", max_length: 128 },
+      failure_mode: "closed",
+      shadow: false,
+      origin_timeout: "30s",
+    },
+  });
+  const junk = fc.oneof(
+    fc.anything({
+      withBigInt: true,
+      withBoxedValues: true,
+      withDate: true,
+      withMap: true,
+      withSet: true,
+      withNullPrototype: true,
+      withObjectString: true,
+      withSparseArray: true,
+      withTypedArray: true,
+      withUnicodeString: true,
+    }),
+    fc.json(),
+    fc.constantFrom<unknown>(
+      Symbol("junk"),
+      () => 1,
+      10n,
+      Number.NaN,
+      Number.NEGATIVE_INFINITY,
+      -0,
+      "",
+      " ",
+      "1s",
+      "open",
+      "/",
+      "__proto__",
+      [],
+      {},
+      Object.create(null),
+    ),
+  );
+
+  it("the valid base parses", () => {
+    expect(() => parseConfig(base())).not.toThrow();
+  });
+
+  it.each(PATHS.map((p) => [p.join("."), p] as const))("junk at %s parses or throws a ConfigError", (_, path) => {
+    fc.assert(
+      fc.property(junk, (value) => {
+        const vars: Record<string | number, unknown> = base();
+        let at = vars;
+        for (const k of path.slice(0, -1)) at = at[k] as Record<string | number, unknown>;
+        at[path[path.length - 1] as string | number] = value;
+        try {
+          parseConfig(vars);
+        } catch (e) {
+          expect(e).toBeInstanceOf(ConfigError);
+          expect((e as Error).message).toMatch(/^(ORIGIN|RATE_LIMIT)[.[:]/);
+        }
+      }),
+    );
+  });
+});
