@@ -348,7 +348,7 @@ function parseKeySource(value: unknown): KeySource {
       );
     }
   }
-  const query = k.query === undefined ? null : nonEmptyString(k.query, "RATE_LIMIT.key.query");
+  const query = k.query === undefined || k.query === false ? null : nonEmptyString(k.query, "RATE_LIMIT.key.query");
   const bearer = optionalBoolean(k.bearer, "RATE_LIMIT.key.bearer", true);
   if (header === null && !bearer && query === null) {
     throw new ConfigError("RATE_LIMIT.key: every key source is off; enable header, bearer or query");

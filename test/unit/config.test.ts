@@ -279,6 +279,7 @@ limits = [
   it.each([
     [{ header: false }, { ...DEFAULT_KEY, header: null }],
     [{ bearer: false }, { ...DEFAULT_KEY, bearer: false }],
+    [{ query: false }, DEFAULT_KEY],
     [
       { header: false, bearer: false, query: "key" },
       { header: null, bearer: false, query: "key", maxLength: 256 },
