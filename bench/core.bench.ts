@@ -529,8 +529,9 @@ interface Result {
 
 /**
  * The contenders stay reachable until the end of the run. On Node 22, once the first SlidingLog
- * instances die and a forced gc() runs, later instances ran 8-10x slower in this process (the
- * core's `#private` fields; see BENCHMARKS.md), which made the memory phase take minutes.
+ * instances died and a forced gc() ran, later instances ran 8-10x slower in this process (the
+ * core's former `#private` fields, now plain fields; see BENCHMARKS.md), which made the memory
+ * phase take minutes. Kept so that runs stay comparable.
  */
 let keepAlive: Contender[] | null = null;
 
