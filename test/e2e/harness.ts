@@ -1,0 +1,154 @@
+/**
+ * @module The end-to-end harness: the project under `wrangler dev` (workerd, fully local) with
+ * its own config and persistence directory, in front of the recording Node origin. Every
+ * process and temp directory it makes is removed by `stop()`.
+ */
+
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+const WRANGLER = join(ROOT, "node_modules/.bin/wrangler");
+
+/** A free TCP port on 127.0.0.1 (bound, read, released). */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((ok, fail) => {
+    server.once("error", fail);
+    server.listen(0, "127.0.0.1", () => ok());
+  });
+  const address = server.address();
+  await new Promise<void>((ok) => server.close(() => ok()));
+  if (address === null || typeof address === "string") throw new Error("no port");
+  return address.port;
+}
+
+/** A temp directory removed by `cleanup()`. */
+export async function tempDir(prefix: string): Promise<{ path: string; cleanup(): Promise<void> }> {
+  const path = await mkdtemp(join(tmpdir(), prefix));
+  return { path, cleanup: () => rm(path, { recursive: true, force: true }) };
+}
+
+export interface LimiterOptions {
+  /** `ORIGIN` (the base URL allowed requests go to). */
+  origin: string;
+  /** `RATE_LIMIT`, passed as a JSON string var (as dashboards and `--var` deliver it). */
+  rateLimit: unknown;
+  /** Where Durable Object state lives; reuse it to restart on the same state. */
+  persistTo: string;
+  /** Wrangler config file relative to the repo root (default: the project's `wrangler.toml`). */
+  config?: string;
+  /** Port to listen on (default: a free one). */
+  port?: number;
+}
+
+export interface Limiter {
+  /** `http://127.0.0.1:PORT` */
+  readonly url: string;
+  readonly port: number;
+  /** Everything wrangler and the Worker printed so far (stdout and stderr). */
+  output(): string;
+  /** Stops wrangler dev and every process it started; resolves once they have exited. */
+  stop(): Promise<void>;
+}
+
+const READY_TIMEOUT_MS = 60_000;
+
+/** Starts `wrangler dev` and resolves once the Worker answers HTTP. */
+export async function startLimiter(options: LimiterOptions): Promise<Limiter> {
+  const port = options.port ?? (await freePort());
+  const inspector = await freePort();
+  const args = [
+    "dev",
+    "--config",
+    join(ROOT, options.config ?? "wrangler.toml"),
+    "--ip",
+    "127.0.0.1",
+    "--port",
+    String(port),
+    "--inspector-port",
+    String(inspector),
+    "--persist-to",
+    options.persistTo,
+    "--var",
+    `ORIGIN:${options.origin}`,
+    "--var",
+    `RATE_LIMIT:${JSON.stringify(options.rateLimit)}`,
+    "--show-interactive-dev-session=false",
+    "--log-level",
+    "log",
+  ];
+  // Its own process group, so stop() reaches workerd and any helper wrangler starts.
+  const child = spawn(WRANGLER, args, {
+    cwd: ROOT,
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, WRANGLER_SEND_METRICS: "false", NO_COLOR: "1", FORCE_COLOR: "0", CI: "1" },
+  });
+  let output = "";
+  child.stdout?.on("data", (c: Buffer) => {
+    output += c.toString();
+  });
+  child.stderr?.on("data", (c: Buffer) => {
+    output += c.toString();
+  });
+  const exited = new Promise<void>((ok) => child.once("exit", () => ok()));
+  const url = `http://127.0.0.1:${port}`;
+  const limiter: Limiter = { url, port, output: () => output, stop: () => stopGroup(child, exited) };
+  try {
+    await waitUntilReady(url, child, () => output);
+  } catch (e) {
+    await limiter.stop();
+    throw e;
+  }
+  return limiter;
+}
+
+async function waitUntilReady(url: string, child: ChildProcess, output: () => string): Promise<void> {
+  const deadline = Date.now() + READY_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`wrangler dev exited (${child.exitCode}):\n${output()}`);
+    if (output().includes("Ready on")) {
+      try {
+        await fetch(`${url}/__ready`, { signal: AbortSignal.timeout(2000) });
+        return;
+      } catch {
+        // not listening yet
+      }
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`wrangler dev not ready within ${READY_TIMEOUT_MS} ms:\n${output()}`);
+}
+
+async function stopGroup(child: ChildProcess, exited: Promise<void>): Promise<void> {
+  if (child.exitCode !== null || child.pid === undefined) return;
+  const signal = (s: NodeJS.Signals) => {
+    try {
+      process.kill(-(child.pid as number), s);
+    } catch {
+      // already gone
+    }
+  };
+  signal("SIGTERM");
+  const killed = await Promise.race([exited.then(() => true), new Promise((r) => setTimeout(() => r(false), 5000))]);
+  if (!killed) signal("SIGKILL");
+  await exited;
+  // workerd may outlive wrangler by a moment; make sure nothing of the group is left.
+  signal("SIGKILL");
+}
+
+/** Sliding-window check of times `ts` (ms, any order): the largest count in any window `(t − w, t]`. */
+export function maxInWindow(ts: readonly number[], w: number): number {
+  const sorted = [...ts].sort((a, b) => a - b);
+  let max = 0;
+  let head = 0;
+  for (let i = 0; i < sorted.length; i++) {
+    while ((sorted[head] as number) <= (sorted[i] as number) - w) head += 1;
+    max = Math.max(max, i - head + 1);
+  }
+  return max;
+}
