@@ -49,6 +49,8 @@ export interface Limiter {
   /** `http://127.0.0.1:PORT` */
   readonly url: string;
   readonly port: number;
+  /** Process group of wrangler dev and the workerd it runs (`ps -g`, `/proc/<pid>/status` to measure memory). */
+  readonly pgid: number;
   /** Everything wrangler and the Worker printed so far (stdout and stderr). */
   output(): string;
   /** Stops wrangler dev and every process it started; resolves once they have exited. */
@@ -97,7 +99,13 @@ export async function startLimiter(options: LimiterOptions): Promise<Limiter> {
   });
   const exited = new Promise<void>((ok) => child.once("exit", () => ok()));
   const url = `http://127.0.0.1:${port}`;
-  const limiter: Limiter = { url, port, output: () => output, stop: () => stopGroup(child, exited) };
+  const limiter: Limiter = {
+    url,
+    port,
+    pgid: child.pid ?? -1,
+    output: () => output,
+    stop: () => stopGroup(child, exited),
+  };
   try {
     await waitUntilReady(url, child, () => output);
   } catch (e) {
