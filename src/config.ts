@@ -35,6 +35,8 @@ export interface KeySource {
   /** Query parameter name, or null. */
   readonly query: string | null;
   readonly maxLength: number;
+  /** Keys must match this (whole key); others get `401` before any object exists for them. */
+  readonly pattern: RegExp | null;
 }
 
 export type FailureMode = "open" | "closed";
@@ -334,10 +336,10 @@ function parseCost(value: unknown, field: string): CostRule {
 
 function parseKeySource(value: unknown): KeySource {
   if (value === undefined) {
-    return { header: DEFAULTS.keyHeader, bearer: true, query: null, maxLength: DEFAULTS.maxKeyLength };
+    return { header: DEFAULTS.keyHeader, bearer: true, query: null, maxLength: DEFAULTS.maxKeyLength, pattern: null };
   }
   const k = object(value, "RATE_LIMIT.key");
-  unknownFields(k, ["header", "bearer", "query", "max_length"], "RATE_LIMIT.key");
+  unknownFields(k, ["header", "bearer", "query", "max_length", "pattern"], "RATE_LIMIT.key");
   let header: string | null = DEFAULTS.keyHeader;
   if (k.header === false) header = null;
   else if (k.header !== undefined) {
@@ -361,7 +363,20 @@ function parseKeySource(value: unknown): KeySource {
     }
     maxLength = m;
   }
-  return { header, bearer, query, maxLength };
+  return { header, bearer, query, maxLength, pattern: parseKeyPattern(k.pattern) };
+}
+
+/** `key.pattern`: a regular expression the whole key must match (it is anchored here). */
+function parseKeyPattern(value: unknown): RegExp | null {
+  if (value === undefined) return null;
+  const source = nonEmptyString(value, "RATE_LIMIT.key.pattern");
+  try {
+    return new RegExp(`^(?:${source})$`, "u");
+  } catch (e) {
+    throw new ConfigError(
+      `RATE_LIMIT.key.pattern: expected a regular expression, got ${JSON.stringify(source)} (${(e as Error).message})`,
+    );
+  }
 }
 
 function parseFailureMode(value: unknown): FailureMode {

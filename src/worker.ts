@@ -93,6 +93,7 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
     plan = config.anonymous;
     name = `ip:${request.headers.get("cf-connecting-ip") ?? "unknown"}`;
   } else {
+    if (config.key.pattern && !config.key.pattern.test(key)) throw unauthorized(config, "This API key is not valid.");
     plan = planForKey(config, key);
     if (!plan) throw unauthorized(config, "This API key matches no plan.");
     name = `key:${key}`;

@@ -115,6 +115,19 @@ describe("key sources", () => {
     expect((await problemBody(response)).detail).toBe("x-key and ?api_key carry different keys; send one key");
   });
 
+  it("key.pattern: keys that do not match the whole pattern get 401 and never reach an object", async () => {
+    const limiter = countingLimiter();
+    const e = envWith({ ...oneLimit(5), key: { pattern: "live_[0-9a-f]{8}" } }, { LIMITER: limiter.namespace });
+    expect((await handle(request("live_0123abcd"), e)).status).toBe(200);
+    expect(limiter.calls()).toBe(1);
+    for (const bad of ["live_0123abcd0", "xlive_0123abcd", "live_0123ABCD", "random-flood-key"]) {
+      const response = await handle(request(bad), e);
+      expect(response.status).toBe(401);
+      expect((await problemBody(response)).detail).toBe("This API key is not valid.");
+    }
+    expect(limiter.calls()).toBe(1);
+  });
+
   it("ignores sources that are switched off", async () => {
     const e = envWith({ ...oneLimit(5), key: { header: false, bearer: false, query: "api_key" } });
     const response = await handle(new Request("https://l.example/", { headers: { "x-api-key": freshKey() } }), e);

@@ -37,7 +37,7 @@ const MINIMUM_LIMITS: Limit[] = [
   { limit: 1000, windowMs: 60_000, name: "per-minute" },
 ];
 const MINIMUM_POLICY = '"per-second";q=100;w=1, "per-minute";q=1000;w=60';
-const DEFAULT_KEY = { header: "x-api-key", bearer: true, query: null, maxLength: 256 };
+const DEFAULT_KEY = { header: "x-api-key", bearer: true, query: null, maxLength: 256, pattern: null };
 
 function parse(rateLimit: unknown, origin: unknown = ORIGIN): Config {
   return parseConfig({ ORIGIN: origin, RATE_LIMIT: rateLimit });
@@ -195,7 +195,7 @@ limits = [
       { method: null, pathPrefix: "/health", cost: 0 },
       { method: "POST", pathPrefix: "/v1/search", cost: 5 },
     ],
-    key: { header: "x-key", bearer: false, query: "api_key", maxLength: 64 },
+    key: { header: "x-key", bearer: false, query: "api_key", maxLength: 64, pattern: null },
     failureMode: "open",
     shadow: true,
   };
@@ -280,9 +280,10 @@ limits = [
     [{ header: false }, { ...DEFAULT_KEY, header: null }],
     [{ bearer: false }, { ...DEFAULT_KEY, bearer: false }],
     [{ query: false }, DEFAULT_KEY],
+    [{ pattern: "(test|live)_[0-9a-f]{32}" }, { ...DEFAULT_KEY, pattern: /^(?:(test|live)_[0-9a-f]{32})$/u }],
     [
       { header: false, bearer: false, query: "key" },
-      { header: null, bearer: false, query: "key", maxLength: 256 },
+      { header: null, bearer: false, query: "key", maxLength: 256, pattern: null },
     ],
     [{ max_length: 1 }, { ...DEFAULT_KEY, maxLength: 1 }],
     [{ max_length: 4096 }, { ...DEFAULT_KEY, maxLength: 4096 }],
@@ -931,6 +932,13 @@ const BAD: readonly BadCase[] = [
     quotes: 'got "no"',
   },
   { what: "key.bearer 0", rateLimit: rl({ key: { bearer: 0 } }), field: "RATE_LIMIT.key.bearer", quotes: "got 0" },
+  {
+    what: "key.pattern not a regular expression",
+    rateLimit: rl({ key: { pattern: "live_[a-z" } }),
+    field: "RATE_LIMIT.key.pattern",
+    quotes: 'got "live_[a-z"',
+  },
+  { what: "key.pattern empty", rateLimit: rl({ key: { pattern: "" } }), field: "RATE_LIMIT.key.pattern", quotes: 'got ""' },
   { what: "key.query empty", rateLimit: rl({ key: { query: "" } }), field: "RATE_LIMIT.key.query", quotes: 'got ""' },
   { what: "key.query a number", rateLimit: rl({ key: { query: 1 } }), field: "RATE_LIMIT.key.query", quotes: "got 1" },
   {
