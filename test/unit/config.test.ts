@@ -938,7 +938,12 @@ const BAD: readonly BadCase[] = [
     field: "RATE_LIMIT.key.pattern",
     quotes: 'got "live_[a-z"',
   },
-  { what: "key.pattern empty", rateLimit: rl({ key: { pattern: "" } }), field: "RATE_LIMIT.key.pattern", quotes: 'got ""' },
+  {
+    what: "key.pattern empty",
+    rateLimit: rl({ key: { pattern: "" } }),
+    field: "RATE_LIMIT.key.pattern",
+    quotes: 'got ""',
+  },
   { what: "key.query empty", rateLimit: rl({ key: { query: "" } }), field: "RATE_LIMIT.key.query", quotes: 'got ""' },
   { what: "key.query a number", rateLimit: rl({ key: { query: 1 } }), field: "RATE_LIMIT.key.query", quotes: "got 1" },
   {
