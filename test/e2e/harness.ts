@@ -160,3 +160,22 @@ export function maxInWindow(ts: readonly number[], w: number): number {
   }
   return max;
 }
+
+/** Resolves once `limiter.output()` contains `text` (checked every 20 ms); rejects after `timeoutMs`. */
+export async function waitForOutput(limiter: Limiter, text: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!limiter.output().includes(text)) {
+    if (Date.now() > deadline) throw new Error(`output has no ${JSON.stringify(text)} after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Kills wrangler dev and workerd at once (SIGKILL to the process group, no graceful shutdown): a crash. */
+export async function crashLimiter(limiter: Limiter): Promise<void> {
+  try {
+    process.kill(-limiter.pgid, "SIGKILL");
+  } catch {
+    // already gone
+  }
+  await limiter.stop();
+}

@@ -1,0 +1,75 @@
+/**
+ * @module Test-only Worker entry for the e2e fault tests (test/e2e/faults.test.ts): the real
+ * fetch handler, and a `FaultyLimiter` — the real RateLimiter whose `decide` fails on purpose
+ * for limits whose `name` starts with a fault prefix, so an e2e config chooses the fault per
+ * plan (by key prefix) and nothing fault-related ships in src/.
+ *
+ * Every `decide` call is logged as `{"event":"faulty_decide",...}` so a test can count how
+ * many calls the Worker made for one request (the retry-once policy).
+ *
+ * | limit name prefix  | what `decide` does                                                            |
+ * | ------------------ | ----------------------------------------------------------------------------- |
+ * | `throw`            | throws a plain `Error`                                                        |
+ * | `overload`         | throws an `Error` with `overloaded = true` (survives workerd's RPC)           |
+ * | `retryonce`        | odd calls throw `retryable = true`, even calls decide for real                |
+ * | `retryalways`      | always throws `retryable = true`                                              |
+ * | `retryoverload`    | always throws `retryable = true, overloaded = true`                           |
+ * | `reset`            | `ctx.abort()`: the runtime resets the object (caller sees `durableObjectReset`) |
+ * | anything else      | the real `decide`                                                             |
+ */
+
+import type { LimitSpec } from "../../../src/core/sliding-log.ts";
+import { type DecisionResult, RateLimiter } from "../../../src/limiter.ts";
+
+export { default } from "../../../src/index.ts";
+
+const FAULTS = ["throw", "overload", "retryonce", "retryalways", "retryoverload", "reset"] as const;
+type Fault = (typeof FAULTS)[number];
+
+/** The fault a limit set asks for: the longest fault prefix of its first limit's name. */
+function faultOf(limits: readonly LimitSpec[]): Fault | null {
+  const name = limits[0]?.name ?? "";
+  let found: Fault | null = null;
+  for (const f of FAULTS) if (name.startsWith(f) && (found === null || f.length > found.length)) found = f;
+  return found;
+}
+
+function marked(message: string, flags: { retryable?: boolean; overloaded?: boolean }): Error {
+  return Object.assign(new Error(message), flags);
+}
+
+export class FaultyLimiter extends RateLimiter {
+  #calls = 0;
+
+  override async decide(limits: readonly LimitSpec[], cost: number): Promise<DecisionResult> {
+    this.#calls += 1;
+    const fault = faultOf(limits);
+    console.log(
+      JSON.stringify({
+        event: "faulty_decide",
+        object: this.ctx.id.name ?? null,
+        limit: limits[0]?.name ?? null,
+        fault,
+        call: this.#calls,
+      }),
+    );
+    switch (fault) {
+      case "throw":
+        throw new Error("FaultyLimiter: decide threw");
+      case "overload":
+        throw marked("FaultyLimiter: overloaded", { overloaded: true });
+      case "retryonce":
+        if (this.#calls % 2 === 1) throw marked("FaultyLimiter: transient", { retryable: true });
+        return super.decide(limits, cost);
+      case "retryalways":
+        throw marked("FaultyLimiter: transient, every time", { retryable: true });
+      case "retryoverload":
+        throw marked("FaultyLimiter: overloaded, retryable", { retryable: true, overloaded: true });
+      case "reset":
+        this.ctx.abort("FaultyLimiter: reset");
+        throw new Error("unreachable: ctx.abort() returned");
+      default:
+        return super.decide(limits, cost);
+    }
+  }
+}
