@@ -185,7 +185,8 @@ function parseOriginTimeout(value: unknown): number {
 }
 
 /** What an API key may contain (see key.ts): printable ASCII without spaces. */
-const KEY_CHARS = /^[\x21-\x7e]+$/;
+/** What a key may contain (see src/key.ts): printable ASCII without spaces or commas. */
+const KEY_CHARS = /^[\x21-\x2b\x2d-\x7e]+$/;
 
 function parsePlan(value: unknown, field: string, maxKeyLength: number): Plan {
   const p = object(value, field);
@@ -197,7 +198,7 @@ function parsePlan(value: unknown, field: string, maxKeyLength: number): Plan {
   const keyPrefix = nonEmptyString(p.key_prefix, `${field}.key_prefix`);
   if (!KEY_CHARS.test(keyPrefix)) {
     throw new ConfigError(
-      `${field}.key_prefix: keys hold printable ASCII without spaces only, so no key can start with ${JSON.stringify(keyPrefix)}`,
+      `${field}.key_prefix: keys hold printable ASCII without spaces or commas only, so no key can start with ${JSON.stringify(keyPrefix)}`,
     );
   }
   if (keyPrefix.length > maxKeyLength) {

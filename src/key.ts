@@ -7,8 +7,12 @@ import type { KeySource } from "./config.ts";
 import { HttpError } from "./http.ts";
 
 const BEARER = /^Bearer[ \t]+(.*)$/i;
-/** Printable ASCII without spaces: what a key may contain. */
-const KEY_CHARS = /^[\x21-\x7e]+$/;
+/**
+ * Printable ASCII without spaces or commas: what a key may contain. No commas, because a
+ * repeated header reaches the Worker joined as `a, b` (or `a, ` with an empty second line),
+ * and an origin reading the header as a list would see another key than the limiter.
+ */
+const KEY_CHARS = /^[\x21-\x2b\x2d-\x7e]+$/;
 
 /**
  * The request's API key, or null when it carries none.
@@ -44,7 +48,7 @@ function validate(key: string, where: string, maxLength: number): void {
   if (key.length > maxLength) throw badKey(`the key in ${where} is longer than ${maxLength} characters`);
   if (!KEY_CHARS.test(key)) {
     throw badKey(
-      `the key in ${where} may hold printable ASCII only (no spaces, commas between repeated headers, or control characters)`,
+      `the key in ${where} may hold printable ASCII only (no spaces, commas — a repeated header arrives joined by one — or control characters)`,
     );
   }
 }

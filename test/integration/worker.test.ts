@@ -69,6 +69,8 @@ describe("the HTTP table (wrangler.toml's config, through the deployed entry poi
     ["a control character", "abc\u0001def"],
     ["non-ASCII (sent as UTF-8 bytes)", "clé"],
     ["a repeated header", "a, b"],
+    ["a repeated header with an empty line (trimmed to a trailing comma)", "abc, "],
+    ["a comma", "abc,def"],
   ])("malformed key (%s): 400 with problem JSON", async (_, key) => {
     const r = new Request("https://limiter.example/", { headers: [["x-api-key", key]] });
     const response = await exports.default.fetch(r);

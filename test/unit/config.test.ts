@@ -664,6 +664,12 @@ const BAD: readonly BadCase[] = [
     quotes: '"test key"',
   },
   {
+    what: "key_prefix with a comma (no key can hold it)",
+    rateLimit: plan0({ ...TEST_PLAN, key_prefix: "test,a" }),
+    field: "RATE_LIMIT.plans[0].key_prefix",
+    quotes: '"test,a"',
+  },
+  {
     what: "key_prefix not ASCII",
     rateLimit: plan0({ ...TEST_PLAN, key_prefix: "tést_" }),
     field: "RATE_LIMIT.plans[0].key_prefix",
