@@ -81,7 +81,8 @@ function problemOf(r: RawResponse, status: number): Problem {
   return body;
 }
 
-const MALFORMED = "may hold printable ASCII only (no spaces, commas — a repeated header arrives joined by one — or control characters)";
+const MALFORMED =
+  "may hold printable ASCII only (no spaces, commas — a repeated header arrives joined by one — or control characters)";
 
 describe("keys", () => {
   it("no key: 401 problem+json with WWW-Authenticate, nothing reaches the origin", async () => {
