@@ -59,8 +59,24 @@ export interface Limiter {
 
 const READY_TIMEOUT_MS = 60_000;
 
-/** Starts `wrangler dev` and resolves once the Worker answers HTTP. */
+/**
+ * Starts `wrangler dev` and resolves once the Worker answers HTTP on the port asked for. A free
+ * port can be taken by another process between choosing and binding it; then this starts again
+ * on another one (up to three times) rather than talk to whatever now listens there.
+ */
 export async function startLimiter(options: LimiterOptions): Promise<Limiter> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce(options);
+    } catch (e) {
+      if (!(e instanceof PortTaken) || options.port !== undefined || attempt >= 3) throw e;
+    }
+  }
+}
+
+class PortTaken extends Error {}
+
+async function startOnce(options: LimiterOptions): Promise<Limiter> {
   const port = options.port ?? (await freePort());
   const inspector = await freePort();
   const args = [
@@ -118,8 +134,13 @@ export async function startLimiter(options: LimiterOptions): Promise<Limiter> {
 async function waitUntilReady(url: string, child: ChildProcess, output: () => string): Promise<void> {
   const deadline = Date.now() + READY_TIMEOUT_MS;
   while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`wrangler dev exited (${child.exitCode}):\n${output()}`);
-    if (output().includes("Ready on")) {
+    if (child.exitCode !== null) {
+      if (/EADDRINUSE|address already in use/i.test(output())) throw new PortTaken(output());
+      throw new Error(`wrangler dev exited (${child.exitCode}):\n${output()}`);
+    }
+    const ready = /Ready on (http:\/\/\S+)/.exec(output());
+    if (ready) {
+      if (new URL(ready[1] as string).origin !== url) throw new PortTaken(`wrangler dev chose ${ready[1]}, not ${url}`);
       try {
         await fetch(`${url}/__ready`, { signal: AbortSignal.timeout(2000) });
         return;
