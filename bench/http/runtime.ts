@@ -1,0 +1,133 @@
+/**
+ * @module The bench's runtime: the product's bundle and the bench Worker's bundle, each built
+ * by `wrangler deploy --dry-run --outdir` (exactly what `wrangler deploy` would upload), loaded
+ * into one Miniflare instance, i.e. one workerd process — the runtime `wrangler dev` runs, minus
+ * its dev proxy. Each Worker gets its own workerd HTTP socket (`unsafeDirectSockets`), so the
+ * load client talks straight to workerd. Durable Objects use SQLite files in a temp directory.
+ */
+
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { convertV4MiniflareOptions, Miniflare } from "miniflare";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+const COMPATIBILITY_DATE = "2026-11-02";
+
+/** The bench Worker's roles (see bench/http/worker.ts). */
+export type BenchRole = "pass" | "nocache" | "count" | "tokenbucket" | "fixedwindow" | "native" | "chart";
+
+export interface RuntimeOptions {
+  origin: string;
+  /** `RATE_LIMIT` for the product and the limiter roles. */
+  rateLimit: unknown;
+  chartLimit: number;
+  chartWindowMs: number;
+  /** Where the Durable Objects' SQLite files go (a temp directory under it, removed by `dispose()`). */
+  stateDir: string;
+  /** Only the product Worker (for a second runtime with its state elsewhere). */
+  productOnly?: boolean;
+}
+
+export interface Runtime {
+  /** The workerd process (for its CPU time), or null when it cannot be told apart. */
+  readonly pid: number | null;
+  /** Base URLs: `product` (the real bundle of src/index.ts) and one per bench role. */
+  readonly urls: Record<"product" | BenchRole, string>;
+  dispose(): Promise<void>;
+}
+
+/** Pids of workerd processes started by this Node process. */
+function workerdChildren(): number[] {
+  const out = execFileSync("ps", ["-eo", "pid=,ppid=,comm="]).toString();
+  return out
+    .split("\n")
+    .map((l) => l.trim().split(/\s+/))
+    .filter((f) => f[1] === String(process.pid) && f[2] === "workerd")
+    .map((f) => Number(f[0]));
+}
+
+/** CPU time (user + system) a process has used, in ms, from /proc (Linux); null elsewhere. */
+export function cpuMs(pid: number | null): number | null {
+  if (pid === null) return null;
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS;
+  } catch {
+    return null;
+  }
+}
+
+const CLOCK_TICKS = 100;
+
+function build(config: string, outdir: string): string {
+  execFileSync(join(ROOT, "node_modules/.bin/wrangler"), ["deploy", "--dry-run", "--outdir", outdir, "-c", config], {
+    cwd: ROOT,
+    stdio: ["ignore", "ignore", "pipe"],
+    env: { ...process.env, WRANGLER_SEND_METRICS: "false", NO_COLOR: "1", CI: "1" },
+  });
+  return outdir;
+}
+
+export async function startRuntime(o: RuntimeOptions): Promise<Runtime> {
+  const tmp = mkdtempSync(join(tmpdir(), "limiter-bench-"));
+  const state = mkdtempSync(join(o.stateDir, "limiter-bench-state-"));
+  const product = join(build(join(ROOT, "wrangler.toml"), join(tmp, "product")), "index.js");
+  const bench = join(build(join(ROOT, "bench/http/wrangler.toml"), join(tmp, "bench")), "worker.js");
+  const socket = [{ host: "127.0.0.1", port: 0 }];
+  const vars = { ORIGIN: o.origin, RATE_LIMIT: o.rateLimit as never };
+  const roles: BenchRole[] = o.productOnly
+    ? []
+    : ["pass", "nocache", "count", "tokenbucket", "fixedwindow", "native", "chart"];
+  // Miniflare 5 takes wrangler-shaped configs; its converter accepts the v4 options used here.
+  const mf = new Miniflare(
+    convertV4MiniflareOptions({
+      resourcePersistencePath: state,
+      workers: [
+        {
+          name: "product",
+          modules: true,
+          scriptPath: product,
+          modulesRoot: dirname(product),
+          compatibilityDate: COMPATIBILITY_DATE,
+          bindings: vars,
+          durableObjects: { LIMITER: { className: "RateLimiter", useSQLite: true } },
+          unsafeDirectSockets: socket,
+        },
+        ...roles.map((role) => ({
+          name: role,
+          modules: true as const,
+          scriptPath: bench,
+          modulesRoot: dirname(bench),
+          compatibilityDate: COMPATIBILITY_DATE,
+          bindings: { ...vars, BENCH_ROLE: role, CHART_LIMIT: o.chartLimit, CHART_WINDOW_MS: o.chartWindowMs },
+          durableObjects: {
+            LIMITER: { className: role === "count" ? "CountingRateLimiter" : "RateLimiter", useSQLite: true },
+            TOKEN_BUCKET: { className: "TokenBucket", useSQLite: true },
+            FIXED_WINDOW: { className: "FixedWindow", useSQLite: true },
+          },
+          ratelimits: {
+            NATIVE: { namespace_id: `${role}-1`, simple: { limit: 1_000_000_000, period: 10 as const } },
+            NATIVE_CHART: { namespace_id: `${role}-2`, simple: { limit: o.chartLimit, period: 10 as const } },
+          },
+          unsafeDirectSockets: socket,
+        })),
+      ],
+    }),
+  );
+  const before = workerdChildren();
+  await mf.ready;
+  const started = workerdChildren().filter((p) => !before.includes(p));
+  const urls = {} as Record<"product" | BenchRole, string>;
+  for (const name of ["product", ...roles] as const) urls[name] = (await mf.unsafeGetDirectURL(name)).origin;
+  return {
+    pid: started.length === 1 ? (started[0] as number) : null,
+    urls,
+    async dispose() {
+      await mf.dispose();
+      rmSync(tmp, { recursive: true, force: true });
+      rmSync(state, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,153 @@
+/**
+ * @module The bench-only Worker (never deployed): one bundle, loaded several times by
+ * bench/http.bench.ts with a different `BENCH_ROLE` var each time.
+ *
+ * - `pass`: the pass-through — the limiter's own config parse and `proxy()`, no limiter.
+ * - `nocache`: the limiter's `handle()` with the deny cache bypassed (every request reaches the object).
+ * - `count`: as `nocache`, with `CountingRateLimiter` bound as the object; `GET /__bench/stats?name=…`
+ *   returns what that object wrote.
+ * - `tokenbucket`, `fixedwindow`: a classic Durable Object limiter in front of the same `proxy()`.
+ * - `native`: Cloudflare's rate-limit binding (`env.NATIVE.limit({ key })`), as Miniflare simulates it.
+ * - `chart`: the limiter's `handle()` unchanged (deny cache on), observing its decisions.
+ *
+ * Every role but `pass` records the decision time of each grant to a `chart_` key (the object's
+ * clock for this limiter and the two objects, the Worker's right after the answer for the
+ * native binding); `GET /__bench/grants` returns them and forgets them.
+ *
+ * Keys starting with `chart_` use the chart's limit (`CHART_LIMIT` per `CHART_WINDOW_MS`; the
+ * native binding `NATIVE_CHART`), other keys a limit high enough that everything passes.
+ */
+
+import { ConfigError } from "../../src/config.ts";
+import { proxy } from "../../src/http.ts";
+import { RateLimiter } from "../../src/limiter.ts";
+import { configFor, type Hooks, handle, isolateDenyCache, type WorkerEnv } from "../../src/worker.ts";
+import type { StorageCounts } from "./counts.ts";
+import type { FixedWindow, TokenBucket } from "./objects.ts";
+
+export { FixedWindow, TokenBucket } from "./objects.ts";
+export { RateLimiter };
+
+interface RateLimitBinding {
+  limit(options: { key: string }): Promise<{ success: boolean }>;
+}
+
+interface BenchEnv extends WorkerEnv {
+  BENCH_ROLE: "pass" | "nocache" | "count" | "tokenbucket" | "fixedwindow" | "native" | "chart";
+  CHART_LIMIT: number;
+  CHART_WINDOW_MS: number;
+  TOKEN_BUCKET?: DurableObjectNamespace<TokenBucket>;
+  FIXED_WINDOW?: DurableObjectNamespace<FixedWindow>;
+  NATIVE?: RateLimitBinding;
+  NATIVE_CHART?: RateLimitBinding;
+}
+
+/** The limiter's object with its storage calls counted (a bench-only subclass; behaviour unchanged). */
+export class CountingRateLimiter extends RateLimiter {
+  #counts = { decides: 0, grants: 0, writeStatements: 0, rowsWritten: 0, slotRowsWritten: 0, setAlarms: 0 };
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    const counts = { decides: 0, grants: 0, writeStatements: 0, rowsWritten: 0, slotRowsWritten: 0, setAlarms: 0 };
+    const sql = ctx.storage.sql;
+    const exec = sql.exec.bind(sql);
+    Object.defineProperty(sql, "exec", {
+      value: (query: string, ...bindings: unknown[]) => {
+        const cursor = exec(query, ...bindings);
+        if (/^\s*(INSERT|UPDATE|DELETE|REPLACE)/i.test(query)) {
+          counts.writeStatements += 1;
+          counts.rowsWritten += cursor.rowsWritten;
+          if (/\bslots\b/.test(query)) counts.slotRowsWritten += cursor.rowsWritten;
+        }
+        return cursor;
+      },
+    });
+    const setAlarm = ctx.storage.setAlarm.bind(ctx.storage);
+    Object.defineProperty(ctx.storage, "setAlarm", {
+      value: (...args: Parameters<DurableObjectStorage["setAlarm"]>) => {
+        counts.setAlarms += 1;
+        return setAlarm(...args);
+      },
+    });
+    super(ctx, env);
+    this.#counts = counts;
+  }
+
+  override async decide(
+    ...args: Parameters<RateLimiter["decide"]>
+  ): Promise<Awaited<ReturnType<RateLimiter["decide"]>>> {
+    const result = await super.decide(...args);
+    this.#counts.decides += 1;
+    if (result.allowed) this.#counts.grants += 1;
+    return result;
+  }
+
+  stats(): StorageCounts {
+    const sql = this.ctx.storage.sql;
+    const count = (table: string) => Number(sql.exec<{ n: number }>(`SELECT count(*) AS n FROM ${table}`).one().n);
+    return { ...this.#counts, slotRows: count("slots"), metaRows: count("meta"), databaseSize: sql.databaseSize };
+  }
+}
+
+/** Bypasses the deny cache: the entry `remember()` just made is dropped before any other request can read it. */
+const noDenyCache: Hooks = { onDecision: (e) => isolateDenyCache().delete(e.name) };
+
+/** Decision times of grants to `chart_` keys, in this isolate. */
+let grants: number[] = [];
+const observeGrants: Hooks = {
+  onDecision: (e) => {
+    if (e.result.allowed && e.name.startsWith("key:chart_")) grants.push(e.result.now);
+  },
+};
+
+const denied = () =>
+  new Response('{"title":"Too Many Requests"}', { status: 429, headers: { "content-type": "application/json" } });
+
+export default {
+  async fetch(request, env): Promise<Response> {
+    const config = configFor(env);
+    if (config instanceof ConfigError) return new Response(config.message, { status: 500 });
+    const send = (r: Request) => fetch(r);
+    const role = env.BENCH_ROLE;
+    if (role === "pass") return proxy(request, config, send);
+    if (role === "chart") {
+      if (new URL(request.url).pathname === "/__bench/grants") {
+        const out = Response.json(grants);
+        grants = [];
+        return out;
+      }
+      return handle(request, env, observeGrants);
+    }
+    if (role === "nocache") return handle(request, env, noDenyCache);
+    if (role === "count") {
+      const url = new URL(request.url);
+      if (url.pathname === "/__bench/stats") {
+        const stub = env.LIMITER.getByName(
+          url.searchParams.get("name") ?? "",
+        ) as unknown as DurableObjectStub<CountingRateLimiter>;
+        return Response.json(await stub.stats());
+      }
+      return handle(request, env, noDenyCache);
+    }
+    const key = request.headers.get("x-api-key") ?? "";
+    const chart = key.startsWith("chart_");
+    const limit = chart ? env.CHART_LIMIT : 1_000_000_000;
+    const windowMs = chart ? env.CHART_WINDOW_MS : 10_000;
+    if (new URL(request.url).pathname === "/__bench/grants") {
+      const out = Response.json(grants);
+      grants = [];
+      return out;
+    }
+    let grantedAt: number;
+    if (role === "tokenbucket") {
+      grantedAt = await (env.TOKEN_BUCKET as DurableObjectNamespace<TokenBucket>).getByName(key).take(limit, windowMs);
+    } else if (role === "fixedwindow") {
+      grantedAt = await (env.FIXED_WINDOW as DurableObjectNamespace<FixedWindow>).getByName(key).take(limit, windowMs);
+    } else {
+      const { success } = await ((chart ? env.NATIVE_CHART : env.NATIVE) as RateLimitBinding).limit({ key });
+      grantedAt = success ? Date.now() : 0;
+    }
+    if (grantedAt === 0) return denied();
+    if (chart) grants.push(grantedAt);
+    return proxy(request, config, send);
+  },
+} satisfies ExportedHandler<BenchEnv>;
