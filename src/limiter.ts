@@ -24,21 +24,32 @@ export interface DecisionResult {
   limits: { remaining: number; resetMs: number; exceeded: boolean }[];
 }
 
-/** A stable fingerprint of a limit set: a change means the log must be rebuilt. */
-function fingerprint(limits: readonly LimitSpec[]): string {
-  return limits.map((l) => `${l.limit}/${l.windowMs}`).join(",");
+/** Whether `log` was built for these limits (same N and W, in order): else it must be rebuilt. Allocates nothing. */
+function sameLimits(log: SlidingLog, limits: readonly LimitSpec[]): boolean {
+  const have = log.limits;
+  if (have.length !== limits.length) return false;
+  for (let i = 0; i < limits.length; i++) {
+    const a = have[i] as LimitSpec;
+    const b = limits[i] as LimitSpec;
+    if (a.limit !== b.limit || a.windowMs !== b.windowMs) return false;
+  }
+  return true;
 }
+
+const UPSERT_SLOT =
+  "INSERT INTO slots (slot, ts, cost) VALUES (?, ?, ?) ON CONFLICT (slot) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
 
 export class RateLimiter extends DurableObject<Env> {
   readonly #sql: SqlStorage;
   #log: SlidingLog | null = null;
-  #fingerprint = "";
   /** When the scheduled idle alarm fires (ms), or null when none is set. */
   #alarmAt: number | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.#sql = ctx.storage.sql;
+    // Read the stored alarm once per instance (a read is ~free; each setAlarm is billed as a row
+    // written), so a grant after a restart does not set an alarm that is already set.
     void ctx.blockConcurrencyWhile(async () => {
       this.#createTables();
       this.#alarmAt = await ctx.storage.getAlarm();
@@ -47,31 +58,43 @@ export class RateLimiter extends DurableObject<Env> {
 
   /**
    * Decides one request of `cost` against `limits` at the object's clock and records it when
-   * granted. Synchronous from start to end, so no other call interleaves.
+   * granted: one SQL upsert for a grant, nothing for a denial. Synchronous from start to end, so
+   * no other call interleaves. It returns a plain value, except when a grant has to set the idle
+   * alarm (a key's first grant, and the first after the alarm fired) and for invalid input (a
+   * rejected promise). The output gate still holds the answer until the grant's row is durable.
    */
-  async decide(limits: readonly LimitSpec[], cost: number): Promise<DecisionResult> {
+  decide(limits: readonly LimitSpec[], cost: number): DecisionResult | Promise<DecisionResult> {
+    try {
+      return this.#decide(limits, cost);
+    } catch (e) {
+      return Promise.reject(e); // as from an async method: callers in the object see a rejection
+    }
+  }
+
+  #decide(limits: readonly LimitSpec[], cost: number): DecisionResult | Promise<DecisionResult> {
     const log = this.#logFor(limits);
     const d = log.decide(this.clock(), cost);
-    if (d.write) {
-      this.#sql.exec(
-        "INSERT INTO slots (slot, ts, cost) VALUES (?, ?, ?) ON CONFLICT (slot) DO UPDATE SET ts = excluded.ts, cost = excluded.cost",
-        d.write.slot,
-        d.write.ts,
-        d.write.cost,
-      );
-      if (this.#alarmAt === null) {
-        this.#alarmAt = log.idleAt;
-        await this.ctx.storage.setAlarm(this.#alarmAt);
-      }
+    const now = d.now;
+    const statuses = d.limits;
+    const out: DecisionResult["limits"] = new Array(statuses.length);
+    for (let i = 0; i < statuses.length; i++) {
+      const l = statuses[i] as (typeof statuses)[number];
+      out[i] = { remaining: l.remaining, resetMs: l.resetMs, exceeded: l.exceeded };
     }
-    return {
+    const result: DecisionResult = {
       allowed: d.allowed,
       neverAllowed: d.neverAllowed,
-      now: d.now,
+      now,
       retryAfterMs: d.retryAfterMs,
-      blockedForMs: d.blockedUntil - d.now,
-      limits: d.limits.map((l) => ({ remaining: l.remaining, resetMs: l.resetMs, exceeded: l.exceeded })),
+      blockedForMs: d.blockedUntil - now,
+      limits: out,
     };
+    const write = d.write;
+    if (write === null) return result;
+    this.#sql.exec(UPSERT_SLOT, write.slot, write.ts, write.cost);
+    if (this.#alarmAt !== null) return result;
+    this.#alarmAt = log.idleAt;
+    return this.ctx.storage.setAlarm(this.#alarmAt).then(() => result);
   }
 
   /** The object's clock in ms. The only place time is read; tests may replace it. */
@@ -85,7 +108,6 @@ export class RateLimiter extends DurableObject<Env> {
     const idleAt = this.#log ? this.#log.idleAt : this.#storedIdleAt();
     if (idleAt === null || idleAt <= this.clock()) {
       this.#log = null;
-      this.#fingerprint = "";
       await this.ctx.storage.deleteAll();
       this.#createTables();
       return;
@@ -98,7 +120,8 @@ export class RateLimiter extends DurableObject<Env> {
     this.#sql.exec(
       "CREATE TABLE IF NOT EXISTS slots (slot INTEGER PRIMARY KEY, ts INTEGER NOT NULL, cost INTEGER NOT NULL)",
     );
-    this.#sql.exec("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)");
+    // WITHOUT ROWID: the key is the row, so writing it writes one row, not a row and an index entry.
+    this.#sql.exec("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID");
   }
 
   /** Without a log in memory (no call since a restart): the newest stored slot plus the stored longest window. */
@@ -114,8 +137,7 @@ export class RateLimiter extends DurableObject<Env> {
 
   /** The log for these limits: built from storage on first use, rebuilt when the limits change. */
   #logFor(limits: readonly LimitSpec[]): SlidingLog {
-    const fp = fingerprint(limits);
-    if (this.#log && fp === this.#fingerprint) return this.#log;
+    if (this.#log !== null && sameLimits(this.#log, limits)) return this.#log;
     const rows = this.#sql
       .exec<{ slot: number; ts: number; cost: number }>("SELECT slot, ts, cost FROM slots")
       .toArray();
@@ -127,7 +149,6 @@ export class RateLimiter extends DurableObject<Env> {
       this.#sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('longest_window_ms', ?)", longest);
     }
     this.#log = log;
-    this.#fingerprint = fp;
     return log;
   }
 
