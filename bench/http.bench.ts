@@ -103,7 +103,9 @@ async function main(): Promise<void> {
       stateDir: tmpdir(),
       productOnly: true,
     });
-    console.log(`workerd: ${otherWorkerd()}`);
+    console.log(
+      `workerd: ${otherWorkerd()}; this bench's: ${(rt as Runtime).pid} (tmpfs), ${(disk as Runtime).pid} (disk)`,
+    );
     const u = (rt as Runtime).urls;
     const d = (disk as Runtime).urls;
     const targets: Target[] = [
@@ -195,6 +197,8 @@ async function main(): Promise<void> {
     const sat = new Map<string, LoadResult[]>();
     const cpu = new Map<string, number[]>();
     const lat = new Map<string, number[]>();
+    /** Per round, fixed-rate p99 of (3) allowed, 1000 keys minus that of (2) pass-through (ms). */
+    const addedP99ByRound: number[] = [];
     const ratios = {
       allowed: [] as number[],
       hot: [] as number[],
@@ -205,6 +209,7 @@ async function main(): Promise<void> {
     for (let round = 0; round < ROUNDS; round++) {
       const order = round % 2 === 0 ? targets : [...targets].reverse();
       const byId: Record<string, number> = {};
+      const byIdP99: Record<string, number> = {};
       for (const t of order) {
         // Objects idle for ~10 s are evicted; wake this target's objects before measuring it.
         await load({ url: t.url(), connections: CONNECTIONS, key: t.key, ...warmUp(t) });
@@ -228,7 +233,9 @@ async function main(): Promise<void> {
           key: t.key,
         });
         lat.set(t.id, [...(lat.get(t.id) ?? []), ...l.samples]);
+        byIdP99[t.id] = quantile(Float64Array.from(l.samples).sort(), 0.99);
       }
+      addedP99ByRound.push((byIdP99.allowed as number) - (byIdP99.pass as number));
       const pass = byId.pass as number;
       ratios.allowed.push((byId.allowed as number) / pass);
       ratios.hot.push((byId.hot as number) / pass);
@@ -281,7 +288,7 @@ async function main(): Promise<void> {
     );
     console.log(`  (4) denied, deny cache / (3) allowed, 1000 keys: ${fmt(median(ratios.deniedVsAllowed), 2)}`);
     console.log(
-      `  added latency at ${LATENCY_RATE} req/s, 1000 keys: p50 ${fmt(addedP50, 2)} ms, p99 ${fmt(addedP99, 2)} ms; hot key p99 ${fmt(addedHotP99, 2)} ms`,
+      `  added latency at ${LATENCY_RATE} req/s, 1000 keys: p50 ${fmt(addedP50, 2)} ms, p99 ${fmt(addedP99, 2)} ms (pooled), per round ${addedP99ByRound.map((x) => fmt(x, 2)).join(", ")} ms; hot key p99 ${fmt(addedHotP99, 2)} ms`,
     );
 
     const storage = await countStorage(u.count);
@@ -332,7 +339,7 @@ function sum(xs: StorageCounts[]): StorageCounts {
   return out;
 }
 
-/** Rows the object writes per allowed and per denied request, counted at the SQL API (bench/http/worker.ts). */
+/** Rows the object writes per allowed and per denied request, counted at the SQL API (bench/http/worker.mts). */
 async function countStorage(countUrl: string): Promise<{ perAllowed: number; perDenied: number }> {
   console.log(`\nstorage, counted in the object (CountingRateLimiter; no deny cache, so every request reaches it):`);
   const keys = 200;
@@ -364,7 +371,7 @@ async function countStorage(countUrl: string): Promise<{ perAllowed: number; per
   return { perAllowed, perDenied };
 }
 
-/** Steady overload against each limiter at once; grants are recorded at their decision (bench/http/worker.ts). */
+/** Steady overload against each limiter at once; grants are recorded at their decision (bench/http/worker.mts). */
 async function chart(u: Runtime["urls"]): Promise<void> {
   const contenders = [
     { name: "this limiter (sliding log in a Durable Object)", url: u.chart, key: "chart_limiter" },

@@ -15,7 +15,7 @@ import { convertV4MiniflareOptions, Miniflare } from "miniflare";
 const ROOT = resolve(import.meta.dirname, "../..");
 const COMPATIBILITY_DATE = "2026-11-02";
 
-/** The bench Worker's roles (see bench/http/worker.ts). */
+/** The bench Worker's roles (see bench/http/worker.mts). */
 export type BenchRole = "pass" | "nocache" | "count" | "tokenbucket" | "fixedwindow" | "native" | "chart";
 
 export interface RuntimeOptions {
@@ -81,6 +81,7 @@ export async function startRuntime(o: RuntimeOptions): Promise<Runtime> {
     ? []
     : ["pass", "nocache", "count", "tokenbucket", "fixedwindow", "native", "chart"];
   // Miniflare 5 takes wrangler-shaped configs; its converter accepts the v4 options used here.
+  const before = workerdChildren();
   const mf = new Miniflare(
     convertV4MiniflareOptions({
       resourcePersistencePath: state,
@@ -116,7 +117,6 @@ export async function startRuntime(o: RuntimeOptions): Promise<Runtime> {
       ],
     }),
   );
-  const before = workerdChildren();
   await mf.ready;
   const started = workerdChildren().filter((p) => !before.includes(p));
   const urls = {} as Record<"product" | BenchRole, string>;

@@ -23,9 +23,9 @@ import { proxy } from "../../src/http.ts";
 import { RateLimiter } from "../../src/limiter.ts";
 import { configFor, type Hooks, handle, isolateDenyCache, type WorkerEnv } from "../../src/worker.ts";
 import type { StorageCounts } from "./counts.ts";
-import type { FixedWindow, TokenBucket } from "./objects.ts";
+import type { FixedWindow, TokenBucket } from "./objects.mts";
 
-export { FixedWindow, TokenBucket } from "./objects.ts";
+export { FixedWindow, TokenBucket } from "./objects.mts";
 export { RateLimiter };
 
 interface RateLimitBinding {
