@@ -50,7 +50,14 @@ export function grantsSvg(series: readonly ChartSeries[], o: ChartOptions): stri
     `<text x="${left}" y="24" font-size="16" font-weight="600">${esc(o.title)}</text>`,
     `<text x="${left}" y="44" fill="#555">${esc(o.subtitle)}</text>`,
   );
-  // Right axis (trailing-window count) shares one scale across panels: 0 … 2.2 × limit.
+  // Left axis (grants per bin) and right axis (trailing-window count) share one scale across panels.
+  let most = 1;
+  for (const s of series) {
+    const perBin = new Map<number, number>();
+    for (const t of s.grants) perBin.set(Math.floor(t / o.binMs), (perBin.get(Math.floor(t / o.binMs)) ?? 0) + 1);
+    for (const n of perBin.values()) most = Math.max(most, n);
+  }
+  const binMax = Math.max(5, Math.ceil(most / 5) * 5);
   const windowMax = o.limit * 2.2;
   series.forEach((s, p) => {
     const y0 = top + p * (panelH + gap) + 16;
@@ -60,7 +67,6 @@ export function grantsSvg(series: readonly ChartSeries[], o: ChartOptions): stri
       const b = Math.floor(t / o.binMs);
       if (b >= 0 && b < bins) counts[b] = (counts[b] ?? 0) + 1;
     }
-    const binMax = Math.max(o.limit, ...counts);
     const yBin = (n: number) => yb - (n / binMax) * panelH;
     const yWin = (n: number) => yb - (Math.min(n, windowMax) / windowMax) * panelH;
     const sorted = [...s.grants].sort((a, b) => a - b);

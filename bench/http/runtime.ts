@@ -26,8 +26,6 @@ export interface RuntimeOptions {
   chartWindowMs: number;
   /** Where the Durable Objects' SQLite files go (a temp directory under it, removed by `dispose()`). */
   stateDir: string;
-  /** Only the product Worker (for a second runtime with its state elsewhere). */
-  productOnly?: boolean;
 }
 
 export interface Runtime {
@@ -77,9 +75,7 @@ export async function startRuntime(o: RuntimeOptions): Promise<Runtime> {
   const bench = join(build(join(ROOT, "bench/http/wrangler.toml"), join(tmp, "bench")), "worker.js");
   const socket = [{ host: "127.0.0.1", port: 0 }];
   const vars = { ORIGIN: o.origin, RATE_LIMIT: o.rateLimit as never };
-  const roles: BenchRole[] = o.productOnly
-    ? []
-    : ["pass", "nocache", "count", "tokenbucket", "fixedwindow", "native", "chart"];
+  const roles: BenchRole[] = ["pass", "nocache", "count", "tokenbucket", "fixedwindow", "native", "chart"];
   // Miniflare 5 takes wrangler-shaped configs; its converter accepts the v4 options used here.
   const before = workerdChildren();
   const mf = new Miniflare(
