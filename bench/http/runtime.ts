@@ -68,9 +68,24 @@ function build(config: string, outdir: string): string {
   return outdir;
 }
 
+/** Starts the runtime; on failure removes what it made (temp dirs, workerd) before rethrowing. */
 export async function startRuntime(o: RuntimeOptions): Promise<Runtime> {
-  const tmp = mkdtempSync(join(tmpdir(), "limiter-bench-"));
-  const state = mkdtempSync(join(o.stateDir, "limiter-bench-state-"));
+  let tmp = "";
+  let state = "";
+  const cleanup = () => {
+    for (const dir of [tmp, state]) if (dir) rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    tmp = mkdtempSync(join(tmpdir(), "limiter-bench-"));
+    state = mkdtempSync(join(o.stateDir, "limiter-bench-state-"));
+    return await start(o, tmp, state, cleanup);
+  } catch (e) {
+    cleanup();
+    throw e;
+  }
+}
+
+async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () => void): Promise<Runtime> {
   const product = join(build(join(ROOT, "wrangler.toml"), join(tmp, "product")), "index.js");
   const bench = join(build(join(ROOT, "bench/http/wrangler.toml"), join(tmp, "bench")), "worker.js");
   const socket = [{ host: "127.0.0.1", port: 0 }];
@@ -113,17 +128,22 @@ export async function startRuntime(o: RuntimeOptions): Promise<Runtime> {
       ],
     }),
   );
-  await mf.ready;
-  const started = workerdChildren().filter((p) => !before.includes(p));
   const urls = {} as Record<"product" | BenchRole, string>;
-  for (const name of ["product", ...roles] as const) urls[name] = (await mf.unsafeGetDirectURL(name)).origin;
+  let started: number[];
+  try {
+    await mf.ready;
+    started = workerdChildren().filter((p) => !before.includes(p));
+    for (const name of ["product", ...roles] as const) urls[name] = (await mf.unsafeGetDirectURL(name)).origin;
+  } catch (e) {
+    await mf.dispose().catch(() => {});
+    throw e;
+  }
   return {
     pid: started.length === 1 ? (started[0] as number) : null,
     urls,
     async dispose() {
       await mf.dispose();
-      rmSync(tmp, { recursive: true, force: true });
-      rmSync(state, { recursive: true, force: true });
+      cleanup();
     },
   };
 }
