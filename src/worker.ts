@@ -142,7 +142,10 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
   return response;
 }
 
-/** One RPC to the key's object; one retry with a fresh stub only for a retryable, non-overload error. */
+/**
+ * One RPC to the key's object; one retry with a fresh stub only for a retryable, non-overload error.
+ * Stubs are not cached across requests: workerd binds a stub to the request that made it.
+ */
 async function decide(
   env: WorkerEnv,
   name: string,
