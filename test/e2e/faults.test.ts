@@ -303,45 +303,30 @@ describe("object faults", () => {
       expect(r.headers.get("RateLimit")).toBeNull();
     }
 
-    it("the object throws: 503 + Retry-After: 1, nothing proxied, logged, not retried", async () => {
-      const { k, r, calls, unavailable } = await hit("throw");
-      await expect503(r);
-      expect(arrivalsFor(k)).toEqual([]);
-      expect(calls).toHaveLength(1);
-      expect(unavailable).toEqual([
-        {
-          event: "limiter_unavailable",
-          failure_mode: "closed",
-          overloaded: false,
-          message: "FaultyLimiter: decide threw",
-        },
-      ]);
-    });
-
-    it("the object is overloaded (an `overloaded` error, which survives RPC): 503 + Retry-After: 1, not retried", async () => {
-      const { k, r, calls, unavailable } = await hit("overload");
-      await expect503(r);
-      expect(arrivalsFor(k)).toEqual([]);
-      expect(calls).toHaveLength(1);
-      expect(unavailable).toEqual([
-        {
-          event: "limiter_unavailable",
-          failure_mode: "closed",
-          overloaded: true,
-          message: "FaultyLimiter: overloaded",
-        },
-      ]);
-    });
-
-    it("the runtime resets the object (ctx.abort → durableObjectReset, not retryable): 503, not retried", async () => {
-      const { k, r, calls, unavailable } = await hit("reset");
-      await expect503(r);
-      expect(arrivalsFor(k)).toEqual([]);
-      expect(calls).toHaveLength(1);
-      expect(unavailable).toEqual([
-        { event: "limiter_unavailable", failure_mode: "closed", overloaded: false, message: "FaultyLimiter: reset" },
-      ]);
-    });
+    it.each([
+      ["the object throws", "throw", false, "FaultyLimiter: decide threw"],
+      [
+        "the object is overloaded (an `overloaded` error, which survives RPC)",
+        "overload",
+        true,
+        "FaultyLimiter: overloaded",
+      ],
+      [
+        "the runtime resets the object (ctx.abort → durableObjectReset, not retryable)",
+        "reset",
+        false,
+        "FaultyLimiter: reset",
+      ],
+    ] as const)(
+      "%s: 503 + Retry-After: 1, nothing proxied, logged, not retried",
+      async (_, fault, overloaded, message) => {
+        const { k, r, calls, unavailable } = await hit(fault);
+        await expect503(r);
+        expect(arrivalsFor(k)).toEqual([]);
+        expect(calls).toHaveLength(1);
+        expect(unavailable).toEqual([{ event: "limiter_unavailable", failure_mode: "closed", overloaded, message }]);
+      },
+    );
 
     it("retry once: a `retryable` error is retried with a fresh stub and the retry's grant is proxied", async () => {
       const { k, r, calls, unavailable } = await hit("retryonce");

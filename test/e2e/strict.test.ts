@@ -105,23 +105,14 @@ function judge(k: string, sent: Sent[], specs: { limit: number; windowMs: number
 }
 
 describe("strictness at the origin", () => {
-  it("sequential load well above the limits: no window over N, ≥ 95% of an exact limiter", async () => {
-    const k = key("seq");
-    const sent = await load(k, 1, 4000);
-    const j = judge(k, sent, SPECS.seq);
-    console.info("sequential", JSON.stringify({ requests: sent.length, ...j }));
-    expect(sent.every((s) => s.status === 200 || s.status === 429)).toBe(true);
-    expect(sent.length).toBeGreaterThan(j.ideal * 2);
-    expect(j.arrivals).toBe(j.granted);
-    for (const w of j.windows) expect(w.max).toBeLessThanOrEqual(w.limit);
-    expect(j.granted).toBeGreaterThanOrEqual(Math.floor(0.95 * j.ideal));
-  });
-
-  it("concurrent load from 8 clients on one key: no window over N, ≥ 95% of an exact limiter", async () => {
-    const k = key("conc");
-    const sent = await load(k, 8, 4000);
-    const j = judge(k, sent, SPECS.conc);
-    console.info("concurrent", JSON.stringify({ requests: sent.length, ...j }));
+  it.each([
+    ["sequential load well above the limits", "seq", 1, SPECS.seq],
+    ["concurrent load from 8 clients on one key", "conc", 8, SPECS.conc],
+  ] as const)("%s: no window over N, ≥ 95% of an exact limiter", async (label, prefix, clients, specs) => {
+    const k = key(prefix);
+    const sent = await load(k, clients, 4000);
+    const j = judge(k, sent, [...specs]);
+    console.info(label, JSON.stringify({ requests: sent.length, ...j }));
     expect(sent.every((s) => s.status === 200 || s.status === 429)).toBe(true);
     expect(sent.length).toBeGreaterThan(j.ideal * 2);
     expect(j.arrivals).toBe(j.granted);
