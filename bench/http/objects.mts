@@ -74,3 +74,13 @@ export class FixedWindow extends DurableObject {
     return now;
   }
 }
+
+/**
+ * A Durable Object that does nothing: its one method takes the limiter's arguments and returns
+ * at once, with no storage. Any limiter that calls an object per request costs at least this.
+ */
+export class Noop extends DurableObject {
+  decide(_limits: unknown, _cost: number): number {
+    return 0;
+  }
+}

@@ -11,12 +11,12 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { convertV4MiniflareOptions, Miniflare } from "miniflare";
+import { BENCH_ROLES, type BenchRole } from "./roles.ts";
+
+export type { BenchRole };
 
 const ROOT = resolve(import.meta.dirname, "../..");
 const COMPATIBILITY_DATE = "2026-11-02";
-
-/** The bench Worker's roles (see bench/http/worker.mts). */
-export type BenchRole = "pass" | "nocache" | "count" | "tokenbucket" | "fixedwindow" | "native" | "chart";
 
 export interface RuntimeOptions {
   origin: string;
@@ -90,7 +90,7 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
   const bench = join(build(join(ROOT, "bench/http/wrangler.toml"), join(tmp, "bench")), "worker.js");
   const socket = [{ host: "127.0.0.1", port: 0 }];
   const vars = { ORIGIN: o.origin, RATE_LIMIT: o.rateLimit as never };
-  const roles: BenchRole[] = ["pass", "nocache", "count", "tokenbucket", "fixedwindow", "native", "chart"];
+  const roles = BENCH_ROLES;
   // Miniflare 5 takes wrangler-shaped configs; its converter accepts the v4 options used here.
   const before = workerdChildren();
   const mf = new Miniflare(
@@ -118,6 +118,7 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
             LIMITER: { className: role === "count" ? "CountingRateLimiter" : "RateLimiter", useSQLite: true },
             TOKEN_BUCKET: { className: "TokenBucket", useSQLite: true },
             FIXED_WINDOW: { className: "FixedWindow", useSQLite: true },
+            NOOP: { className: "Noop", useSQLite: true },
           },
           ratelimits: {
             NATIVE: { namespace_id: `${role}-1`, simple: { limit: 1_000_000_000, period: 10 as const } },

@@ -9,6 +9,10 @@
  * - `tokenbucket`, `fixedwindow`: a classic Durable Object limiter in front of the same `proxy()`.
  * - `native`: Cloudflare's rate-limit binding (`env.NATIVE.limit({ key })`), as Miniflare simulates it.
  * - `chart`: the limiter's `handle()` unchanged (deny cache on), observing its decisions.
+ * - `floor`: one call to a Durable Object that does nothing (`Noop`), then `proxy()`: what any
+ *   limiter that asks an object per request costs at least.
+ * - `stand-in`: the limiter's `handle()` with an in-isolate stand-in for the object (always allows,
+ *   no RPC): what the Worker's own limiter work (key, plan, headers, deny cache) costs.
  *
  * Every role but `pass` records the decision time of each grant to a `chart_` key (the object's
  * clock for this limiter and the two objects, the Worker's right after the answer for the
@@ -20,12 +24,13 @@
 
 import { ConfigError } from "../../src/config.ts";
 import { proxy } from "../../src/http.ts";
-import { RateLimiter } from "../../src/limiter.ts";
+import { type DecisionResult, RateLimiter } from "../../src/limiter.ts";
 import { configFor, type Hooks, handle, isolateDenyCache, type WorkerEnv } from "../../src/worker.ts";
 import type { StorageCounts } from "./counts.ts";
-import type { FixedWindow, TokenBucket } from "./objects.mts";
+import type { FixedWindow, Noop, TokenBucket } from "./objects.mts";
+import type { BenchRole } from "./roles.ts";
 
-export { FixedWindow, TokenBucket } from "./objects.mts";
+export { FixedWindow, Noop, TokenBucket } from "./objects.mts";
 export { RateLimiter };
 
 interface RateLimitBinding {
@@ -33,11 +38,12 @@ interface RateLimitBinding {
 }
 
 interface BenchEnv extends WorkerEnv {
-  BENCH_ROLE: "pass" | "nocache" | "count" | "tokenbucket" | "fixedwindow" | "native" | "chart";
+  BENCH_ROLE: BenchRole;
   CHART_LIMIT: number;
   CHART_WINDOW_MS: number;
   TOKEN_BUCKET?: DurableObjectNamespace<TokenBucket>;
   FIXED_WINDOW?: DurableObjectNamespace<FixedWindow>;
+  NOOP?: DurableObjectNamespace<Noop>;
   NATIVE?: RateLimitBinding;
   NATIVE_CHART?: RateLimitBinding;
 }
@@ -99,6 +105,20 @@ const observeGrants: Hooks = {
   },
 };
 
+/** An object namespace whose every object allows at once, in the isolate (no RPC, no storage). */
+const standInObject = {
+  getByName: () => ({
+    decide: (limits: readonly unknown[]): DecisionResult => ({
+      allowed: true,
+      neverAllowed: false,
+      now: Date.now(),
+      retryAfterMs: 0,
+      blockedForMs: 0,
+      limits: limits.map(() => ({ remaining: 1000, resetMs: 1000, exceeded: false })),
+    }),
+  }),
+} as unknown as WorkerEnv["LIMITER"];
+
 const denied = () =>
   new Response('{"title":"Too Many Requests"}', { status: 429, headers: { "content-type": "application/json" } });
 
@@ -118,6 +138,14 @@ export default {
       return handle(request, env, observeGrants);
     }
     if (role === "nocache") return handle(request, env, noDenyCache);
+    if (role === "floor") {
+      const key = request.headers.get("x-api-key") ?? "";
+      await (env.NOOP as DurableObjectNamespace<Noop>)
+        .getByName(`key:${key}`)
+        .decide(config.defaultPlan?.limits ?? [], 1);
+      return proxy(request, config, send);
+    }
+    if (role === "stand-in") return handle(request, { ...env, LIMITER: standInObject });
     if (role === "count") {
       const url = new URL(request.url);
       if (url.pathname === "/__bench/stats") {
