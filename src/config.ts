@@ -5,6 +5,7 @@
 
 import { describe, formatDuration, parseDuration } from "./core/duration.ts";
 import { capacityFor, type LimitSpec, MAX_CAPACITY } from "./core/sliding-log.ts";
+import { type WireLimits, wireLimits } from "./wire.ts";
 
 /** A limit with its header name and window, ready for the object and the headers. */
 export interface Limit extends Required<LimitSpec> {}
@@ -17,6 +18,10 @@ export interface Plan {
   readonly limits: readonly Limit[] | null;
   /** The `RateLimit-Policy` field value for this plan (empty when unlimited). */
   readonly policyHeader: string;
+  /** The limits as sent to the object (`[limit, windowMs, …]`; empty when unlimited). */
+  readonly wire: WireLimits;
+  /** Each limit's name as a structured-field string, for the `RateLimit` field. */
+  readonly fieldNames: readonly string[];
 }
 
 /** Requests matching `method` and starting with `pathPrefix` cost `cost` units (0: not limited). */
@@ -217,7 +222,14 @@ function parsePlan(value: unknown, field: string, maxKeyLength: number): Plan {
 }
 
 function makePlan(name: string, keyPrefix: string, limits: Limit[] | null): Plan {
-  return { name, keyPrefix, limits, policyHeader: limits ? policyHeader(limits) : "" };
+  return {
+    name,
+    keyPrefix,
+    limits,
+    policyHeader: limits ? policyHeader(limits) : "",
+    wire: limits ? wireLimits(limits) : [],
+    fieldNames: limits ? limits.map((l) => sfString(l.name)) : [],
+  };
 }
 
 /** `"per-second";q=100;w=1, "per-minute";q=1000;w=60` (draft-ietf-httpapi-ratelimit-headers). */

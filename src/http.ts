@@ -3,8 +3,7 @@
  * (draft-ietf-httpapi-ratelimit-headers-11) and the streaming proxy to the origin.
  */
 
-import type { Config, Limit, Plan } from "./config.ts";
-import { sfString } from "./config.ts";
+import type { Config, Plan } from "./config.ts";
 
 /** An error that is an HTTP response: thrown inside the Worker, turned into JSON at the edge. */
 export class HttpError extends Error {
@@ -58,22 +57,22 @@ export function seconds(ms: number): number {
   return Math.max(0, Math.ceil(ms / 1000));
 }
 
-/** `"per-second";r=42;t=1, …` — `t` omitted for a limit with nothing in its window. */
-export function rateLimitHeader(limits: readonly Limit[], states: readonly (LimitState | null)[]): string {
-  const items: string[] = [];
-  limits.forEach((l, i) => {
+/** `"per-second";r=42;t=1, …` — `t` omitted for a limit with nothing in its window; a null state is left out. */
+export function rateLimitHeader(plan: Plan, states: readonly (LimitState | null)[]): string {
+  let out = "";
+  for (let i = 0; i < plan.fieldNames.length; i++) {
     const s = states[i];
-    if (!s) return;
-    items.push(`${sfString(l.name)};r=${s.remaining}${s.resetMs > 0 ? `;t=${seconds(s.resetMs)}` : ""}`);
-  });
-  return items.join(", ");
+    if (!s) continue;
+    out += `${out ? ", " : ""}${plan.fieldNames[i]};r=${s.remaining}${s.resetMs > 0 ? `;t=${seconds(s.resetMs)}` : ""}`;
+  }
+  return out;
 }
 
 /** Adds `RateLimit-Policy` and `RateLimit` to a header set. */
 export function setRateLimitHeaders(headers: Headers, plan: Plan, states: readonly (LimitState | null)[]): void {
   if (!plan.limits) return;
   headers.set("RateLimit-Policy", plan.policyHeader);
-  const value = rateLimitHeader(plan.limits, states);
+  const value = rateLimitHeader(plan, states);
   if (value) headers.set("RateLimit", value);
 }
 
@@ -131,9 +130,14 @@ export type OriginFetcher = (request: Request) => Promise<Response>;
  * sends no response headers within the timeout — returned rather than thrown, so the caller
  * adds `RateLimit` headers to them like to any response that spent quota. A connection dropped
  * after the headers can no longer become a `502`: the client's read of the body fails instead.
+ * `incoming` is `request.url` parsed, when the caller already has it.
  */
-export async function proxy(request: Request, config: Config, send: OriginFetcher): Promise<Response> {
-  const incoming = new URL(request.url);
+export async function proxy(
+  request: Request,
+  config: Config,
+  send: OriginFetcher,
+  incoming: URL = new URL(request.url),
+): Promise<Response> {
   const target = new URL(config.origin);
   target.pathname = joinPath(config.origin.pathname, incoming.pathname);
   target.search = incoming.search;

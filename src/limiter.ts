@@ -7,31 +7,15 @@
 
 import { DurableObject } from "cloudflare:workers";
 import { type LimitSpec, SlidingLog, type SlotRow } from "./core/sliding-log.ts";
-
-/** A decision as sent back over RPC: plain data, no reused objects. */
-export interface DecisionResult {
-  /** Whether the request was granted and recorded. */
-  allowed: boolean;
-  /** The cost exceeds some limit: it can never pass. */
-  neverAllowed: boolean;
-  /** The object's clock when it decided (ms). */
-  now: number;
-  /** 0 when allowed; else the exact wait in ms (`Infinity` when it can never pass). */
-  retryAfterMs: number;
-  /** ms after `now` before which no request of cost 1 can pass for this key (0: one can now). */
-  blockedForMs: number;
-  /** Per limit, in the order given. */
-  limits: { remaining: number; resetMs: number; exceeded: boolean }[];
-}
+import { encodeDecision, readWireLimits, type WireDecision, type WireLimits } from "./wire.ts";
 
 /** Whether `log` was built for these limits (same N and W, in order): else it must be rebuilt. Allocates nothing. */
-function sameLimits(log: SlidingLog, limits: readonly LimitSpec[]): boolean {
+function sameLimits(log: SlidingLog, limits: WireLimits): boolean {
   const have = log.limits;
-  if (have.length !== limits.length) return false;
-  for (let i = 0; i < limits.length; i++) {
+  if (!Array.isArray(limits) || have.length * 2 !== limits.length) return false;
+  for (let i = 0; i < have.length; i++) {
     const a = have[i] as LimitSpec;
-    const b = limits[i] as LimitSpec;
-    if (a.limit !== b.limit || a.windowMs !== b.windowMs) return false;
+    if (a.limit !== limits[2 * i] || a.windowMs !== limits[2 * i + 1]) return false;
   }
   return true;
 }
@@ -57,13 +41,14 @@ export class RateLimiter extends DurableObject<Env> {
   }
 
   /**
-   * Decides one request of `cost` against `limits` at the object's clock and records it when
-   * granted: one SQL upsert for a grant, nothing for a denial. Synchronous from start to end, so
-   * no other call interleaves. It returns a plain value, except when a grant has to set the idle
-   * alarm (a key's first grant, and the first after the alarm fired) and for invalid input (a
-   * rejected promise). The output gate still holds the answer until the grant's row is durable.
+   * Decides one request of `cost` against `limits` (`[limit, windowMs, …]`, see src/wire.ts) at
+   * the object's clock and records it when granted: one SQL upsert for a grant, nothing for a
+   * denial. Synchronous from start to end, so no other call interleaves. It returns a plain
+   * value, except when a grant has to set the idle alarm (a key's first grant, and the first
+   * after the alarm fired) and for invalid input (a rejected promise). The output gate still
+   * holds the answer until the grant's row is durable.
    */
-  decide(limits: readonly LimitSpec[], cost: number): DecisionResult | Promise<DecisionResult> {
+  decide(limits: WireLimits, cost: number): WireDecision | Promise<WireDecision> {
     try {
       return this.#decide(limits, cost);
     } catch (e) {
@@ -71,24 +56,10 @@ export class RateLimiter extends DurableObject<Env> {
     }
   }
 
-  #decide(limits: readonly LimitSpec[], cost: number): DecisionResult | Promise<DecisionResult> {
+  #decide(limits: WireLimits, cost: number): WireDecision | Promise<WireDecision> {
     const log = this.#logFor(limits);
     const d = log.decide(this.clock(), cost);
-    const now = d.now;
-    const statuses = d.limits;
-    const out: DecisionResult["limits"] = new Array(statuses.length);
-    for (let i = 0; i < statuses.length; i++) {
-      const l = statuses[i] as (typeof statuses)[number];
-      out[i] = { remaining: l.remaining, resetMs: l.resetMs, exceeded: l.exceeded };
-    }
-    const result: DecisionResult = {
-      allowed: d.allowed,
-      neverAllowed: d.neverAllowed,
-      now,
-      retryAfterMs: d.retryAfterMs,
-      blockedForMs: d.blockedUntil - now,
-      limits: out,
-    };
+    const result = encodeDecision(d);
     const write = d.write;
     if (write === null) return result;
     this.#sql.exec(UPSERT_SLOT, write.slot, write.ts, write.cost);
@@ -136,8 +107,9 @@ export class RateLimiter extends DurableObject<Env> {
   }
 
   /** The log for these limits: built from storage on first use, rebuilt when the limits change. */
-  #logFor(limits: readonly LimitSpec[]): SlidingLog {
-    if (this.#log !== null && sameLimits(this.#log, limits)) return this.#log;
+  #logFor(wire: WireLimits): SlidingLog {
+    if (this.#log !== null && sameLimits(this.#log, wire)) return this.#log;
+    const limits = readWireLimits(wire);
     const rows = this.#sql
       .exec<{ slot: number; ts: number; cost: number }>("SELECT slot, ts, cost FROM slots")
       .toArray();

@@ -15,7 +15,7 @@ import {
   tooManyRequests,
 } from "./http.ts";
 import { readKey } from "./key.ts";
-import type { DecisionResult } from "./limiter.ts";
+import { type DecisionResult, decodeDecision, type WireDecision, type WireLimits } from "./wire.ts";
 
 /** The bindings the Worker reads. `ORIGIN_SERVICE`, when bound, carries allowed requests instead of the public fetch. */
 export interface WorkerEnv {
@@ -83,7 +83,7 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
   const send: OriginFetcher = env.ORIGIN_SERVICE ? (r) => (env.ORIGIN_SERVICE as Fetcher).fetch(r) : (r) => fetch(r);
   const url = new URL(request.url);
   const cost = costFor(config, request.method, url.pathname);
-  if (cost === 0) return proxy(request, config, send);
+  if (cost === 0) return proxy(request, config, send, url);
 
   const key = readKey(request, config.key);
   let plan: Plan | null;
@@ -99,10 +99,10 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
     name = `key:${key}`;
   }
   const limits = plan.limits;
-  if (!limits) return proxy(request, config, send);
+  if (!limits) return proxy(request, config, send, url);
 
-  const tooCostly = limits.filter((l) => cost > l.limit).map((l) => l.name);
-  if (tooCostly.length > 0 && !config.shadow) {
+  if (cost > 1 && !config.shadow && limits.some((l) => cost > l.limit)) {
+    const tooCostly = limits.filter((l) => cost > l.limit).map((l) => l.name);
     return tooManyRequests(plan, [], tooCostly, Number.POSITIVE_INFINITY);
   }
 
@@ -115,9 +115,9 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
 
   let result: DecisionResult;
   try {
-    result = await decide(env, name, limits, cost);
+    result = decodeDecision(await decide(env, name, plan.wire, cost));
   } catch (e) {
-    return limiterFailed(request, config, send, e);
+    return limiterFailed(request, config, send, url, e);
   }
   remember(name, result, cost, now);
   hooks.onDecision?.({ name, plan: plan.name, cost, result });
@@ -137,7 +137,7 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
       }),
     );
   }
-  const response = await proxy(request, config, send);
+  const response = await proxy(request, config, send, url);
   setRateLimitHeaders(response.headers, plan, states);
   return response;
 }
@@ -146,12 +146,7 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
  * One RPC to the key's object; one retry with a fresh stub only for a retryable, non-overload error.
  * Stubs are not cached across requests: workerd binds a stub to the request that made it.
  */
-async function decide(
-  env: WorkerEnv,
-  name: string,
-  limits: Plan["limits"] & object,
-  cost: number,
-): Promise<DecisionResult> {
+async function decide(env: WorkerEnv, name: string, limits: WireLimits, cost: number): Promise<WireDecision> {
   try {
     return await env.LIMITER.getByName(name).decide(limits, cost);
   } catch (e) {
@@ -184,7 +179,13 @@ function cachedDenial(plan: Plan, blocked: Blocked, retryAt: number, now: number
   return tooManyRequests(plan, states, violated, retryAt - now);
 }
 
-async function limiterFailed(request: Request, config: Config, send: OriginFetcher, e: unknown): Promise<Response> {
+async function limiterFailed(
+  request: Request,
+  config: Config,
+  send: OriginFetcher,
+  url: URL,
+  e: unknown,
+): Promise<Response> {
   const overloaded = (e as { overloaded?: boolean })?.overloaded === true;
   console.error(
     JSON.stringify({
@@ -194,7 +195,7 @@ async function limiterFailed(request: Request, config: Config, send: OriginFetch
       message: errorName(e),
     }),
   );
-  if (config.failureMode === "open") return proxy(request, config, send);
+  if (config.failureMode === "open") return proxy(request, config, send, url);
   return problem(
     503,
     "Service Unavailable",

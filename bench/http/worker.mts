@@ -24,7 +24,8 @@
 
 import { ConfigError } from "../../src/config.ts";
 import { proxy } from "../../src/http.ts";
-import { type DecisionResult, RateLimiter } from "../../src/limiter.ts";
+import { RateLimiter } from "../../src/limiter.ts";
+import { decodeDecision, encodeDecision, type WireLimits } from "../../src/wire.ts";
 import { configFor, type Hooks, handle, isolateDenyCache, type WorkerEnv } from "../../src/worker.ts";
 import type { StorageCounts } from "./counts.ts";
 import type { FixedWindow, Noop, TokenBucket } from "./objects.mts";
@@ -83,7 +84,7 @@ export class CountingRateLimiter extends RateLimiter {
   ): Promise<Awaited<ReturnType<RateLimiter["decide"]>>> {
     const result = await super.decide(...args);
     this.#counts.decides += 1;
-    if (result.allowed) this.#counts.grants += 1;
+    if (decodeDecision(result).allowed) this.#counts.grants += 1;
     return result;
   }
 
@@ -108,14 +109,19 @@ const observeGrants: Hooks = {
 /** An object namespace whose every object allows at once, in the isolate (no RPC, no storage). */
 const standInObject = {
   getByName: () => ({
-    decide: (limits: readonly unknown[]): DecisionResult => ({
-      allowed: true,
-      neverAllowed: false,
-      now: Date.now(),
-      retryAfterMs: 0,
-      blockedForMs: 0,
-      limits: limits.map(() => ({ remaining: 1000, resetMs: 1000, exceeded: false })),
-    }),
+    decide: (limits: WireLimits) => {
+      const now = Date.now();
+      const statuses = [];
+      for (let i = 0; i < limits.length; i += 2) statuses.push({ remaining: 1000, resetMs: 1000, exceeded: false });
+      return encodeDecision({
+        allowed: true,
+        neverAllowed: false,
+        now,
+        retryAfterMs: 0,
+        blockedUntil: now,
+        limits: statuses,
+      });
+    },
   }),
 } as unknown as WorkerEnv["LIMITER"];
 
@@ -142,7 +148,7 @@ export default {
       const key = request.headers.get("x-api-key") ?? "";
       await (env.NOOP as DurableObjectNamespace<Noop>)
         .getByName(`key:${key}`)
-        .decide(config.defaultPlan?.limits ?? [], 1);
+        .decide(config.defaultPlan?.wire ?? [], 1);
       return proxy(request, config, send);
     }
     if (role === "stand-in") return handle(request, { ...env, LIMITER: standInObject });

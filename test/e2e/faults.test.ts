@@ -1,7 +1,7 @@
 // Faults over real HTTP: Node clients → wrangler dev (workerd) → the recording Node origin. Each fault is its own
 // test and asserts exactly what the client sees: the status, the JSON problem body without a stack trace, and what
 // reached the origin. Object faults use the test-only entry test/e2e/worker/fault-entry.ts, whose FaultyLimiter (the
-// real RateLimiter) fails on purpose for limits named after a fault, so the plans below choose the fault by key prefix.
+// real RateLimiter) fails on purpose for keys starting with a fault's name and `_`, so the plans below choose it by key.
 //
 // What workerd does, as these tests pin down:
 // - origin refuses the connection / resets it before a response: fetch() rejects ("Network connection lost.") → 502.
@@ -20,7 +20,7 @@ import { type Limiter, startLimiter, tempDir, waitForOutput } from "./harness.ts
 const FAULTS_CONFIG = "test/e2e/worker/wrangler.faults.toml";
 const ORIGIN_TIMEOUT_MS = 300;
 
-/** One plan per object fault; the limit's name picks the fault in FaultyLimiter. */
+/** One plan per object fault; the key prefix picks the fault in FaultyLimiter. */
 const faultPlan = (fault: string) => ({
   name: fault,
   key_prefix: `${fault}_`,

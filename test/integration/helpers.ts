@@ -1,7 +1,7 @@
 // Shared by the integration tests: the Worker with a chosen config, fake limiter namespaces, the origin's log.
 import { env } from "cloudflare:workers";
 import { expect, inject } from "vitest";
-import type { DecisionResult } from "../../src/limiter.ts";
+import { type DecisionResult, encodeDecision, type WireDecision } from "../../src/wire.ts";
 import type { WorkerEnv } from "../../src/worker.ts";
 
 /** Base URL of the Node origin started by test/setup/origin.ts. */
@@ -35,7 +35,12 @@ export async function arrivalsFor(key: string): Promise<{ url: string; method: s
   return all.filter((a) => a.headers["x-api-key"] === key);
 }
 
-/** A LIMITER namespace whose objects run `decide`, counting calls. */
+/** A decision in the object's wire form (src/wire.ts). */
+export function toWire(result: DecisionResult): WireDecision {
+  return encodeDecision({ ...result, blockedUntil: result.now + result.blockedForMs });
+}
+
+/** A LIMITER namespace whose objects answer what `decide` resolves to, counting calls. */
 export function fakeLimiter(decide: (call: number) => Promise<DecisionResult>): {
   namespace: WorkerEnv["LIMITER"];
   calls: () => number;
@@ -44,7 +49,7 @@ export function fakeLimiter(decide: (call: number) => Promise<DecisionResult>): 
   const stub = {
     decide: () => {
       calls += 1;
-      return decide(calls);
+      return decide(calls).then(toWire);
     },
   };
   const namespace = { getByName: () => stub } as unknown as WorkerEnv["LIMITER"];

@@ -2,6 +2,7 @@
 // route costs, shadow mode, config errors, failure modes and the deny cache.
 import { exports } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { decodeDecision } from "../../src/wire.ts";
 import { handle } from "../../src/worker.ts";
 import {
   arrivalsFor,
@@ -377,9 +378,7 @@ describe("the deny cache", () => {
     expect(limiter.calls()).toBe(calls + 1);
 
     // The object agrees with every answer the cache gave: asked now (later than the cache was), it refuses.
-    const direct = await envWith(rl)
-      .LIMITER.getByName(`key:${key}`)
-      .decide([{ limit: 3, windowMs: 60_000 }], 1);
+    const direct = decodeDecision(await envWith(rl).LIMITER.getByName(`key:${key}`).decide([3, 60_000], 1));
     expect(direct.allowed).toBe(false);
     expect(await arrivalsFor(key)).toHaveLength(3);
   });

@@ -37,6 +37,12 @@ const MINIMUM_LIMITS: Limit[] = [
   { limit: 1000, windowMs: 60_000, name: "per-minute" },
 ];
 const MINIMUM_POLICY = '"per-second";q=100;w=1, "per-minute";q=1000;w=60';
+const MINIMUM_PLAN = {
+  limits: MINIMUM_LIMITS,
+  policyHeader: MINIMUM_POLICY,
+  wire: [100, 1_000, 1000, 60_000],
+  fieldNames: ['"per-second"', '"per-minute"'],
+};
 const DEFAULT_KEY = { header: "x-api-key", bearer: true, query: null, maxLength: 256, pattern: null };
 
 function parse(rateLimit: unknown, origin: unknown = ORIGIN): Config {
@@ -81,7 +87,7 @@ describe("parseConfig: valid configs", () => {
     origin: "https://api.example.com/",
     originTimeoutMs: 30_000,
     plans: [],
-    defaultPlan: { name: "default", keyPrefix: "", limits: MINIMUM_LIMITS, policyHeader: MINIMUM_POLICY },
+    defaultPlan: { name: "default", keyPrefix: "", ...MINIMUM_PLAN },
     anonymous: null,
     costs: [],
     key: DEFAULT_KEY,
@@ -113,6 +119,8 @@ describe("parseConfig: valid configs", () => {
           keyPrefix: "test_",
           limits: [{ limit: 10, windowMs: 60_000, name: "per-minute" }],
           policyHeader: '"per-minute";q=10;w=60',
+          wire: [10, 60_000],
+          fieldNames: ['"per-minute"'],
         },
       ],
     });
@@ -171,12 +179,14 @@ limits = [
     origin: "https://example.com/api",
     originTimeoutMs: 5_000,
     plans: [
-      { name: "live", keyPrefix: "live_", limits: null, policyHeader: "" },
+      { name: "live", keyPrefix: "live_", limits: null, policyHeader: "", wire: [], fieldNames: [] },
       {
         name: "test",
         keyPrefix: "test_",
         limits: [{ limit: 10, windowMs: 60_000, name: "tests" }],
         policyHeader: '"tests";q=10;w=60',
+        wire: [10, 60_000],
+        fieldNames: ['"tests"'],
       },
     ],
     defaultPlan: {
@@ -184,12 +194,16 @@ limits = [
       keyPrefix: "",
       limits: [{ limit: 100, windowMs: 1_000, name: "per-second" }],
       policyHeader: '"per-second";q=100;w=1',
+      wire: [100, 1_000],
+      fieldNames: ['"per-second"'],
     },
     anonymous: {
       name: "anonymous",
       keyPrefix: "",
       limits: [{ limit: 5, windowMs: 60_000, name: "per-minute" }],
       policyHeader: '"per-minute";q=5;w=60',
+      wire: [5, 60_000],
+      fieldNames: ['"per-minute"'],
     },
     costs: [
       { method: null, pathPrefix: "/health", cost: 0 },
@@ -259,6 +273,7 @@ limits = [
     }).defaultPlan as Plan;
     expect(plan.limits?.map((l) => l.name)).toEqual(['burst "hard"', "back\\slash"]);
     expect(plan.policyHeader).toBe('"burst \\"hard\\"";q=1;w=1, "back\\\\slash";q=2;w=1');
+    expect(plan.fieldNames).toEqual(['"burst \\"hard\\""', '"back\\\\slash"']);
   });
 
   it.each([
@@ -1179,6 +1194,8 @@ describe("properties", () => {
         expect(plan.limits).toEqual(drawn.map((l) => ({ limit: l.limit, windowMs: l.window[1], name: l.window[2] })));
         const items = plan.policyHeader.split(", ");
         expect(items).toEqual(drawn.map((l) => `"${l.window[2]}";q=${l.limit};w=${l.window[3]}`));
+        expect(plan.wire).toEqual(drawn.flatMap((l) => [l.limit, l.window[1]]));
+        expect(plan.fieldNames).toEqual(drawn.map((l) => `"${l.window[2]}"`));
       }),
     );
   });

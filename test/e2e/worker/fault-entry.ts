@@ -1,13 +1,13 @@
 /**
  * @module Test-only Worker entry for the e2e fault tests (test/e2e/faults.test.ts): the real
  * fetch handler, and a `FaultyLimiter` — the real RateLimiter whose `decide` fails on purpose
- * for limits whose `name` starts with a fault prefix, so an e2e config chooses the fault per
- * plan (by key prefix) and nothing fault-related ships in src/.
+ * for keys that start with a fault's name and `_` (the object is named `key:<key>`), so an e2e
+ * config chooses the fault by key prefix and nothing fault-related ships in src/.
  *
  * Every `decide` call is logged as `{"event":"faulty_decide",...}` so a test can count how
  * many calls the Worker made for one request (the retry-once policy).
  *
- * | limit name prefix  | what `decide` does                                                            |
+ * | key prefix + `_`   | what `decide` does                                                            |
  * | ------------------ | ----------------------------------------------------------------------------- |
  * | `throw`            | throws a plain `Error`                                                        |
  * | `overload`         | throws an `Error` with `overloaded = true` (survives workerd's RPC)           |
@@ -18,20 +18,18 @@
  * | anything else      | the real `decide`                                                             |
  */
 
-import type { LimitSpec } from "../../../src/core/sliding-log.ts";
-import { type DecisionResult, RateLimiter } from "../../../src/limiter.ts";
+import { RateLimiter } from "../../../src/limiter.ts";
+import type { WireDecision, WireLimits } from "../../../src/wire.ts";
 
 export { default } from "../../../src/index.ts";
 
 const FAULTS = ["throw", "overload", "retryonce", "retryalways", "retryoverload", "reset"] as const;
 type Fault = (typeof FAULTS)[number];
 
-/** The fault a limit set asks for: the longest fault prefix of its first limit's name. */
-function faultOf(limits: readonly LimitSpec[]): Fault | null {
-  const name = limits[0]?.name ?? "";
-  let found: Fault | null = null;
-  for (const f of FAULTS) if (name.startsWith(f) && (found === null || f.length > found.length)) found = f;
-  return found;
+/** The fault an object's name asks for: `key:<fault>_…`. */
+function faultOf(objectName: string | undefined): Fault | null {
+  const m = /^key:([a-z]+)_/.exec(objectName ?? "");
+  return FAULTS.find((f) => f === m?.[1]) ?? null;
 }
 
 function marked(message: string, flags: { retryable?: boolean; overloaded?: boolean }): Error {
@@ -41,14 +39,13 @@ function marked(message: string, flags: { retryable?: boolean; overloaded?: bool
 export class FaultyLimiter extends RateLimiter {
   #calls = 0;
 
-  override async decide(limits: readonly LimitSpec[], cost: number): Promise<DecisionResult> {
+  override async decide(limits: WireLimits, cost: number): Promise<WireDecision> {
     this.#calls += 1;
-    const fault = faultOf(limits);
+    const fault = faultOf(this.ctx.id.name);
     console.log(
       JSON.stringify({
         event: "faulty_decide",
         object: this.ctx.id.name ?? null,
-        limit: limits[0]?.name ?? null,
         fault,
         call: this.#calls,
       }),
