@@ -21,7 +21,7 @@ import { cpuMs, type Runtime, startRuntime } from "./http/runtime.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
 const QUICK = process.env.BENCH_QUICK === "1";
-const ROUNDS = QUICK ? 2 : 3;
+const ROUNDS = Number(process.env.BENCH_ROUNDS) || (QUICK ? 2 : 3);
 const SECONDS = QUICK ? 2 : 3;
 const LATENCY_SECONDS = QUICK ? 1 : 3;
 const CONNECTIONS = 8;
@@ -29,6 +29,8 @@ const LATENCY_RATE = 250;
 const KEYS = 1000;
 /** `BENCH_ONLY=allowed,floor npm run bench`: only these targets (and the pass-through), no storage count or chart. */
 const ONLY = process.env.BENCH_ONLY?.split(",") ?? null;
+/** `BENCH_BASELINE=<git rev> npm run bench`: the product as of that revision too, side by side ("before"). */
+const BASELINE = process.env.BENCH_BASELINE || undefined;
 const CHART = { limit: 100, windowMs: 10_000, rate: 200, durationMs: QUICK ? 12_000 : 25_000, binMs: 100 };
 
 /** Limits high enough that every request passes (the allowed path); `deny_` keys: 1 per hour; `chart_` keys: the chart's limit. */
@@ -98,6 +100,7 @@ async function main(): Promise<void> {
       chartLimit: CHART.limit,
       chartWindowMs: CHART.windowMs,
       stateDir: STATE_DIR,
+      baseline: BASELINE,
     });
     console.log(`workerd: ${otherWorkerd()}; this bench's: pid ${(rt as Runtime).pid}`);
     const u = (rt as Runtime).urls;
@@ -195,6 +198,25 @@ async function main(): Promise<void> {
         expect: 200,
       },
     ];
+    if (u.baseline) {
+      const at = u.baseline;
+      all.push(
+        {
+          id: "before",
+          label: `(3) limiter at ${BASELINE}, allowed, 1000 keys`,
+          url: () => at,
+          key: manyKeys("k"),
+          expect: 200,
+        },
+        {
+          id: "beforehot",
+          label: `(3) limiter at ${BASELINE}, allowed, one hot key`,
+          url: () => at,
+          key: "hot",
+          expect: 200,
+        },
+      );
+    }
     const targets = ONLY ? all.filter((t) => t.id === "pass" || ONLY.includes(t.id)) : all;
 
     // Warm-up: every target, every key (creates the 1000 objects per namespace), first denial made.
@@ -219,6 +241,8 @@ async function main(): Promise<void> {
       ["stand-in object / (2) pass-through", "standin", "pass"],
       ["(3) allowed / no-op object call, 1000 keys", "allowed", "floor"],
       ["(3) allowed / no-op object call, hot key", "hot", "floorhot"],
+      ["(3) allowed now / at BENCH_BASELINE, 1000 keys", "allowed", "before"],
+      ["(3) allowed now / at BENCH_BASELINE, hot key", "hot", "beforehot"],
     ] as const;
     const ratios = new Map<string, number[]>();
     for (let round = 0; round < ROUNDS; round++) {

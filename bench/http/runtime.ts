@@ -7,7 +7,7 @@
  */
 
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { convertV4MiniflareOptions, Miniflare } from "miniflare";
@@ -26,13 +26,15 @@ export interface RuntimeOptions {
   chartWindowMs: number;
   /** Where the Durable Objects' SQLite files go (a temp directory under it, removed by `dispose()`). */
   stateDir: string;
+  /** A git revision whose product (src/ and wrangler.toml) is built and loaded too, as `baseline`. */
+  baseline?: string | undefined;
 }
 
 export interface Runtime {
   /** The workerd process (for its CPU time), or null when it cannot be told apart. */
   readonly pid: number | null;
-  /** Base URLs: `product` (the real bundle of src/index.ts) and one per bench role. */
-  readonly urls: Record<"product" | BenchRole, string>;
+  /** Base URLs: `product` (the real bundle of src/index.ts), one per bench role, and `baseline` when asked for. */
+  readonly urls: Record<"product" | BenchRole, string> & { baseline?: string };
   dispose(): Promise<void>;
 }
 
@@ -68,6 +70,18 @@ function build(config: string, outdir: string): string {
   return outdir;
 }
 
+/** The product as of git revision `rev`: its src/ and wrangler.toml, exported and built; returns the bundle's directory. */
+function buildRevision(rev: string, tmp: string): string {
+  const src = join(tmp, "baseline-src");
+  mkdirSync(src);
+  const archive = execFileSync("git", ["archive", "--format=tar", rev, "src", "wrangler.toml"], {
+    cwd: ROOT,
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  execFileSync("tar", ["-x", "-C", src], { input: archive });
+  return build(join(src, "wrangler.toml"), join(tmp, "baseline"));
+}
+
 /** Starts the runtime; on failure removes what it made (temp dirs, workerd) before rethrowing. */
 export async function startRuntime(o: RuntimeOptions): Promise<Runtime> {
   let tmp = "";
@@ -87,6 +101,7 @@ export async function startRuntime(o: RuntimeOptions): Promise<Runtime> {
 
 async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () => void): Promise<Runtime> {
   const product = join(build(join(ROOT, "wrangler.toml"), join(tmp, "product")), "index.js");
+  const baseline = o.baseline ? join(buildRevision(o.baseline, tmp), "index.js") : null;
   const bench = join(build(join(ROOT, "bench/http/wrangler.toml"), join(tmp, "bench")), "worker.js");
   const socket = [{ host: "127.0.0.1", port: 0 }];
   const vars = { ORIGIN: o.origin, RATE_LIMIT: o.rateLimit as never };
@@ -107,6 +122,20 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
           durableObjects: { LIMITER: { className: "RateLimiter", useSQLite: true } },
           unsafeDirectSockets: socket,
         },
+        ...(baseline
+          ? [
+              {
+                name: "baseline",
+                modules: true as const,
+                scriptPath: baseline,
+                modulesRoot: dirname(baseline),
+                compatibilityDate: COMPATIBILITY_DATE,
+                bindings: vars,
+                durableObjects: { LIMITER: { className: "RateLimiter", useSQLite: true } },
+                unsafeDirectSockets: socket,
+              },
+            ]
+          : []),
         ...roles.map((role) => ({
           name: role,
           modules: true as const,
@@ -129,12 +158,13 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
       ],
     }),
   );
-  const urls = {} as Record<"product" | BenchRole, string>;
+  const urls = {} as Runtime["urls"];
   let started: number[];
   try {
     await mf.ready;
     started = workerdChildren().filter((p) => !before.includes(p));
     for (const name of ["product", ...roles] as const) urls[name] = (await mf.unsafeGetDirectURL(name)).origin;
+    if (baseline) urls.baseline = (await mf.unsafeGetDirectURL("baseline")).origin;
   } catch (e) {
     await mf.dispose().catch(() => {});
     throw e;
