@@ -156,7 +156,10 @@ export default {
     if (role === "stand-in") {
       // Made once per env: spreading env reads every binding, which is not the Worker's work.
       let e = standInEnvs.get(env);
-      if (!e) standInEnvs.set(env, (e = { ...env, LIMITER: standInObject }));
+      if (!e) {
+        e = { ...env, LIMITER: standInObject };
+        standInEnvs.set(env, e);
+      }
       return handle(request, e);
     }
     if (role === "count") {
