@@ -117,6 +117,16 @@ describe("decide", () => {
     expect(await o.rows()).toEqual([]);
   });
 
+  it("refuses the limit objects an earlier version's Worker sent (a rollout window fails safe, never grants)", async () => {
+    const o = await object();
+    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
+      for (const limits of [perSecond, [...perSecond, { limit: 10, windowMs: 60_000, name: "per-minute" }]]) {
+        await expect(instance.decide(limits as never, 1)).rejects.toThrow(RangeError);
+      }
+    });
+    expect(await o.rows()).toEqual([]);
+  });
+
   it("rejects an invalid cost with an error and records nothing", async () => {
     const o = await object();
     // Called on the instance: the test pool's RPC wrapper reports a rejected RPC call as unhandled.
