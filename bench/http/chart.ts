@@ -3,6 +3,8 @@
  * and a line of grants in the trailing window, with the limit drawn in.
  */
 
+import { maxInWindow } from "../../test/e2e/harness.ts";
+
 export interface ChartSeries {
   readonly name: string;
   /** Grant times in ms since the start of the overload. */
@@ -16,17 +18,6 @@ export interface ChartOptions {
   readonly windowMs: number;
   readonly durationMs: number;
   readonly binMs: number;
-}
-
-/** The most grants in any half-open window `(t − W, t]` (sorted input). */
-export function maxInWindow(sorted: readonly number[], windowMs: number): number {
-  let max = 0;
-  let head = 0;
-  for (let i = 0; i < sorted.length; i++) {
-    while ((sorted[head] as number) <= (sorted[i] as number) - windowMs) head += 1;
-    max = Math.max(max, i - head + 1);
-  }
-  return max;
 }
 
 const esc = (s: string) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
