@@ -101,9 +101,10 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
   const limits = plan.limits;
   if (!limits) return proxy(request, config, send, url);
 
-  if (cost > 1 && !config.shadow && limits.some((l) => cost > l.limit)) {
+  // Every limit is at least 1, so only a cost above 1 can exceed one.
+  if (cost > 1 && !config.shadow) {
     const tooCostly = limits.filter((l) => cost > l.limit).map((l) => l.name);
-    return tooManyRequests(plan, [], tooCostly, Number.POSITIVE_INFINITY);
+    if (tooCostly.length > 0) return tooManyRequests(plan, [], tooCostly, Number.POSITIVE_INFINITY);
   }
 
   const now = Date.now();
