@@ -1,19 +1,17 @@
-/** @module The pure core: durations and the exact sliding log. No runtime imports. */
+/** @module The pure core: durations, limits and their rings, and the exact decision. No runtime imports. */
+export type { Decision, Lease, LimitStatus } from "./decision.ts";
+export { type Duration, type DurationUnit, formatDuration, MAX_DURATION_MS, parseDuration } from "./duration.ts";
 export {
-  type Duration,
-  type DurationUnit,
-  formatDuration,
-  MAX_DURATION_MS,
-  parseDuration,
-} from "./duration.ts";
-export {
-  capacityFor,
-  type Decision,
+  defaultTickMs,
+  LEASE_WINDOW_DIVISOR,
+  type Limit,
   type LimitSpec,
-  type LimitStatus,
-  MAX_CAPACITY,
+  MAX_KEY_SLOTS,
+  MAX_RING_SLOTS,
+  maxLeaseMs,
   normalizeLimits,
-  type Restored,
-  SlidingLog,
-  type SlotRow,
-} from "./sliding-log.ts";
+  type RingLayout,
+  ringLayout,
+} from "./limits.ts";
+export { type Ask, KeyLog, type Outcome, type Restored } from "./log.ts";
+export { Ring, roundUp, type SlotRow } from "./ring.ts";

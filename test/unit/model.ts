@@ -1,106 +1,163 @@
 /**
- * @module A brute-force reference for the sliding log: a plain list of every grant, every
- * answer computed from the definition by scanning it. Slow and obviously right.
+ * @module A brute-force reference for the key log: every record in a plain list per tick, every
+ * answer computed from the definition by scanning it, and the real use times kept apart from
+ * the records. Slow and obviously right.
  */
 
-import type { LimitSpec } from "../../src/core/index.ts";
+import type { Decision, Limit, LimitSpec } from "../../src/core/index.ts";
+import { normalizeLimits } from "../../src/core/index.ts";
 
+/** Units recorded (or used) at a time. */
 export interface Grant {
   t: number;
   cost: number;
 }
 
-export interface ModelDecision {
-  allowed: boolean;
-  neverAllowed: boolean;
-  now: number;
-  retryAfterMs: number;
-  blockedUntil: number;
-  limits: { remaining: number; resetMs: number; exceeded: boolean }[];
+function roundUp(t: number, tick: number): number {
+  return Math.ceil(t / tick) * tick;
 }
 
-/** Cost of the grants counted by a window `w` at time `at`: those with `t > at − w`. */
-export function usedAt(grants: readonly Grant[], w: number, at: number): number {
+/** Cost of the grants a window `w` counts at time `at`: those with `t > at − w`, future ones included. */
+export function countedAt(grants: readonly Grant[], w: number, at: number): number {
+  let sum = 0;
+  for (const g of grants) if (g.t > at - w) sum += g.cost;
+  return sum;
+}
+
+/** Cost of the grants in the real window `(at − w, at]`. */
+export function usedIn(grants: readonly Grant[], w: number, at: number): number {
   let sum = 0;
   for (const g of grants) if (g.t > at - w && g.t <= at) sum += g.cost;
   return sum;
 }
 
 export class Model {
-  readonly grants: Grant[] = [];
-  limits: readonly LimitSpec[];
-  /** The latest time decided at; a restart forgets it and falls back to the newest grant. */
+  readonly limits: readonly Limit[];
+  /** Records per tick, sorted by time. */
+  readonly records = new Map<number, Grant[]>();
   clock = Number.NEGATIVE_INFINITY;
 
-  constructor(limits: readonly LimitSpec[]) {
-    this.limits = limits;
+  constructor(specs: readonly LimitSpec[]) {
+    this.limits = normalizeLimits(specs);
+    for (const l of this.limits) this.records.set(l.tickMs, []);
   }
 
-  /** The times at which any count can change: now, and each grant's leaving time per window. */
-  #candidates(now: number): number[] {
-    const times = new Set<number>([now]);
-    for (const g of this.grants) for (const l of this.limits) if (g.t + l.windowMs > now) times.add(g.t + l.windowMs);
+  #used(l: Limit, at: number): number {
+    return countedAt(this.records.get(l.tickMs) as Grant[], l.windowMs, at);
+  }
+
+  /** Times at which a count can change after `t`: each record's leaving time per window. */
+  #candidates(t: number): number[] {
+    const times = new Set<number>([t]);
+    for (const l of this.limits) {
+      for (const g of this.records.get(l.tickMs) as Grant[]) if (g.t + l.windowMs > t) times.add(g.t + l.windowMs);
+    }
     return [...times].sort((a, b) => a - b);
   }
 
-  /** Earliest time ≥ now at which `cost` fits every limit in `which` without new grants. */
-  #fitsAt(now: number, cost: number, which: readonly LimitSpec[]): number {
+  #fitsAt(t: number, cost: number, which: readonly Limit[]): number {
     if (which.some((l) => cost > l.limit)) return Number.POSITIVE_INFINITY;
-    for (const at of this.#candidates(now)) {
-      if (which.every((l) => usedAt(this.grants, l.windowMs, at) + cost <= l.limit)) return at;
+    for (const at of this.#candidates(t)) {
+      if (which.every((l) => this.#used(l, at) + cost <= l.limit)) return at;
     }
     throw new Error("model: no time found");
   }
 
-  /** What a restart from storage keeps: the grants, and a clock at the newest of them. */
-  restart(): void {
-    this.clock = this.grants.at(-1)?.t ?? Number.NEGATIVE_INFINITY;
+  /** A restart: the records survive, the clock starts again at `now`. */
+  restart(now: number): void {
+    this.clock = Math.floor(now);
   }
 
-  decide(now: number, cost: number): ModelDecision {
+  take(now: number, cost: number, leaseUnits = 0, leaseMs = 0): Decision {
     const t = Math.max(Math.floor(now), this.clock);
     this.clock = t;
-    const exceeded = this.limits.map((l) => usedAt(this.grants, l.windowMs, t) + cost > l.limit);
-    const allowed = !exceeded.some(Boolean);
+    const fits = this.limits.map((l) => this.#used(l, t) + cost <= l.limit);
+    const allowed = fits.every(Boolean);
+    let lease: Decision["lease"] = null;
     if (allowed) {
-      const last = this.grants.at(-1);
-      if (last && last.t === t) last.cost += cost;
-      else this.grants.push({ t, cost });
+      const lifetime = Math.min(leaseMs, Math.floor(Math.min(...this.limits.map((l) => l.windowMs)) / 20));
+      let extra = 0;
+      if (leaseUnits > 0 && lifetime > 0) {
+        const room = Math.min(...this.limits.map((l) => Math.max(0, l.limit - this.#used(l, t)) - cost));
+        extra = Math.min(leaseUnits, Math.floor(room / 2));
+      }
+      const units = cost + extra;
+      if (units > 0) {
+        const at = extra > 0 ? t + lifetime : t;
+        const recordedAt: number[] = [];
+        for (const [tick, list] of this.records) {
+          const last = list.at(-1);
+          const ts = Math.max(roundUp(at, tick), last?.t ?? Number.NEGATIVE_INFINITY);
+          if (last && last.t === ts) last.cost += units;
+          else list.push({ t: ts, cost: units });
+          recordedAt.push(ts);
+        }
+        if (extra > 0) lease = { units: extra, lifetimeMs: lifetime, recordedAt };
+      }
     }
-    const limits = this.limits.map((l, i) => {
-      const used = usedAt(this.grants, l.windowMs, t);
+    return this.#decision(t, cost, allowed, lease);
+  }
+
+  giveBack(recordedAt: readonly number[], units: number): void {
+    [...this.records.values()].forEach((list, r) => {
+      const i = list.findIndex((g) => g.t === recordedAt[r]);
+      if (i === -1) return;
+      const g = list[i] as Grant;
+      g.cost -= Math.min(units, g.cost);
+      if (g.cost === 0) list.splice(i, 1);
+    });
+  }
+
+  /** The records with `ts ≤ now` are forgotten. */
+  forget(now: number): void {
+    this.clock = Math.max(Math.floor(now), this.clock);
+    for (const [tick, list] of this.records) {
+      this.records.set(
+        tick,
+        list.filter((g) => g.t > this.clock),
+      );
+    }
+  }
+
+  #decision(t: number, cost: number, allowed: boolean, lease: Decision["lease"]): Decision {
+    const limits = this.limits.map((l) => {
+      const used = this.#used(l, t);
       const remaining = Math.max(0, l.limit - used);
       let resetMs = 0;
       if (used > 0) {
-        // The first time after t at which remaining grows.
-        const at = this.#candidates(t).find(
-          (c) => c > t && Math.max(0, l.limit - usedAt(this.grants, l.windowMs, c)) > remaining,
-        );
+        const at = this.#candidates(t).find((c) => c > t && Math.max(0, l.limit - this.#used(l, c)) > remaining);
         if (at === undefined) throw new Error("model: remaining never grows");
         resetMs = at - t;
       }
-      return { remaining, resetMs, exceeded: exceeded[i] as boolean };
+      return { remaining, resetMs, exceeded: !allowed && remaining < cost };
     });
+    const neverAllowed = this.limits.some((l) => cost > l.limit);
     return {
       allowed,
-      neverAllowed: this.limits.some((l) => cost > l.limit),
+      neverAllowed,
+      cost,
       now: t,
       retryAfterMs: allowed ? 0 : this.#fitsAt(t, cost, this.limits) - t,
-      blockedUntil: this.#fitsAt(t, 1, this.limits),
+      blockedUntil: this.#fitsAt(
+        t,
+        1,
+        this.limits.filter((l) => this.#used(l, t) > 0),
+      ),
       limits,
+      lease,
     };
   }
 }
 
 /**
- * The guarantee, checked by a sweep: for every limit and every grant at `t`, the grants in
- * `(t − W, t]` cost at most `N`. Any window's count only rises at a grant, so checking the
- * windows that end at each grant covers every window. Returns the first violation or null.
+ * The guarantee, checked by a sweep over real use times: for every limit and every use at `t`,
+ * the uses in `(t − W, t]` cost at most `N`. A window's count only rises at a use, so the windows
+ * ending at each use cover every window. Returns the first violation or null.
  */
-export function sweepViolation(grants: readonly Grant[], limits: readonly LimitSpec[]): string | null {
+export function sweepViolation(uses: readonly Grant[], limits: readonly LimitSpec[]): string | null {
   for (const l of limits) {
-    for (const g of grants) {
-      const used = usedAt(grants, l.windowMs, g.t);
+    for (const g of uses) {
+      const used = usedIn(uses, l.windowMs, g.t);
       if (used > l.limit) return `${used} > ${l.limit} in (${g.t - l.windowMs}, ${g.t}]`;
     }
   }

@@ -1,0 +1,47 @@
+/** @module The decision: one plain value from the core, over the RPC, to the headers and the deny cache. */
+
+/** One limit's state after a decision. */
+export interface LimitStatus {
+  /** Cost units that could still be granted right now (after this decision); never negative. */
+  readonly remaining: number;
+  /**
+   * Milliseconds until `remaining` next grows: when the oldest slot leaves the window or, while the
+   * limit is used up, when a cost of 1 fits again. 0 when nothing is in the window.
+   */
+  readonly resetMs: number;
+  /** True when this limit alone refused the request. */
+  readonly exceeded: boolean;
+}
+
+/** Units granted ahead of use, to be spent by the caller until its own clock passes `sentAt + lifetimeMs`. */
+export interface Lease {
+  /** Units beyond the request's own cost. */
+  readonly units: number;
+  /** How long the caller may spend them, measured on its own clock from just before it asked. */
+  readonly lifetimeMs: number;
+  /** Where each ring recorded the lease (ms): hand these back with unused units. */
+  readonly recordedAt: readonly number[];
+}
+
+/** The outcome of one request (and, with a lease, of units granted ahead). */
+export interface Decision {
+  /** Whether the request's cost was granted and recorded. */
+  readonly allowed: boolean;
+  /** The cost exceeds some limit's `N`: it can never pass (`retryAfterMs` is `Infinity`). */
+  readonly neverAllowed: boolean;
+  /** The cost asked for (0 for a lease asked ahead of any request). */
+  readonly cost: number;
+  /** The log's clock when it decided (ms; monotone). */
+  readonly now: number;
+  /**
+   * 0 when allowed. Otherwise the exact wait: this request would be granted at `now + retryAfterMs`
+   * if nothing else were granted or given back meanwhile, and not a millisecond earlier.
+   */
+  readonly retryAfterMs: number;
+  /** Absolute time (ms) before which no request of cost 1 can pass; `now` when one could pass now. */
+  readonly blockedUntil: number;
+  /** One entry per limit, in the order the limits were given. */
+  readonly limits: readonly LimitStatus[];
+  /** Units granted ahead, or null (per-request decision, or a denial). */
+  readonly lease: Lease | null;
+}

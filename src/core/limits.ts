@@ -1,0 +1,162 @@
+/**
+ * @module Limits, their ticks, and how they share rings. Pure: no runtime imports.
+ *
+ * A limit `(N, W)` is tracked on a ring of slots at multiples of its tick. Limits with the same
+ * tick share one ring. Every bound on memory and storage follows from the numbers here.
+ */
+
+import { describe, formatDuration, MAX_DURATION_MS } from "./duration.ts";
+
+/** One limit as configured: at most `limit` cost units in every half-open interval of `windowMs` ms. */
+export interface LimitSpec {
+  /** Positive safe integer: the most cost that may be granted in any window. */
+  readonly limit: number;
+  /** Window length in whole milliseconds (1 … 366 days). */
+  readonly windowMs: number;
+  /** Grants are recorded at their time rounded up to a multiple of this (ms); default {@link defaultTickMs}. */
+  readonly tickMs?: number;
+}
+
+/** A limit with its tick filled in. */
+export interface Limit extends LimitSpec {
+  readonly tickMs: number;
+}
+
+/** The most slots one ring may need: 20 bytes each in memory (time, cost, storage key), one row each in storage. */
+export const MAX_RING_SLOTS = 2048;
+
+/**
+ * The most slots one key may need over all its rings (default ticks use at most two rings, so
+ * only explicit ticks can reach it): at most 80 KiB of slot arrays plus 32 KiB of free storage
+ * keys per key, and at most this many rows to read when the object wakes.
+ */
+export const MAX_KEY_SLOTS = 4096;
+
+/**
+ * A lease's lifetime is at most this fraction of the key's shortest window, so a leased unit
+ * holds capacity at most 1/20 of any window longer than a per-request grant would.
+ */
+export const LEASE_WINDOW_DIVISOR = 20;
+
+/** The longest lease lifetime the limits allow (ms): 1/20 of the shortest window, floored. */
+export function maxLeaseMs(limits: readonly LimitSpec[]): number {
+  let shortest = Number.POSITIVE_INFINITY;
+  for (const l of limits) shortest = Math.min(shortest, l.windowMs);
+  return Math.floor(shortest / LEASE_WINDOW_DIVISOR);
+}
+
+/**
+ * Distinct multiples of `tickMs` a slot may lie at while a window of `windowMs` counts it:
+ * slots lie in `(now − W, now + lease + tick)`, so at most `⌊(W + lease) / tick⌋ + 2` of them.
+ */
+function tickSlots(windowMs: number, leaseMs: number, tickMs: number): number {
+  return Math.floor((windowMs + leaseMs) / tickMs) + 2;
+}
+
+/**
+ * Default ticks for the limits that have none, so that every configuration fits: a limit that fits
+ * {@link MAX_RING_SLOTS} slots at `1ms` gets `1ms` (exact); the others share one coarser tick, the
+ * smallest whole number of ms that fits the longest of them. Defaults thus use at most two rings.
+ */
+function defaultTicks(specs: readonly LimitSpec[]): number[] {
+  const lease = maxLeaseMs(specs);
+  const fine = specs.map((l) => Math.min(l.limit, tickSlots(l.windowMs, lease, 1)) <= MAX_RING_SLOTS);
+  let coarse = 1;
+  specs.forEach((l, i) => {
+    if (!fine[i]) coarse = Math.max(coarse, Math.ceil((l.windowMs + lease) / (MAX_RING_SLOTS - 2)));
+  });
+  return specs.map((_, i) => (fine[i] ? 1 : coarse));
+}
+
+/** The default tick of a key with this one limit: `1ms` where it fits, else about 1/2000 of the window. */
+export function defaultTickMs(limit: number, windowMs: number): number {
+  return defaultTicks([{ limit, windowMs }])[0] as number;
+}
+
+/** The limits that share one ring: those with the same tick. */
+export interface RingLayout {
+  readonly tickMs: number;
+  /** Indices into the key's limits, in order. */
+  readonly limits: readonly number[];
+  /** Storage keys `0 … capacity − 1`; the ring never holds more slots than this. */
+  readonly capacity: number;
+}
+
+/**
+ * Groups limits by tick (first appearance order) and sizes each ring: `min(N, tick slots)` of its
+ * longest window (the smallest `N` among limits sharing that window). Every slot but a returned
+ * lease's costs ≥ 1, and every slot is at a distinct multiple of the tick.
+ */
+export function ringLayout(limits: readonly Limit[]): RingLayout[] {
+  const lease = maxLeaseMs(limits);
+  const byTick = new Map<number, number[]>();
+  limits.forEach((l, i) => {
+    const group = byTick.get(l.tickMs);
+    if (group) group.push(i);
+    else byTick.set(l.tickMs, [i]);
+  });
+  return [...byTick].map(([tickMs, members]) => {
+    let w = 0;
+    let n = Number.POSITIVE_INFINITY;
+    for (const i of members) {
+      const l = limits[i] as Limit;
+      if (l.windowMs > w) [w, n] = [l.windowMs, l.limit];
+      else if (l.windowMs === w) n = Math.min(n, l.limit);
+    }
+    return { tickMs, limits: members, capacity: Math.min(n, tickSlots(w, lease, tickMs)) };
+  });
+}
+
+/**
+ * Checks limits and fills in default ticks.
+ *
+ * @throws RangeError naming the bad field (`limits[i].limit`, `.windowMs`, `.tickMs`, or `limits`
+ *   when the key would need more than {@link MAX_KEY_SLOTS} slots)
+ */
+export function normalizeLimits(specs: readonly LimitSpec[]): Limit[] {
+  if (!Array.isArray(specs) || specs.length === 0) {
+    throw new RangeError("limits: expected at least one limit");
+  }
+  specs.forEach((spec, i) => {
+    if (typeof spec !== "object" || spec === null)
+      throw new RangeError(`limits[${i}]: expected a limit, got ${describe(spec)}`);
+    const { limit, windowMs } = spec;
+    if (!Number.isSafeInteger(limit) || limit < 1) {
+      throw new RangeError(`limits[${i}].limit: expected a positive integer, got ${describe(limit)}`);
+    }
+    if (!Number.isSafeInteger(windowMs) || windowMs < 1 || windowMs > MAX_DURATION_MS) {
+      throw new RangeError(
+        `limits[${i}].windowMs: expected whole milliseconds from 1 to ${MAX_DURATION_MS}, got ${describe(windowMs)}`,
+      );
+    }
+    const { tickMs } = spec;
+    if (tickMs !== undefined && (!Number.isSafeInteger(tickMs) || tickMs < 1 || tickMs > windowMs)) {
+      throw new RangeError(
+        `limits[${i}].tickMs: expected whole milliseconds from 1 to the window (${windowMs}), got ${describe(tickMs)}`,
+      );
+    }
+  });
+  const defaults = defaultTicks(specs);
+  const limits = specs.map(
+    (l, i): Limit => ({ limit: l.limit, windowMs: l.windowMs, tickMs: l.tickMs ?? (defaults[i] as number) }),
+  );
+  const rings = ringLayout(limits);
+  for (const r of rings) {
+    if (r.capacity > MAX_RING_SLOTS) {
+      const i = r.limits.reduce((a, b) => ((limits[b] as Limit).windowMs > (limits[a] as Limit).windowMs ? b : a));
+      const l = limits[i] as Limit;
+      const lease = maxLeaseMs(limits);
+      const fits = Math.ceil((l.windowMs + lease) / (MAX_RING_SLOTS - 2));
+      throw new RangeError(
+        `limits[${i}].tickMs: ${l.limit} per ${formatDuration(l.windowMs)} at a tick of ${formatDuration(l.tickMs)} needs up to ${r.capacity} slots per key, more than ${MAX_RING_SLOTS}; use a tick of at least ${formatDuration(fits)}`,
+      );
+    }
+  }
+  const total = rings.reduce((sum, r) => sum + r.capacity, 0);
+  if (total > MAX_KEY_SLOTS) {
+    throw new RangeError(
+      `limits: ${rings.length} different ticks need ${total} slots per key, more than ${MAX_KEY_SLOTS}; give limits the same tick so they share a ring, or coarser ticks`,
+    );
+  }
+  return limits;
+}

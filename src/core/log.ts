@@ -1,0 +1,306 @@
+/**
+ * @module The exact log of one key: its limits, their rings, and the decision. Pure: time is
+ * passed in.
+ *
+ * Window semantics (integer ms): at time `now` a unit recorded at `t` counts toward a limit of
+ * window `W` iff `t > now − W` — including units recorded in the future. A unit is never recorded
+ * earlier than it can be used (per-request grants at `now` rounded up to the tick, leases at
+ * `now + lifetime` rounded up, anything earlier than a ring's newest slot at that slot's time),
+ * and every decision is evaluated at the real, monotone `now`. Then no window of real use times
+ * ever holds more than `N` (DESIGN.md, "Future-dated grants").
+ */
+
+import type { Decision, LimitStatus } from "./decision.ts";
+import { describe } from "./duration.ts";
+import { type Limit, type LimitSpec, maxLeaseMs, normalizeLimits, ringLayout } from "./limits.ts";
+import { Ring, roundUp, type SlotRow } from "./ring.ts";
+
+/** A decision and the rows it changed (one per ring for a grant, none for a denial). */
+export interface Outcome {
+  readonly decision: Decision;
+  readonly writes: readonly SlotRow[];
+}
+
+/** What {@link KeyLog.take} is asked for. */
+export interface Ask {
+  /** The request's own cost: a safe integer ≥ 0 (0: only a lease is asked for). */
+  readonly cost: number;
+  /** Units wanted ahead of use (0: a per-request decision). */
+  readonly leaseUnits?: number;
+  /** The lease lifetime wanted (ms); the log grants at most {@link maxLeaseMs} of its limits. */
+  readonly leaseMs?: number;
+}
+
+/** Result of {@link KeyLog.restore}. */
+export interface Restored {
+  readonly log: KeyLog;
+  /**
+   * True when the stored rows do not fit this layout (the limits changed): delete every stored
+   * row and write {@link KeyLog.rows} instead. False on a plain restart.
+   */
+  readonly rewrite: boolean;
+}
+
+/** Where limit `i` lives: ring and member index within it. */
+interface Place {
+  readonly ring: Ring;
+  readonly j: number;
+}
+
+export class KeyLog {
+  /** The limits, with ticks filled in, in the order given. */
+  readonly limits: readonly Limit[];
+  readonly rings: readonly Ring[];
+  /** The longest lease lifetime these limits allow. */
+  readonly maxLeaseMs: number;
+  readonly #places: readonly Place[];
+  readonly #minLimit: number;
+  /** The latest time decided at: decisions never go back in time. */
+  #clock = Number.NEGATIVE_INFINITY;
+
+  /** @throws RangeError naming the bad field */
+  constructor(specs: readonly LimitSpec[]) {
+    this.limits = normalizeLimits(specs);
+    this.maxLeaseMs = maxLeaseMs(this.limits);
+    const places: Place[] = [];
+    this.rings = ringLayout(this.limits).map((layout) => {
+      const ring = new Ring(
+        layout.tickMs,
+        layout.capacity,
+        layout.limits.map((i) => this.limits[i] as Limit),
+      );
+      layout.limits.forEach((i, j) => {
+        places[i] = { ring, j };
+      });
+      return ring;
+    });
+    this.#places = places;
+    this.#minLimit = Math.min(...this.limits.map((l) => l.limit));
+  }
+
+  /**
+   * Rebuilds a log from stored rows (any order) at time `now`. With the same limits it behaves
+   * exactly as before the restart. With changed limits it keeps what still matters: a ring whose
+   * tick changed is seeded from an old ring's rows rounded up to the new tick (later is safe), and
+   * a ring that shrank keeps its newest slots.
+   */
+  static restore(limits: readonly LimitSpec[], rows: Iterable<SlotRow>, now: number): Restored {
+    const log = new KeyLog(limits);
+    const t = Math.floor(now);
+    const byRing = new Map<number, SlotRow[]>();
+    for (const r of rows) {
+      if (!Number.isSafeInteger(r.ts) || !Number.isSafeInteger(r.cost) || r.cost <= 0) continue;
+      const list = byRing.get(r.ring);
+      if (list) list.push(r);
+      else byRing.set(r.ring, [r]);
+    }
+    const current = new Set(log.rings.map((r) => r.tickMs));
+    // Rows of a ring that no longer exists must go (a rewrite deletes them).
+    let rewrite = [...byRing.keys()].some((tick) => !current.has(tick));
+    for (const ring of log.rings) {
+      const own = byRing.get(ring.tickMs);
+      const window = longestWindow(ring, log);
+      let slots: SlotRow[];
+      if (own) {
+        slots = own.filter((r) => r.ts > t - window).sort((a, b) => a.ts - b.ts);
+      } else {
+        // A new tick: every ring records every grant, so seed it from the stored ring that holds
+        // the most units (the most history), rounded up to the new tick (later is safe).
+        let seed: SlotRow[] = [];
+        for (const [tick, list] of byRing) if (tick !== ring.tickMs && total(list) > total(seed)) seed = list;
+        slots = seed
+          .filter((r) => r.ts > t - window)
+          .map((r) => ({ ...r, ts: roundUp(r.ts, ring.tickMs) }))
+          .sort((a, b) => a.ts - b.ts);
+      }
+      const fitted = toLayout(slots, ring);
+      // Seeded rows, and rows that had to be merged or renumbered, are not stored as they are now.
+      if (own ? fitted !== slots : fitted.length > 0) rewrite = true;
+      ring.load(fitted);
+      ring.evict(t);
+    }
+    return { log, rewrite };
+  }
+
+  /** Every slot of every ring, oldest first per ring: what to write after a rewrite. */
+  rows(): SlotRow[] {
+    return this.rings.flatMap((r) => r.rows());
+  }
+
+  /** From this time on no limit counts any slot: the key's state can be deleted. −∞ when empty. */
+  get idleAt(): number {
+    let at = Number.NEGATIVE_INFINITY;
+    for (const ring of this.rings) at = Math.max(at, ring.newest + longestWindow(ring, this));
+    return at;
+  }
+
+  /** The log's clock: the latest time it decided at. */
+  get clock(): number {
+    return this.#clock;
+  }
+
+  /**
+   * Decides a request of `ask.cost` at `now` and, when every limit allows it, records it —
+   * together with up to `ask.leaseUnits` more units leased ahead when the key is far from every
+   * limit. A lease takes at most half of what is left under each limit, so leases shrink near the
+   * limit and vanish there: then this is the per-request path.
+   *
+   * @param now integer milliseconds (fractions are floored; a time before the clock counts as the clock)
+   * @throws RangeError for a cost, lease or `now` out of range
+   */
+  take(now: number, ask: Ask): Outcome {
+    const { cost, leaseUnits = 0, leaseMs = 0 } = ask;
+    if (!Number.isSafeInteger(cost) || cost < 0)
+      throw new RangeError(`cost: expected a whole number ≥ 0, got ${describe(cost)}`);
+    if (!Number.isSafeInteger(leaseUnits) || leaseUnits < 0) {
+      throw new RangeError(`leaseUnits: expected a whole number ≥ 0, got ${describe(leaseUnits)}`);
+    }
+    if (!Number.isSafeInteger(leaseMs) || leaseMs < 0) {
+      throw new RangeError(`leaseMs: expected whole milliseconds ≥ 0, got ${describe(leaseMs)}`);
+    }
+    if (cost === 0 && leaseUnits === 0) throw new RangeError("cost: 0 asks for nothing; ask for a cost or lease units");
+    const t = this.#advance(now);
+    const allowed = this.rings.every((r) => r.fits(cost));
+    if (!allowed) return { decision: this.#decision(t, cost, false, null), writes: [] };
+
+    const lifetime = Math.min(leaseMs, this.maxLeaseMs);
+    let extra = 0;
+    if (leaseUnits > 0 && lifetime > 0) {
+      let room = Number.POSITIVE_INFINITY;
+      for (let i = 0; i < this.limits.length; i++) room = Math.min(room, this.#remaining(i) - cost);
+      extra = Math.min(leaseUnits, Math.floor(room / 2));
+    }
+    const units = cost + extra;
+    if (units === 0) return { decision: this.#decision(t, cost, true, null), writes: [] };
+    const at = extra > 0 ? t + lifetime : t;
+    const writes = this.rings.map((r) => r.record(at, units));
+    const lease = extra > 0 ? { units: extra, lifetimeMs: lifetime, recordedAt: writes.map((w) => w.ts) } : null;
+    return { decision: this.#decision(t, cost, true, lease), writes };
+  }
+
+  /**
+   * Gives back `units` of a lease that will not be used (`recordedAt` as the lease said). Slots
+   * that have left every window are skipped: those units count nowhere any more.
+   *
+   * @returns the rows to write (cost 0: the slot is gone)
+   */
+  giveBack(recordedAt: readonly number[], units: number): SlotRow[] {
+    if (!Number.isSafeInteger(units) || units < 1)
+      throw new RangeError(`units: expected a positive integer, got ${describe(units)}`);
+    if (!Array.isArray(recordedAt) || recordedAt.length !== this.rings.length) {
+      throw new RangeError(`recordedAt: expected ${this.rings.length} times, one per ring`);
+    }
+    const writes: SlotRow[] = [];
+    this.rings.forEach((ring, r) => {
+      const row = ring.giveBack(recordedAt[r] as number, units);
+      if (row) writes.push(row);
+    });
+    return writes;
+  }
+
+  /** The key's state at `now` without recording anything (as a denial of cost 0 would see it). */
+  peek(now: number): Decision {
+    const t = this.#advance(now);
+    return this.#decision(t, 0, true, null);
+  }
+
+  /**
+   * Forgets every slot at or before `now` (an operator's reset). Slots after `now` stay: they
+   * hold units leased to callers that may still spend them. The caller deletes the same rows
+   * from storage (`ts ≤` the returned time).
+   *
+   * @returns the clock the slots were forgotten through
+   */
+  forget(now: number): number {
+    const t = this.#advance(now);
+    for (const r of this.rings) r.dropThrough(t);
+    return t;
+  }
+
+  /** Moves the clock to `now` (never back) and evicts every ring to it. */
+  #advance(now: number): number {
+    if (!Number.isFinite(now)) throw new RangeError(`now: expected a finite time in ms, got ${describe(now)}`);
+    const t = Math.max(Math.floor(now), this.#clock);
+    this.#clock = t;
+    for (const r of this.rings) r.evict(t);
+    return t;
+  }
+
+  #remaining(i: number): number {
+    const p = this.#places[i] as Place;
+    return p.ring.remaining(p.j);
+  }
+
+  /** Earliest time ≥ `t` at which `cost` fits every limit if nothing else is granted (∞ if never). */
+  #freeAt(t: number, cost: number): number {
+    let at = t;
+    for (const p of this.#places) at = Math.max(at, p.ring.freeAt(p.j, t, cost));
+    return at;
+  }
+
+  #decision(t: number, cost: number, allowed: boolean, lease: Decision["lease"]): Decision {
+    const limits: LimitStatus[] = this.#places.map((p) => ({
+      remaining: p.ring.remaining(p.j),
+      resetMs: p.ring.resetMs(p.j, t),
+      exceeded: !allowed && p.ring.remaining(p.j) < cost,
+    }));
+    const neverAllowed = cost > this.#minLimit;
+    let blockedUntil = t;
+    for (const p of this.#places)
+      if (!p.ring.isEmpty(p.j)) blockedUntil = Math.max(blockedUntil, p.ring.freeAt(p.j, t, 1));
+    return {
+      allowed,
+      neverAllowed,
+      cost,
+      now: t,
+      retryAfterMs: allowed ? 0 : neverAllowed ? Number.POSITIVE_INFINITY : this.#freeAt(t, cost) - t,
+      blockedUntil,
+      limits,
+      lease,
+    };
+  }
+}
+
+function longestWindow(ring: Ring, log: KeyLog): number {
+  let w = 0;
+  for (const l of log.limits) if (l.tickMs === ring.tickMs) w = Math.max(w, l.windowMs);
+  return w;
+}
+
+function total(rows: readonly SlotRow[]): number {
+  let sum = 0;
+  for (const r of rows) sum += r.cost;
+  return sum;
+}
+
+/**
+ * Rows as the ring can hold them: distinct times (merged), distinct keys below the capacity, at
+ * most `capacity` slots (the newest). Returns `slots` itself when it already fits.
+ */
+function toLayout(slots: readonly SlotRow[], ring: Ring): SlotRow[] {
+  const keys = new Set<number>();
+  let ok = slots.length <= ring.capacity;
+  for (let i = 0; ok && i < slots.length; i++) {
+    const r = slots[i] as SlotRow;
+    const prev = slots[i - 1];
+    if (
+      r.key < 0 ||
+      r.key >= ring.capacity ||
+      keys.has(r.key) ||
+      r.ts % ring.tickMs !== 0 ||
+      (prev && prev.ts === r.ts)
+    ) {
+      ok = false;
+    }
+    keys.add(r.key);
+  }
+  if (ok) return slots as SlotRow[];
+  const merged: SlotRow[] = [];
+  for (const r of slots) {
+    const ts = roundUp(r.ts, ring.tickMs);
+    const last = merged.at(-1);
+    if (last && last.ts === ts) merged[merged.length - 1] = { ...last, cost: last.cost + r.cost };
+    else merged.push({ ring: ring.tickMs, key: 0, ts, cost: r.cost });
+  }
+  return merged.slice(-ring.capacity).map((r, k) => ({ ...r, key: k }));
+}

@@ -1,0 +1,293 @@
+/**
+ * @module One ring of `(time, cost)` slots shared by the limits with one tick. Pure.
+ *
+ * Slots are sorted by time, at distinct multiples of the tick, and may lie in the future (leases,
+ * rounding up). Each limit keeps its own head (its window's oldest slot) and running sum. Every
+ * slot owns a storage key in `0 … capacity − 1`; a key is reused only after its slot has left the
+ * ring, so a grant writes one row and an eviction writes none.
+ */
+
+/** A storage row: one slot of one ring. `cost` 0 marks a row whose slot is gone. */
+export interface SlotRow {
+  /** The ring, named by its tick in ms. */
+  readonly ring: number;
+  /** Storage key within the ring, in `[0, capacity)`. */
+  readonly key: number;
+  /** The slot's time in integer milliseconds (a multiple of the ring's tick). */
+  readonly ts: number;
+  /** Units recorded at that time. */
+  readonly cost: number;
+}
+
+/** A limit as the ring sees it. */
+interface Member {
+  readonly limit: number;
+  readonly windowMs: number;
+  /** Absolute index of the oldest slot in this limit's window (`end` when empty). */
+  head: number;
+  /** Total cost of the slots in this limit's window. */
+  used: number;
+}
+
+/** Rounds `t` up to a multiple of `tick`. */
+export function roundUp(t: number, tick: number): number {
+  return Math.ceil(t / tick) * tick;
+}
+
+/**
+ * A sorted ring of slots. Slots are addressed by absolute index (`start … end − 1`), stored at
+ * `index & mask` in arrays that double when full.
+ */
+export class Ring {
+  readonly tickMs: number;
+  readonly capacity: number;
+  readonly #members: Member[];
+  #ts: Float64Array;
+  #cost: Float64Array;
+  #key: Int32Array;
+  #mask: number;
+  #start = 0;
+  #end = 0;
+  /** Storage keys released by slots that left, as a stack. */
+  readonly #free: number[] = [];
+  /** Keys from here to `capacity − 1` were never used. */
+  #fresh = 0;
+
+  constructor(tickMs: number, capacity: number, limits: readonly { limit: number; windowMs: number }[]) {
+    this.tickMs = tickMs;
+    this.capacity = capacity;
+    this.#members = limits.map((l) => ({ limit: l.limit, windowMs: l.windowMs, head: 0, used: 0 }));
+    const size = Math.min(16, nextPowerOfTwo(capacity));
+    this.#ts = new Float64Array(size);
+    this.#cost = new Float64Array(size);
+    this.#key = new Int32Array(size);
+    this.#mask = size - 1;
+  }
+
+  // ------------------------------------------------------------------ slots
+
+  /** Slots in the ring. */
+  get size(): number {
+    return this.#end - this.#start;
+  }
+
+  /** Slots allocated in memory (for measuring). */
+  get allocated(): number {
+    return this.#mask + 1;
+  }
+
+  #tsAt(i: number): number {
+    return this.#ts[i & this.#mask] as number;
+  }
+
+  #costAt(i: number): number {
+    return this.#cost[i & this.#mask] as number;
+  }
+
+  #keyAt(i: number): number {
+    return this.#key[i & this.#mask] as number;
+  }
+
+  #row(i: number): SlotRow {
+    return { ring: this.tickMs, key: this.#keyAt(i), ts: this.#tsAt(i), cost: this.#costAt(i) };
+  }
+
+  /** Time of the newest slot, or −∞ when empty. */
+  get newest(): number {
+    return this.size === 0 ? Number.NEGATIVE_INFINITY : this.#tsAt(this.#end - 1);
+  }
+
+  /** The slots, oldest first, as rows. */
+  rows(): SlotRow[] {
+    const out: SlotRow[] = [];
+    for (let i = this.#start; i < this.#end; i++) out.push(this.#row(i));
+    return out;
+  }
+
+  /** Loads sorted, distinct-time slots with distinct storage keys below the capacity (the ring must be empty). */
+  load(rows: readonly SlotRow[]): void {
+    if (rows.length === 0) return;
+    const taken = new Set<number>();
+    for (const r of rows) {
+      this.#append(r.ts, r.cost, r.key);
+      taken.add(r.key);
+    }
+    this.#fresh = this.capacity;
+    for (let k = this.capacity - 1; k >= 0; k--) if (!taken.has(k)) this.#free.push(k);
+  }
+
+  /** A storage key no slot holds. */
+  #takeKey(): number {
+    const key = this.#free.pop() ?? (this.#fresh < this.capacity ? this.#fresh++ : undefined);
+    if (key === undefined) throw new Error(`ring invariant broken: more than ${this.capacity} slots`);
+    return key;
+  }
+
+  #append(ts: number, cost: number, key: number): void {
+    if (this.size === this.#mask + 1) this.#grow();
+    const p = this.#end & this.#mask;
+    this.#ts[p] = ts;
+    this.#cost[p] = cost;
+    this.#key[p] = key;
+    this.#end++;
+    for (const m of this.#members) m.used += cost;
+  }
+
+  #grow(): void {
+    const size = 2 * (this.#mask + 1);
+    const ts = new Float64Array(size);
+    const cost = new Float64Array(size);
+    const key = new Int32Array(size);
+    for (let i = this.#start; i < this.#end; i++) {
+      ts[i & (size - 1)] = this.#tsAt(i);
+      cost[i & (size - 1)] = this.#costAt(i);
+      key[i & (size - 1)] = this.#keyAt(i);
+    }
+    this.#ts = ts;
+    this.#cost = cost;
+    this.#key = key;
+    this.#mask = size - 1;
+  }
+
+  // ------------------------------------------------------------------ limits
+
+  /** Drops from each limit's window the slots at or before `now − W`; frees slots no window holds. */
+  evict(now: number): void {
+    for (const m of this.#members) {
+      const cutoff = now - m.windowMs;
+      while (m.head < this.#end && this.#tsAt(m.head) <= cutoff) {
+        m.used -= this.#costAt(m.head);
+        m.head++;
+      }
+      if (m.head === this.#end) m.used = 0;
+    }
+    this.#release();
+  }
+
+  /** Drops every slot at or before `t` from every window (an operator's reset). */
+  dropThrough(t: number): void {
+    for (const m of this.#members) {
+      while (m.head < this.#end && this.#tsAt(m.head) <= t) {
+        m.used -= this.#costAt(m.head);
+        m.head++;
+      }
+      if (m.head === this.#end) m.used = 0;
+    }
+    this.#release();
+  }
+
+  /** Frees the keys of slots that no window holds any more. */
+  #release(): void {
+    let start = this.#end;
+    for (const m of this.#members) start = Math.min(start, m.head);
+    for (; this.#start < start; this.#start++) this.#free.push(this.#keyAt(this.#start));
+  }
+
+  /** Whether `cost` more fits every limit (evicted to now). */
+  fits(cost: number): boolean {
+    for (const m of this.#members) if (m.used + cost > m.limit) return false;
+    return true;
+  }
+
+  /** Cost that may still be granted under the `j`th limit of this ring. */
+  remaining(j: number): number {
+    const m = this.#members[j] as Member;
+    return Math.max(0, m.limit - m.used);
+  }
+
+  /** Earliest time ≥ `t` at which `cost` fits the `j`th limit if nothing else is granted (∞: never). */
+  freeAt(j: number, t: number, cost: number): number {
+    const m = this.#members[j] as Member;
+    if (cost > m.limit) return Number.POSITIVE_INFINITY;
+    let excess = m.used + cost - m.limit;
+    if (excess <= 0) return t;
+    // The oldest slots leave first; excess ≤ used, so this ends inside the window.
+    for (let i = m.head; ; i++) {
+      excess -= this.#costAt(i);
+      if (excess <= 0) return Math.max(t, this.#tsAt(i) + m.windowMs);
+    }
+  }
+
+  /** Milliseconds from `t` until the `j`th limit's `remaining` grows (0 when its window is empty). */
+  resetMs(j: number, t: number): number {
+    const m = this.#members[j] as Member;
+    if (m.head === this.#end) return 0;
+    const oldestLeaves = this.#tsAt(m.head) + m.windowMs;
+    return Math.max(this.freeAt(j, t, 1), oldestLeaves) - t;
+  }
+
+  /** Whether the `j`th limit has anything in its window. */
+  isEmpty(j: number): boolean {
+    return (this.#members[j] as Member).head === this.#end;
+  }
+
+  // ------------------------------------------------------------------ changes
+
+  /**
+   * Records `units` at `at` rounded up to the tick, or at the newest slot's time if that is
+   * later (later is always safe). Returns the one row to write and the time recorded at.
+   * The ring must be evicted to a time ≤ `at` and have room (`fits`).
+   */
+  record(at: number, units: number): SlotRow {
+    const ts = Math.max(roundUp(at, this.tickMs), this.newest);
+    if (this.size > 0 && this.#tsAt(this.#end - 1) === ts) {
+      const p = (this.#end - 1) & this.#mask;
+      this.#cost[p] = (this.#cost[p] as number) + units;
+      for (const m of this.#members) m.used += units;
+      return this.#row(this.#end - 1);
+    }
+    this.#append(ts, units, this.#takeKey());
+    return this.#row(this.#end - 1);
+  }
+
+  /**
+   * Takes back up to `units` from the slot at `ts` (a lease's record). Returns the row to write,
+   * or null when no slot is at `ts` (it has left every window: nothing to give back).
+   */
+  giveBack(ts: number, units: number): SlotRow | null {
+    const i = this.#find(ts);
+    if (i === -1) return null;
+    const p = i & this.#mask;
+    const taken = Math.min(units, this.#cost[p] as number);
+    this.#cost[p] = (this.#cost[p] as number) - taken;
+    for (const m of this.#members) if (m.head <= i) m.used -= taken;
+    const row = this.#row(i);
+    if (row.cost === 0) this.#remove(i);
+    return row;
+  }
+
+  /** Absolute index of the slot at `ts`, or −1. Binary search: slots are sorted. */
+  #find(ts: number): number {
+    let lo = this.#start;
+    let hi = this.#end - 1;
+    while (lo <= hi) {
+      const mid = lo + ((hi - lo) >> 1);
+      const t = this.#tsAt(mid);
+      if (t === ts) return mid;
+      if (t < ts) lo = mid + 1;
+      else hi = mid - 1;
+    }
+    return -1;
+  }
+
+  /** Removes slot `i` (cost 0) by shifting the older slots up by one; its key is free again. */
+  #remove(i: number): void {
+    const key = this.#keyAt(i);
+    for (let j = i; j > this.#start; j--) {
+      const to = j & this.#mask;
+      const from = (j - 1) & this.#mask;
+      this.#ts[to] = this.#ts[from] as number;
+      this.#cost[to] = this.#cost[from] as number;
+      this.#key[to] = this.#key[from] as number;
+    }
+    for (const m of this.#members) if (m.head <= i) m.head++;
+    this.#start++;
+    this.#free.push(key);
+  }
+}
+
+function nextPowerOfTwo(n: number): number {
+  let p = 1;
+  while (p < n) p *= 2;
+  return p;
+}

@@ -1,0 +1,427 @@
+/** @module The key log against the brute-force model with real use times, plus named edge cases. */
+
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import {
+  type Decision,
+  defaultTickMs,
+  KeyLog,
+  type LimitSpec,
+  MAX_KEY_SLOTS,
+  MAX_RING_SLOTS,
+  normalizeLimits,
+  type SlotRow,
+} from "../../src/core/index.ts";
+import { type Grant, Model, sweepViolation } from "./model.ts";
+
+const limitArb = fc.record({
+  limit: fc.integer({ min: 1, max: 12 }),
+  windowMs: fc.integer({ min: 1, max: 200 }),
+  tickMs: fc.option(fc.integer({ min: 1, max: 7 }), { nil: undefined }),
+});
+const limitsArb = fc
+  .array(limitArb, { minLength: 1, maxLength: 3 })
+  .map((ls) => ls.map((l) => (l.tickMs === undefined || l.tickMs > l.windowMs ? { ...l, tickMs: undefined } : l)));
+
+/** One step of a run: time moves by `dt` (0: a stall; large: a jump), then something happens. */
+const stepArb = fc.record({
+  dt: fc.oneof(
+    { weight: 6, arbitrary: fc.integer({ min: 0, max: 8 }) },
+    { weight: 1, arbitrary: fc.integer({ min: 0, max: 400 }) },
+  ),
+  action: fc.oneof(
+    {
+      weight: 5,
+      arbitrary: fc.record({ kind: fc.constant("request" as const), cost: fc.integer({ min: 1, max: 6 }) }),
+    },
+    {
+      weight: 3,
+      arbitrary: fc.record({
+        kind: fc.constant("lease" as const),
+        cost: fc.integer({ min: 0, max: 3 }),
+        units: fc.integer({ min: 1, max: 12 }),
+        ms: fc.integer({ min: 1, max: 40 }),
+      }),
+    },
+    { weight: 5, arbitrary: fc.record({ kind: fc.constant("spend" as const), cost: fc.integer({ min: 1, max: 3 }) }) },
+    { weight: 1, arbitrary: fc.record({ kind: fc.constant("return" as const) }) },
+    { weight: 1, arbitrary: fc.record({ kind: fc.constant("restart" as const) }) },
+  ),
+});
+const stepsArb = fc.array(stepArb, { minLength: 1, maxLength: 80 });
+type Step = typeof stepArb extends fc.Arbitrary<infer T> ? T : never;
+
+/** A lease as a caller holds it: spendable while the caller's clock is before `expiresAt`. */
+interface Held {
+  left: number;
+  expiresAt: number;
+  recordedAt: readonly number[];
+}
+
+/** A stand-in for the object's table: rows upserted by (ring, key). */
+class Store {
+  readonly rows = new Map<string, SlotRow>();
+  apply(writes: readonly SlotRow[]): void {
+    for (const w of writes) this.rows.set(`${w.ring}:${w.key}`, w);
+  }
+  replace(rows: readonly SlotRow[]): void {
+    this.rows.clear();
+    this.apply(rows);
+  }
+}
+
+/**
+ * Runs steps against the log and the model side by side, as one caller that spends leased units
+ * at real times inside each lease's lifetime. Returns the real use times.
+ */
+function run(limits: readonly LimitSpec[], steps: readonly Step[], start: number): Grant[] {
+  let log = new KeyLog(limits);
+  const model = new Model(limits);
+  const store = new Store();
+  const uses: Grant[] = [];
+  const held: Held[] = [];
+  let real = start;
+  for (const { dt, action } of steps) {
+    real += dt;
+    switch (action.kind) {
+      case "request": {
+        const out = log.take(real, { cost: action.cost });
+        expect(out.decision).toEqual(model.take(real, action.cost));
+        store.apply(out.writes);
+        if (out.decision.allowed) uses.push({ t: real, cost: action.cost });
+        else expect(out.writes).toEqual([]);
+        break;
+      }
+      case "lease": {
+        // The caller reads its clock just before it asks: here the same real time.
+        const sentAt = real;
+        const out = log.take(real, { cost: action.cost, leaseUnits: action.units, leaseMs: action.ms });
+        expect(out.decision).toEqual(model.take(real, action.cost, action.units, action.ms));
+        store.apply(out.writes);
+        const d = out.decision;
+        if (d.allowed && action.cost > 0) uses.push({ t: real, cost: action.cost });
+        if (d.lease)
+          held.push({ left: d.lease.units, expiresAt: sentAt + d.lease.lifetimeMs, recordedAt: d.lease.recordedAt });
+        break;
+      }
+      case "spend": {
+        const lease = held.find((h) => real < h.expiresAt && h.left >= action.cost);
+        if (lease) {
+          lease.left -= action.cost;
+          uses.push({ t: real, cost: action.cost });
+        }
+        break;
+      }
+      case "return": {
+        // Give back what an expired (or abandoned) lease did not use; it is then never spent.
+        const lease = held.shift();
+        if (lease && lease.left > 0) {
+          store.apply(log.giveBack(lease.recordedAt, lease.left));
+          model.giveBack(lease.recordedAt, lease.left);
+        }
+        break;
+      }
+      case "restart": {
+        const restored = KeyLog.restore(limits, store.rows.values(), real);
+        // A plain restart never needs its rows rewritten (each row written is billed).
+        expect(restored.rewrite).toBe(false);
+        log = restored.log;
+        model.restart(real);
+        break;
+      }
+    }
+  }
+  return uses;
+}
+
+describe("KeyLog against the reference model, with leases and real use times", () => {
+  it("matches the model at every step and never lets a real window exceed N", () => {
+    fc.assert(
+      fc.property(limitsArb, stepsArb, fc.integer({ min: 0, max: 1e12 }), (limits, steps, start) => {
+        const uses = run(limits, steps, start);
+        expect(sweepViolation(uses, limits)).toBeNull();
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("keeps every real window within N when leases are spent up to the last millisecond of their lifetime", () => {
+    // The sweep alone judges here (no model): every lease is spent in full at sentAt + lifetime − 1,
+    // the latest use a lease allows, mixed with per-request grants.
+    // Gaps near a window's length put late lease uses and fresh grants into one window.
+    const runArb = limitsArb.chain((limits) => {
+      const near = fc
+        .tuple(fc.constantFrom(...limits.map((l) => l.windowMs)), fc.integer({ min: -8, max: 2 }))
+        .map(([w, d]) => Math.max(0, w + d));
+      const askArb = fc.record({
+        gap: fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 12 }), near),
+        cost: fc.integer({ min: 1, max: 4 }),
+        lease: fc.boolean(),
+      });
+      return fc.tuple(fc.constant(limits), fc.array(askArb, { minLength: 1, maxLength: 120 }));
+    });
+    fc.assert(
+      fc.property(runArb, ([limits, asks]) => {
+        const log = new KeyLog(limits);
+        const uses: Grant[] = [];
+        let real = 1_000;
+        for (const { gap, cost, lease } of asks) {
+          real += gap;
+          const d = log.take(real, lease ? { cost, leaseUnits: 50, leaseMs: 50 } : { cost }).decision;
+          if (d.allowed) uses.push({ t: real, cost });
+          if (d.lease) uses.push({ t: real + d.lease.lifetimeMs - 1, cost: d.lease.units });
+        }
+        uses.sort((a, b) => a.t - b.t);
+        expect(sweepViolation(uses, limits)).toBeNull();
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("evaluates a restored log at the real now, never at its newest (future) record", () => {
+    // A lease recorded in the future must not move the clock: at 1050 the grant at 10 would have
+    // left a 1 s window, and a clamped log would grant one unit too many in (1, 1001].
+    const limits = [{ limit: 5, windowMs: 1000 }];
+    const log = new KeyLog(limits);
+    const rows = new Map<string, SlotRow>();
+    const keep = (w: readonly SlotRow[]) => {
+      for (const r of w) rows.set(`${r.ring}:${r.key}`, r);
+    };
+    keep(log.take(10, { cost: 1 }).writes);
+    const leased = log.take(1000, { cost: 1, leaseUnits: 1, leaseMs: 50 });
+    keep(leased.writes);
+    expect(leased.decision.lease).toEqual({ units: 1, lifetimeMs: 50, recordedAt: [1050] });
+    const uses: Grant[] = [
+      { t: 10, cost: 1 },
+      { t: 1000, cost: 1 },
+      { t: 1000, cost: 1 }, // the leased unit, spent at once
+    ];
+    const { log: restored } = KeyLog.restore(limits, rows.values(), 1001);
+    expect(restored.take(1001, { cost: 2 }).decision.allowed).toBe(true);
+    uses.push({ t: 1001, cost: 2 });
+    expect(restored.take(1001, { cost: 1 }).decision).toMatchObject({ allowed: false, retryAfterMs: 9 });
+    expect(sweepViolation(uses, limits)).toBeNull();
+  });
+});
+
+describe("KeyLog edge cases", () => {
+  it("counts a grant at t for exactly W milliseconds: t > now − W", () => {
+    const log = new KeyLog([{ limit: 1, windowMs: 100 }]);
+    expect(log.take(1000, { cost: 1 }).decision.allowed).toBe(true);
+    expect(log.take(1099, { cost: 1 }).decision).toMatchObject({ allowed: false, retryAfterMs: 1 });
+    expect(log.take(1100, { cost: 1 }).decision.allowed).toBe(true);
+  });
+
+  it("shares one slot among thousands of grants in the same millisecond", () => {
+    const log = new KeyLog([{ limit: 10_000_000, windowMs: 1000 }]);
+    let writes: readonly SlotRow[] = [];
+    for (let i = 0; i < 5000; i++) writes = log.take(42, { cost: 1 }).writes;
+    expect(writes).toEqual([{ ring: 1, key: expect.any(Number), ts: 42, cost: 5000 }]);
+    expect(log.rings[0]?.size).toBe(1);
+  });
+
+  it("wraps its ring many times and reuses storage keys only after their slot left", () => {
+    const log = new KeyLog([{ limit: 3, windowMs: 10 }]);
+    const live = new Map<number, number>();
+    for (let t = 0; t < 5000; t += 3) {
+      const out = log.take(t, { cost: 1 });
+      for (const [key, ts] of live) if (ts <= t - 10) live.delete(key);
+      for (const w of out.writes) {
+        expect(live.has(w.key) && live.get(w.key) !== w.ts).toBe(false);
+        expect(w.key).toBeLessThan(3);
+        live.set(w.key, w.ts);
+      }
+    }
+  });
+
+  it("rounds grants up to the tick, records a lease at now + lifetime, and never earlier than the newest slot", () => {
+    const log = new KeyLog([{ limit: 1000, windowMs: 60_000, tickMs: 1000 }]);
+    expect(log.take(1, { cost: 1 }).writes[0]?.ts).toBe(1000);
+    const lease = log.take(2500, { cost: 1, leaseUnits: 10, leaseMs: 2000 });
+    expect(lease.writes[0]?.ts).toBe(5000);
+    expect(lease.decision.lease).toEqual({ units: 10, lifetimeMs: 2000, recordedAt: [5000] });
+    // A later per-request grant is written at the newest slot's time, not before it.
+    expect(log.take(2600, { cost: 1 }).writes[0]).toMatchObject({ ts: 5000, cost: 12 });
+  });
+
+  it("caps a lease at 1/20 of the shortest window and at half of what is left", () => {
+    const log = new KeyLog([
+      { limit: 100, windowMs: 1000 },
+      { limit: 30, windowMs: 60_000 },
+    ]);
+    const d = log.take(0, { cost: 2, leaseUnits: 1000, leaseMs: 10_000 }).decision;
+    expect(d.lease).toMatchObject({ units: 14, lifetimeMs: 50 });
+    expect(d.limits.map((l) => l.remaining)).toEqual([84, 14]);
+  });
+
+  it("gives back unused units and drops a slot that holds nothing any more", () => {
+    const log = new KeyLog([{ limit: 100, windowMs: 1000 }]);
+    const d = log.take(0, { cost: 0, leaseUnits: 10, leaseMs: 50 }).decision;
+    expect(d.lease?.units).toBe(10);
+    expect(log.giveBack(d.lease?.recordedAt ?? [], 4)).toEqual([{ ring: 1, key: expect.any(Number), ts: 50, cost: 6 }]);
+    expect(log.giveBack(d.lease?.recordedAt ?? [], 6)).toEqual([expect.objectContaining({ ts: 50, cost: 0 })]);
+    expect(log.rings[0]?.size).toBe(0);
+    expect(log.take(10, { cost: 1 }).decision.limits[0]?.remaining).toBe(99);
+    // A lease whose slot has left every window gives back nothing.
+    expect(log.giveBack([50], 1)).toEqual([]);
+  });
+
+  it("answers 'never' for a cost above a limit, without a bogus retry time", () => {
+    const log = new KeyLog([{ limit: 5, windowMs: 1000 }]);
+    expect(log.take(0, { cost: 6 }).decision).toMatchObject({
+      allowed: false,
+      neverAllowed: true,
+      retryAfterMs: Number.POSITIVE_INFINITY,
+      blockedUntil: 0,
+    });
+  });
+
+  it("grants only when every limit fits, then charges every ring once", () => {
+    const log = new KeyLog([
+      { limit: 2, windowMs: 100 },
+      { limit: 3, windowMs: 100_000, tickMs: 1000 },
+    ]);
+    expect(log.take(0, { cost: 2 }).writes.map((w) => [w.ring, w.ts])).toEqual([
+      [1, 0],
+      [1000, 0],
+    ]);
+    const denied = log.take(1, { cost: 2 });
+    expect(denied.writes).toEqual([]);
+    expect(denied.decision.limits.map((l) => l.exceeded)).toEqual([true, true]);
+    expect(denied.decision.retryAfterMs).toBe(100_000 - 1);
+  });
+
+  it("rejects invalid costs, times, leases and limits with messages that name the field", () => {
+    const log = new KeyLog([{ limit: 5, windowMs: 1000 }]);
+    expect(() => log.take(0, { cost: 1.5 })).toThrow(/^cost: /);
+    expect(() => log.take(0, { cost: 0 })).toThrow(/^cost: 0 asks for nothing/);
+    expect(() => log.take(Number.NaN, { cost: 1 })).toThrow(/^now: /);
+    expect(() => log.take(0, { cost: 1, leaseUnits: -1 })).toThrow(/^leaseUnits: /);
+    expect(() => log.take(0, { cost: 1, leaseMs: 0.5 })).toThrow(/^leaseMs: /);
+    expect(() => log.giveBack([1, 2], 1)).toThrow(/^recordedAt: /);
+    expect(() => new KeyLog([])).toThrow(/^limits: /);
+    expect(() => new KeyLog([{ limit: 0, windowMs: 1 }])).toThrow(/^limits\[0\]\.limit: /);
+    expect(() => new KeyLog([{ limit: 1, windowMs: 0 }])).toThrow(/^limits\[0\]\.windowMs: /);
+    expect(() => new KeyLog([{ limit: 1, windowMs: 10, tickMs: 11 }])).toThrow(/^limits\[0\]\.tickMs: /);
+    expect(() => new KeyLog([{ limit: 1e6, windowMs: 86_400_000, tickMs: 1 }])).toThrow(
+      /^limits\[0\]\.tickMs: 1000000 per 1d at a tick of 1ms needs up to 1000000 slots per key, more than 2048; use a tick of at least/,
+    );
+  });
+});
+
+describe("limits of any size", () => {
+  const big: LimitSpec[][] = [
+    [{ limit: 100, windowMs: 1000 }],
+    [{ limit: 100_000, windowMs: 86_400_000 }],
+    [{ limit: 1_000_000, windowMs: 30 * 86_400_000 }],
+    [{ limit: 10_000_000, windowMs: 86_400_000 }],
+    [{ limit: Number.MAX_SAFE_INTEGER, windowMs: 366 * 86_400_000 }],
+  ];
+  it.each(big)("fits %o in at most MAX_RING_SLOTS slots with the default tick", (spec) => {
+    const [limit] = normalizeLimits([spec]);
+    expect(limit?.tickMs).toBe(defaultTickMs(spec.limit, spec.windowMs));
+    const log = new KeyLog([spec]);
+    expect(log.rings[0]?.capacity).toBeLessThanOrEqual(MAX_RING_SLOTS);
+  });
+
+  it("uses 1ms ticks where the limit fits, and coarser ones only where it must", () => {
+    expect(defaultTickMs(100, 1000)).toBe(1);
+    expect(defaultTickMs(10_000_000, 1000)).toBe(1);
+    expect(defaultTickMs(100_000, 86_400_000)).toBe(Math.ceil((86_400_000 + 4_320_000) / 2046));
+  });
+
+  it("refuses a key whose rings together need more than MAX_KEY_SLOTS slots", () => {
+    const limits = [1, 2, 3].map((tickMs) => ({ limit: 1e9, windowMs: 1900 * tickMs, tickMs }));
+    expect(() => new KeyLog(limits)).toThrow(new RegExp(`more than ${MAX_KEY_SLOTS}`));
+  });
+
+  it("holds a grant at most one tick longer than exactly, never shorter", () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 50 }), fc.integer({ min: 1, max: 10_000 }), (tick, t) => {
+        const log = new KeyLog([{ limit: 1, windowMs: 10_000, tickMs: tick }]);
+        log.take(t, { cost: 1 });
+        const d = log.take(t + 1, { cost: 1 }).decision;
+        const exact = t + 10_000 - (t + 1);
+        expect(d.retryAfterMs).toBeGreaterThanOrEqual(exact);
+        expect(d.retryAfterMs).toBeLessThan(exact + tick);
+      }),
+    );
+  });
+});
+
+describe("restore", () => {
+  function store(log: KeyLog, steps: [number, number][]): SlotRow[] {
+    const rows = new Map<string, SlotRow>();
+    for (const [t, cost] of steps) for (const w of log.take(t, { cost }).writes) rows.set(`${w.ring}:${w.key}`, w);
+    return [...rows.values()];
+  }
+
+  it("needs no rewrite after a plain restart, before anything is written", () => {
+    const limits = [{ limit: 5, windowMs: 100 }];
+    const rows = store(new KeyLog(limits), [
+      [0, 1],
+      [10, 2],
+      [50, 1],
+      [120, 1],
+      [121, 1],
+    ]);
+    const { log, rewrite } = KeyLog.restore(limits, rows, 130);
+    expect(rewrite).toBe(false);
+    // (30, 130] holds 50, 120 and 121.
+    expect(log.take(130, { cost: 1 }).decision.limits[0]?.remaining).toBe(5 - 3 - 1);
+  });
+
+  it("keeps what still counts when the tick changes: old records rounded up to the new tick", () => {
+    const before = [{ limit: 10, windowMs: 60_000, tickMs: 1 }];
+    const rows = store(new KeyLog(before), [
+      [1001, 3],
+      [2002, 4],
+    ]);
+    const after = [{ limit: 10, windowMs: 60_000, tickMs: 1000 }];
+    const { log, rewrite } = KeyLog.restore(after, rows, 3000);
+    expect(rewrite).toBe(true);
+    expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([
+      [2000, 3],
+      [3000, 4],
+    ]);
+    expect(log.take(3000, { cost: 4 }).decision.allowed).toBe(false);
+  });
+
+  it("keeps the newest slots when a smaller limit shrinks the ring", () => {
+    const rows = store(new KeyLog([{ limit: 10, windowMs: 1000 }]), [
+      [0, 1],
+      [1, 1],
+      [2, 1],
+      [3, 1],
+    ]);
+    const { log, rewrite } = KeyLog.restore([{ limit: 2, windowMs: 1000 }], rows, 4);
+    expect(rewrite).toBe(true);
+    expect(log.rows().map((r) => r.ts)).toEqual([2, 3]);
+  });
+
+  it("tells when its state can be dropped, counting future records", () => {
+    const log = new KeyLog([{ limit: 10, windowMs: 1000 }]);
+    expect(log.idleAt).toBe(Number.NEGATIVE_INFINITY);
+    log.take(0, { cost: 1, leaseUnits: 2, leaseMs: 50 });
+    expect(log.idleAt).toBe(50 + 1000);
+  });
+});
+
+describe("peek and forget", () => {
+  it("peek consumes nothing", () => {
+    const log = new KeyLog([{ limit: 3, windowMs: 1000 }]);
+    log.take(0, { cost: 2 });
+    const d: Decision = log.peek(10);
+    expect(d.limits[0]).toEqual({ remaining: 1, resetMs: 990, exceeded: false });
+    expect(log.take(11, { cost: 1 }).decision.allowed).toBe(true);
+  });
+
+  it("forget drops what was granted up to now but keeps units leased into the future", () => {
+    const log = new KeyLog([{ limit: 100, windowMs: 1000 }]);
+    log.take(0, { cost: 5 });
+    const d = log.take(10, { cost: 1, leaseUnits: 10, leaseMs: 50 }).decision;
+    expect(d.lease?.units).toBe(10);
+    log.forget(20);
+    expect(log.peek(20).limits[0]?.remaining).toBe(100 - 11);
+  });
+});
