@@ -4,11 +4,12 @@
  */
 
 import { describe, formatDuration, parseDuration } from "./core/duration.ts";
-import { capacityFor, type LimitSpec, MAX_CAPACITY } from "./core/sliding-log.ts";
-import { type WireLimits, wireLimits } from "./wire.ts";
+import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "./core/limits.ts";
 
-/** A limit with its header name and window, ready for the object and the headers. */
-export interface Limit extends Required<LimitSpec> {}
+/** A limit with its tick and its header name: what the object is sent and the headers show. */
+export interface Limit extends CoreLimit {
+  readonly name: string;
+}
 
 /** A set of limits chosen for a key. `limits: null` means unlimited (the object is never called). */
 export interface Plan {
@@ -16,12 +17,17 @@ export interface Plan {
   /** Keys starting with this prefix use this plan (`""` for the default plan). */
   readonly keyPrefix: string;
   readonly limits: readonly Limit[] | null;
-  /** The `RateLimit-Policy` field value for this plan (empty when unlimited). */
-  readonly policyHeader: string;
-  /** The limits as sent to the object (`[limit, windowMs, …]`; empty when unlimited). */
-  readonly wire: WireLimits;
-  /** Each limit's name as a structured-field string, for the `RateLimit` field. */
-  readonly fieldNames: readonly string[];
+  /** Lease lifetime for this plan's keys (ms): `leases.max_lifetime`, at most 1/20 of the shortest window; 0: no leases. */
+  readonly leaseMs: number;
+}
+
+/** How isolates lease units ahead of use (README, "Leases"). */
+export interface LeaseSettings {
+  readonly enabled: boolean;
+  /** The most units one lease may carry. */
+  readonly maxUnits: number;
+  /** The longest lease lifetime (ms). */
+  readonly maxLifetimeMs: number;
 }
 
 /** Requests matching `method` and starting with `pathPrefix` cost `cost` units (0: not limited). */
@@ -50,6 +56,9 @@ export interface Config {
   /** Base URL allowed requests go to: ORIGIN + path + query. */
   readonly origin: URL;
   readonly originTimeoutMs: number;
+  /** Deadline on every call to a key's object (ms); past it the request gets the failure mode. */
+  readonly objectTimeoutMs: number;
+  readonly leases: LeaseSettings;
   /** Plans matched by key prefix, first match wins. */
   readonly plans: readonly Plan[];
   /** The plan for keys that match no prefix; null: such keys get 401. */
@@ -73,6 +82,8 @@ export const DEFAULTS = {
   keyHeader: "x-api-key",
   maxKeyLength: 256,
   originTimeoutMs: 30_000,
+  objectTimeoutMs: 5_000,
+  leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 1_000 } as LeaseSettings,
   failureMode: "closed" as FailureMode,
 };
 
@@ -87,6 +98,8 @@ const TOP_FIELDS = [
   "failure_mode",
   "shadow",
   "origin_timeout",
+  "object_timeout",
+  "leases",
 ] as const;
 
 /**
@@ -101,9 +114,10 @@ export function parseConfig(vars: { ORIGIN?: unknown; RATE_LIMIT?: unknown }): C
   const rl = object(raw, "RATE_LIMIT");
   unknownFields(rl, TOP_FIELDS, "RATE_LIMIT");
   const key = parseKeySource(rl.key);
+  const leases = parseLeases(rl.leases);
 
   const plans = optionalArray(rl.plans, "RATE_LIMIT.plans").map((p, i) =>
-    parsePlan(p, `RATE_LIMIT.plans[${i}]`, key.maxLength),
+    parsePlan(p, `RATE_LIMIT.plans[${i}]`, key.maxLength, leases),
   );
   const names = new Set<string>();
   for (const [i, p] of plans.entries()) {
@@ -118,7 +132,7 @@ export function parseConfig(vars: { ORIGIN?: unknown; RATE_LIMIT?: unknown }): C
     }
   }
   const defaultPlan =
-    rl.limits === undefined ? null : makePlan("default", "", parseLimits(rl.limits, "RATE_LIMIT.limits"));
+    rl.limits === undefined ? null : makePlan("default", "", parseLimits(rl.limits, "RATE_LIMIT.limits"), leases);
   if (!defaultPlan && plans.length === 0) {
     throw new ConfigError(
       "RATE_LIMIT.limits: required (or give RATE_LIMIT.plans); without limits nothing would be limited",
@@ -128,12 +142,14 @@ export function parseConfig(vars: { ORIGIN?: unknown; RATE_LIMIT?: unknown }): C
   if (rl.anonymous !== undefined) {
     const a = object(rl.anonymous, "RATE_LIMIT.anonymous");
     unknownFields(a, ["limits"], "RATE_LIMIT.anonymous");
-    anonymous = makePlan("anonymous", "", parseLimits(a.limits, "RATE_LIMIT.anonymous.limits"));
+    anonymous = makePlan("anonymous", "", parseLimits(a.limits, "RATE_LIMIT.anonymous.limits"), leases);
   }
 
   return {
     origin,
-    originTimeoutMs: parseOriginTimeout(rl.origin_timeout),
+    originTimeoutMs: parseTimeout(rl.origin_timeout, "RATE_LIMIT.origin_timeout", DEFAULTS.originTimeoutMs),
+    objectTimeoutMs: parseTimeout(rl.object_timeout, "RATE_LIMIT.object_timeout", DEFAULTS.objectTimeoutMs),
+    leases,
     plans,
     defaultPlan,
     anonymous,
@@ -178,22 +194,45 @@ function parseOrigin(value: unknown): URL {
 /** The longest timer `setTimeout` keeps: longer delays overflow and fire at once. */
 export const MAX_ORIGIN_TIMEOUT_MS = 2_147_483_647;
 
-function parseOriginTimeout(value: unknown): number {
-  if (value === undefined) return DEFAULTS.originTimeoutMs;
-  const ms = wrap(() => parseDuration(value, "RATE_LIMIT.origin_timeout"));
+function parseTimeout(value: unknown, field: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  const ms = wrap(() => parseDuration(value, field));
   if (ms > MAX_ORIGIN_TIMEOUT_MS) {
     throw new ConfigError(
-      `RATE_LIMIT.origin_timeout: at most ${MAX_ORIGIN_TIMEOUT_MS} ms (about 24.8 days; longer timers fire at once), got ${describe(value)}`,
+      `${field}: at most ${MAX_ORIGIN_TIMEOUT_MS} ms (about 24.8 days; longer timers fire at once), got ${describe(value)}`,
     );
   }
   return ms;
+}
+
+/** `leases`: `false` turns them off; a table tunes them. */
+function parseLeases(value: unknown): LeaseSettings {
+  const d = DEFAULTS.leases;
+  if (value === undefined || value === true) return d;
+  if (value === false) return { ...d, enabled: false };
+  const l = object(value, "RATE_LIMIT.leases");
+  unknownFields(l, ["enabled", "max_units", "max_lifetime"], "RATE_LIMIT.leases");
+  const enabled = optionalBoolean(l.enabled, "RATE_LIMIT.leases.enabled", d.enabled);
+  let maxUnits = d.maxUnits;
+  if (l.max_units !== undefined) {
+    const m = l.max_units;
+    if (typeof m !== "number" || !Number.isSafeInteger(m) || m < 1) {
+      throw new ConfigError(`RATE_LIMIT.leases.max_units: expected a positive integer, got ${describe(m)}`);
+    }
+    maxUnits = m;
+  }
+  const maxLifetimeMs =
+    l.max_lifetime === undefined
+      ? d.maxLifetimeMs
+      : wrap(() => parseDuration(l.max_lifetime, "RATE_LIMIT.leases.max_lifetime"));
+  return { enabled, maxUnits, maxLifetimeMs };
 }
 
 /** What an API key may contain (see key.ts): printable ASCII without spaces. */
 /** What a key may contain (see src/key.ts): printable ASCII without spaces or commas. */
 const KEY_CHARS = /^[\x21-\x2b\x2d-\x7e]+$/;
 
-function parsePlan(value: unknown, field: string, maxKeyLength: number): Plan {
+function parsePlan(value: unknown, field: string, maxKeyLength: number, leases: LeaseSettings): Plan {
   const p = object(value, field);
   unknownFields(p, ["name", "key_prefix", "limits", "unlimited"], field);
   const name = nonEmptyString(p.name, `${field}.name`);
@@ -218,28 +257,12 @@ function parsePlan(value: unknown, field: string, maxKeyLength: number): Plan {
   if (!unlimited && p.limits === undefined) {
     throw new ConfigError(`${field}.limits: required (or set unlimited = true)`);
   }
-  return makePlan(name, keyPrefix, unlimited ? null : parseLimits(p.limits, `${field}.limits`));
+  return makePlan(name, keyPrefix, unlimited ? null : parseLimits(p.limits, `${field}.limits`), leases);
 }
 
-function makePlan(name: string, keyPrefix: string, limits: Limit[] | null): Plan {
-  return {
-    name,
-    keyPrefix,
-    limits,
-    policyHeader: limits ? policyHeader(limits) : "",
-    wire: limits ? wireLimits(limits) : [],
-    fieldNames: limits ? limits.map((l) => sfString(l.name)) : [],
-  };
-}
-
-/** `"per-second";q=100;w=1, "per-minute";q=1000;w=60` (draft-ietf-httpapi-ratelimit-headers). */
-function policyHeader(limits: readonly Limit[]): string {
-  return limits.map((l) => `${sfString(l.name)};q=${l.limit};w=${Math.ceil(l.windowMs / 1000)}`).join(", ");
-}
-
-/** Serialises a structured-field string (RFC 9651 §4.1.6). */
-export function sfString(s: string): string {
-  return `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+function makePlan(name: string, keyPrefix: string, limits: Limit[] | null, leases: LeaseSettings): Plan {
+  const leaseMs = limits && leases.enabled ? Math.min(leases.maxLifetimeMs, maxLeaseMs(limits)) : 0;
+  return { name, keyPrefix, limits, leaseMs };
 }
 
 const WINDOW_NAMES: Readonly<Record<number, string>> = {
@@ -255,7 +278,7 @@ function parseLimits(value: unknown, field: string): Limit[] {
   const limits = list.map((item, i): Limit => {
     const f = `${field}[${i}]`;
     const l = object(item, f);
-    unknownFields(l, ["limit", "window", "name"], f);
+    unknownFields(l, ["limit", "window", "tick", "name"], f);
     const limit = l.limit;
     if (typeof limit !== "number" || !Number.isSafeInteger(limit) || limit < 1) {
       throw new ConfigError(`${f}.limit: expected a positive integer, got ${describe(limit)}`);
@@ -274,7 +297,11 @@ function parseLimits(value: unknown, field: string): Limit[] {
         );
       }
     }
-    return { limit, windowMs, name };
+    const tickMs = l.tick === undefined ? undefined : wrap(() => parseDuration(l.tick, `${f}.tick`));
+    if (tickMs !== undefined && tickMs > windowMs) {
+      throw new ConfigError(`${f}.tick: at most the window (${formatDuration(windowMs)}), got ${describe(l.tick)}`);
+    }
+    return { limit, windowMs, tickMs, name } as Limit;
   });
   const seen = new Map<string, number>();
   for (const [i, l] of limits.entries()) {
@@ -289,20 +316,14 @@ function parseLimits(value: unknown, field: string): Limit[] {
     }
     seen.set(l.name, i);
   }
-  const capacity = capacityFor(limits);
-  if (capacity > MAX_CAPACITY) {
-    // capacityFor sizes the ring by the longest window (the smallest limit among equals).
-    let i = 0;
-    for (const [j, l] of limits.entries()) {
-      const b = limits[i] as Limit;
-      if (l.windowMs > b.windowMs || (l.windowMs === b.windowMs && l.limit < b.limit)) i = j;
-    }
-    const l = limits[i] as Limit;
-    throw new ConfigError(
-      `${field}[${i}].limit: ${l.limit} per ${formatDuration(l.windowMs)} needs up to ${capacity} timestamp slots per key, more than the ${MAX_CAPACITY} one Durable Object can hold; lower the limit or shorten the window`,
-    );
+  // The core fills in default ticks and checks that the key's rings fit; its errors name limits[i].
+  let ticks: CoreLimit[];
+  try {
+    ticks = normalizeLimits(limits);
+  } catch (e) {
+    throw new ConfigError((e as Error).message.replace(/^limits/, field).replace(/\.tickMs:/, ".tick:"));
   }
-  return limits;
+  return limits.map((l, i) => ({ ...l, tickMs: (ticks[i] as CoreLimit).tickMs }));
 }
 
 function parseCosts(value: unknown): CostRule[] {

@@ -57,13 +57,46 @@ export function seconds(ms: number): number {
   return Math.max(0, Math.ceil(ms / 1000));
 }
 
+/** Serialises a structured-field string (RFC 9651 §4.1.6). */
+export function sfString(s: string): string {
+  return `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+}
+
+/** What the headers of a plan need, built once per plan. */
+interface PlanHeaders {
+  /** Each limit's name as a structured-field string. */
+  readonly names: readonly string[];
+  /** `"per-second";q=100;w=1, "per-minute";q=1000;w=60` (draft-ietf-httpapi-ratelimit-headers). */
+  readonly policy: string;
+}
+
+const planHeaders = new WeakMap<Plan, PlanHeaders>();
+
+function headersFor(plan: Plan): PlanHeaders {
+  let h = planHeaders.get(plan);
+  if (!h) {
+    const limits = plan.limits ?? [];
+    const names = limits.map((l) => sfString(l.name));
+    const policy = limits.map((l, i) => `${names[i]};q=${l.limit};w=${Math.ceil(l.windowMs / 1000)}`).join(", ");
+    h = { names, policy };
+    planHeaders.set(plan, h);
+  }
+  return h;
+}
+
+/** The `RateLimit-Policy` field value of a plan (empty when unlimited). */
+export function policyHeader(plan: Plan): string {
+  return headersFor(plan).policy;
+}
+
 /** `"per-second";r=42;t=1, …` — `t` omitted for a limit with nothing in its window; a null state is left out. */
 export function rateLimitHeader(plan: Plan, states: readonly (LimitState | null)[]): string {
+  const { names } = headersFor(plan);
   let out = "";
-  for (let i = 0; i < plan.fieldNames.length; i++) {
+  for (let i = 0; i < names.length; i++) {
     const s = states[i];
     if (!s) continue;
-    out += `${out ? ", " : ""}${plan.fieldNames[i]};r=${s.remaining}${s.resetMs > 0 ? `;t=${seconds(s.resetMs)}` : ""}`;
+    out += `${out ? ", " : ""}${names[i]};r=${s.remaining}${s.resetMs > 0 ? `;t=${seconds(s.resetMs)}` : ""}`;
   }
   return out;
 }
@@ -71,7 +104,7 @@ export function rateLimitHeader(plan: Plan, states: readonly (LimitState | null)
 /** Adds `RateLimit-Policy` and `RateLimit` to a header set. */
 export function setRateLimitHeaders(headers: Headers, plan: Plan, states: readonly (LimitState | null)[]): void {
   if (!plan.limits) return;
-  headers.set("RateLimit-Policy", plan.policyHeader);
+  headers.set("RateLimit-Policy", policyHeader(plan));
   const value = rateLimitHeader(plan, states);
   if (value) headers.set("RateLimit", value);
 }
@@ -181,7 +214,7 @@ export async function proxy(
     const reason = errorName(e).replace(/\.+$/, "");
     return problem(502, "Bad Gateway", `The origin could not be reached: ${reason}.`);
   } finally {
-    clearTimeout(timer);
+    if (timer !== null) clearTimeout(timer);
   }
   const out = new Response(response.body, response);
   dropHopByHop(out.headers);

@@ -7,7 +7,7 @@ import { handle } from "./worker.ts";
 export { RateLimiter } from "./limiter.ts";
 
 export default {
-  fetch(request, env): Promise<Response> {
-    return handle(request, env);
+  fetch(request, env, ctx): Promise<Response> {
+    return handle(request, env, { waitUntil: (p) => ctx.waitUntil(p) });
   },
 } satisfies ExportedHandler<Env>;

@@ -1,8 +1,9 @@
 /**
- * @module The Worker: config → key → plan → object → headers → proxy.
+ * @module The Worker: config → key → plan → lease or object → headers → proxy.
  */
 
-import { type Config, ConfigError, costFor, type Plan, parseConfig, planForKey } from "./config.ts";
+import { type Config, ConfigError, costFor, type Limit, type Plan, parseConfig, planForKey } from "./config.ts";
+import type { Decision, LimitStatus } from "./core/decision.ts";
 import { type Blocked, DenyCache } from "./deny-cache.ts";
 import {
   errorName,
@@ -15,7 +16,7 @@ import {
   tooManyRequests,
 } from "./http.ts";
 import { readKey } from "./key.ts";
-import { type DecisionResult, decodeDecision, type WireDecision, type WireLimits } from "./wire.ts";
+import { type HeldLease, type KeyLeases, LeaseTable, type Unused } from "./leases.ts";
 
 /** The bindings the Worker reads. `ORIGIN_SERVICE`, when bound, carries allowed requests instead of the public fetch. */
 export interface WorkerEnv {
@@ -43,25 +44,50 @@ export function configFor(env: WorkerEnv): Config | ConfigError {
 }
 
 const denyCache = new DenyCache();
+const leases = new LeaseTable();
 
 /** The isolate's deny cache (exposed for tests and measurements). */
 export function isolateDenyCache(): DenyCache {
   return denyCache;
 }
 
-/** One decision of the object, as the Worker saw it. */
+/** The isolate's lease table (exposed for tests and measurements). */
+export function isolateLeases(): LeaseTable {
+  return leases;
+}
+
+/** Why a request was let through or refused; in logs and analytics. */
+export type Reason =
+  | "granted"
+  | "leased"
+  | "over_limit"
+  | "cached_denial"
+  | "too_costly"
+  | "limiter_timeout"
+  | "limiter_error"
+  | "shadow";
+
+/** One decision, as the Worker made it. */
 export interface DecisionEvent {
   /** The object's name: `key:<key>` or `ip:<address>`. */
   readonly name: string;
   readonly plan: string;
   readonly cost: number;
-  readonly result: DecisionResult;
+  readonly reason: Reason;
+  /** Whether the request goes on to the origin. */
+  readonly allowed: boolean;
+  /** When it was decided (ms): the object's clock when the object decided, else this isolate's. */
+  readonly at: number;
+  /** The object's answer, when this request asked the object (null: a lease, the deny cache, a failure). */
+  readonly result: Decision | null;
 }
 
-/** Observers of the Worker's work (for logging, analytics and tests). */
+/** Observers of the Worker's work, and the runtime's `waitUntil` for work after the response. */
 export interface Hooks {
-  /** Called with every decision the object returned, before the response is built. */
+  /** Called with every decision, before the response is built. */
   onDecision?(event: DecisionEvent): void;
+  /** Keeps background work (lease refills, returns) alive after the response; without it the work still runs. */
+  waitUntil?(promise: Promise<unknown>): void;
 }
 
 /** Handles one request end to end; never throws, never returns a stack trace. */
@@ -77,6 +103,21 @@ export async function handle(request: Request, env: WorkerEnv, hooks: Hooks = {}
     console.error(JSON.stringify({ event: "internal_error", message: errorName(e) }));
     return problem(500, "Internal Server Error", "The rate limiter failed unexpectedly.");
   }
+}
+
+/** What the limiter said about one request. */
+interface Verdict {
+  readonly reason: Reason;
+  readonly allowed: boolean;
+  /** Per limit, for the RateLimit field (null: not known). */
+  readonly states: readonly (LimitState | null)[];
+  /** When refused: the exact wait, `Infinity` for never. */
+  readonly retryAfterMs: number;
+  /** When refused: the limits that refused it. */
+  readonly violated: readonly boolean[];
+  readonly result: Decision | null;
+  /** When it was decided: the object's clock for its own decisions, this isolate's otherwise. */
+  readonly at: number;
 }
 
 async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, hooks: Hooks): Promise<Response> {
@@ -101,71 +142,300 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
   const limits = plan.limits;
   if (!limits) return proxy(request, config, send, url);
 
+  let verdict: Verdict;
   // Every limit is at least 1, so only a cost above 1 can exceed one.
-  if (cost > 1 && !config.shadow) {
-    const tooCostly = limits.filter((l) => cost > l.limit).map((l) => l.name);
-    if (tooCostly.length > 0) return tooManyRequests(plan, [], tooCostly, Number.POSITIVE_INFINITY);
+  if (cost > 1 && limits.some((l) => cost > l.limit)) {
+    verdict = refused(
+      "too_costly",
+      [],
+      limits.map((l) => cost > l.limit),
+      Number.POSITIVE_INFINITY,
+      null,
+      Date.now(),
+    );
+  } else {
+    verdict = await decide(env, config, plan, name, cost, hooks);
   }
-
-  const now = Date.now();
-  if (!config.shadow) {
-    const blocked = denyCache.get(name, now);
-    const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
-    if (blocked && retryAt !== undefined) return cachedDenial(plan, blocked, retryAt, now);
+  hooks.onDecision?.({
+    name,
+    plan: plan.name,
+    cost,
+    reason: verdict.reason,
+    allowed: verdict.allowed,
+    at: verdict.at,
+    result: verdict.result,
+  });
+  if (verdict.reason === "limiter_timeout" || verdict.reason === "limiter_error") {
+    if (config.failureMode === "open") return proxy(request, config, send, url);
+    return problem(
+      503,
+      "Service Unavailable",
+      "The rate limiter is unavailable; retry shortly.",
+      {},
+      { "Retry-After": "1" },
+    );
   }
-
-  let result: DecisionResult;
-  try {
-    result = decodeDecision(await decide(env, name, plan.wire, cost));
-  } catch (e) {
-    return limiterFailed(request, config, send, url, e);
-  }
-  remember(name, result, cost, now);
-  hooks.onDecision?.({ name, plan: plan.name, cost, result });
-
-  const states: LimitState[] = result.limits;
-  if (!result.allowed) {
-    const violated = limits.filter((_, i) => result.limits[i]?.exceeded).map((l) => l.name);
-    if (!config.shadow) return tooManyRequests(plan, states, violated, result.retryAfterMs);
+  if (!verdict.allowed) {
+    const violated = limits.filter((_, i) => verdict.violated[i]).map((l) => l.name);
+    if (!config.shadow) return tooManyRequests(plan, verdict.states, violated, verdict.retryAfterMs);
     console.log(
       JSON.stringify({
         event: "shadow_deny",
+        reason: verdict.reason,
         plan: plan.name,
         key: redact(name),
         cost,
         violated,
-        retry_after_ms: result.retryAfterMs,
+        retry_after_ms: verdict.retryAfterMs,
       }),
     );
   }
   const response = await proxy(request, config, send, url);
-  setRateLimitHeaders(response.headers, plan, states);
+  setRateLimitHeaders(response.headers, plan, verdict.states);
   return response;
 }
 
+function refused(
+  reason: Reason,
+  states: readonly (LimitState | null)[],
+  violated: readonly boolean[],
+  retryAfterMs: number,
+  result: Decision | null,
+  at: number,
+): Verdict {
+  return { reason, allowed: false, states, retryAfterMs, violated, result, at };
+}
+
 /**
- * One RPC to the key's object; one retry with a fresh stub only for a retryable, non-overload error.
- * Stubs are not cached across requests: workerd binds a stub to the request that made it.
+ * The limiter's verdict on one request: from a lease this isolate holds, from the deny cache, or
+ * from the key's object (which may grant a lease with it). Never throws: a failed or late object
+ * call is a `limiter_timeout` or `limiter_error` verdict.
  */
-async function decide(env: WorkerEnv, name: string, limits: WireLimits, cost: number): Promise<WireDecision> {
+async function decide(
+  env: WorkerEnv,
+  config: Config,
+  plan: Plan,
+  name: string,
+  cost: number,
+  hooks: Hooks,
+): Promise<Verdict> {
+  const limits = plan.limits ?? [];
+  const unused: Unused[] = [];
+  const leasing = plan.leaseMs > 0;
+  let now = Date.now();
+  const entry = leasing ? leases.touch(name, now, unused) : undefined;
   try {
-    return await env.LIMITER.getByName(name).decide(limits, cost);
-  } catch (e) {
-    const err = e as { retryable?: boolean; overloaded?: boolean };
-    if (err?.retryable !== true || err.overloaded === true) throw e;
-    return await env.LIMITER.getByName(name).decide(limits, cost);
+    // A few rounds at most: each waits for the one lease call in flight for this key.
+    for (let round = 0; ; round++) {
+      if (entry) {
+        const held = leases.spend(entry, cost, now, unused);
+        if (held) {
+          refill(env, config, plan, name, entry, now, hooks);
+          return {
+            reason: "leased",
+            allowed: true,
+            states: leaseStates(held, now),
+            retryAfterMs: 0,
+            violated: [],
+            result: null,
+            at: now,
+          };
+        }
+      }
+      if (!config.shadow) {
+        const blocked = denyCache.get(name, now);
+        const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
+        if (blocked && retryAt !== undefined) return cachedDenial(blocked, retryAt, now);
+      }
+      if (entry?.inflight && round < 3) {
+        await entry.inflight;
+        now = Date.now();
+        continue;
+      }
+      break;
+    }
+    // With a call still in flight after the rounds above, this one asks for itself only.
+    const want = entry && !entry.inflight ? leases.want(entry, plan.leaseMs, config.leases.maxUnits) : 0;
+    const sentAt = now;
+    const call = ask(env, config, name, limits, { cost, leaseUnits: want, leaseMs: want > 0 ? plan.leaseMs : 0 });
+    if (entry && want > 0) entry.inflight = settle(entry, call, sentAt);
+    let result: Decision;
+    try {
+      result = await call;
+    } catch (e) {
+      return limiterFailed(config, e, Date.now());
+    }
+    remember(name, result, cost, sentAt);
+    if (!result.allowed) {
+      const violated = result.limits.map((l) => l.exceeded);
+      return refused("over_limit", result.limits, violated, result.retryAfterMs, result, result.now);
+    }
+    return {
+      reason: "granted",
+      allowed: true,
+      states: result.limits.map((l) => withLease(l, result.lease?.units ?? 0)),
+      retryAfterMs: 0,
+      violated: [],
+      result,
+      at: result.now,
+    };
+  } finally {
+    giveBack(env, config, name, limits, unused, hooks);
   }
 }
 
-/** Stores what the object said about the key being blocked, in local time. */
-function remember(name: string, result: DecisionResult, cost: number, sentAt: number): void {
-  if (result.blockedForMs <= 0) {
-    denyCache.delete(name);
+/** Ties a lease call to its key's entry: keeps the lease, and clears the in-flight mark either way. */
+function settle(entry: KeyLeases, call: Promise<Decision>, sentAt: number): Promise<void> {
+  return call.then(
+    (d) => {
+      if (d.lease) leases.add(entry, d.lease, sentAt, d.limits);
+      entry.inflight = null;
+    },
+    () => {
+      entry.inflight = null;
+    },
+  );
+}
+
+/** Asks for the next lease in the background when the held ones run low (off the request's path). */
+function refill(
+  env: WorkerEnv,
+  config: Config,
+  plan: Plan,
+  name: string,
+  entry: KeyLeases,
+  now: number,
+  hooks: Hooks,
+): void {
+  const want = leases.want(entry, plan.leaseMs, config.leases.maxUnits);
+  if (!leases.needsRefill(entry, now, want, plan.leaseMs)) return;
+  const call = ask(env, config, name, plan.limits ?? [], { cost: 0, leaseUnits: want, leaseMs: plan.leaseMs });
+  entry.inflight = settle(entry, call, now);
+  call.then(
+    (d) => remember(name, d, 1, now, true),
+    (e) => console.error(JSON.stringify({ event: "lease_refill_failed", key: redact(name), message: errorName(e) })),
+  );
+  background(hooks, entry.inflight);
+}
+
+/** Gives unused units back to the key's object, in the background. */
+function giveBack(
+  env: WorkerEnv,
+  config: Config,
+  name: string,
+  limits: Plan["limits"],
+  unused: readonly Unused[],
+  hooks: Hooks,
+): void {
+  for (const u of unused) {
+    const call = withDeadline(
+      env.LIMITER.getByName(name).giveBack(limits ?? [], u.recordedAt, u.units),
+      config.objectTimeoutMs,
+    ).catch((e: unknown) => {
+      console.error(JSON.stringify({ event: "lease_return_failed", key: redact(name), message: errorName(e) }));
+    });
+    background(hooks, call);
+  }
+}
+
+function background(hooks: Hooks, promise: Promise<unknown>): void {
+  hooks.waitUntil?.(promise);
+}
+
+/** A request served from a lease: the object's view at the grant, plus what the lease still holds. */
+function leaseStates(held: HeldLease, now: number): LimitState[] {
+  const elapsed = now - held.sentAt;
+  return held.limits.map((l) => ({
+    remaining: l.remaining + held.left,
+    resetMs: Math.max(0, l.resetMs - elapsed),
+  }));
+}
+
+function withLease(l: LimitStatus, units: number): LimitState {
+  return units === 0 ? l : { remaining: l.remaining + units, resetMs: l.resetMs };
+}
+
+/** The object's call was late or failed: a verdict for the failure mode. */
+function limiterFailed(config: Config, e: unknown, at: number): Verdict {
+  const timeout = e instanceof LimiterTimeout;
+  const overloaded = (e as { overloaded?: boolean })?.overloaded === true;
+  console.error(
+    JSON.stringify({
+      event: "limiter_unavailable",
+      reason: timeout ? "limiter_timeout" : "limiter_error",
+      failure_mode: config.failureMode,
+      overloaded,
+      message: errorName(e),
+    }),
+  );
+  const reason: Reason = timeout ? "limiter_timeout" : "limiter_error";
+  return {
+    reason,
+    allowed: config.failureMode === "open",
+    states: [],
+    retryAfterMs: 0,
+    violated: [],
+    result: null,
+    at,
+  };
+}
+
+/** The object call took longer than `object_timeout`. */
+export class LimiterTimeout extends Error {
+  override readonly name = "LimiterTimeout";
+}
+
+/** Resolves or rejects as `promise` does, or rejects with {@link LimiterTimeout} after `ms`. */
+function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new LimiterTimeout(`the limiter did not answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, deadline]).finally(() => {
+    if (timer !== null) clearTimeout(timer);
+  });
+}
+
+/**
+ * One RPC to the key's object, under the deadline; one retry with a fresh stub only for a
+ * retryable, non-overload error. Stubs are not cached across requests: workerd binds a stub to
+ * the request that made it.
+ */
+function ask(
+  env: WorkerEnv,
+  config: Config,
+  name: string,
+  limits: readonly Limit[],
+  a: { cost: number; leaseUnits: number; leaseMs: number },
+): Promise<Decision> {
+  const once = () => env.LIMITER.getByName(name).take(limits, a) as Promise<Decision>;
+  const call = once().catch((e: unknown) => {
+    if (!isRetryable(e)) throw e;
+    console.warn(JSON.stringify({ event: "limiter_retry", key: redact(name), message: errorName(e) }));
+    return once();
+  });
+  return withDeadline(call, config.objectTimeoutMs);
+}
+
+/** A Durable Object error worth one retry: the runtime says `retryable`, and it is not an overload. */
+export function isRetryable(e: unknown): boolean {
+  const err = e as { retryable?: unknown; overloaded?: unknown } | null;
+  return err?.retryable === true && err.overloaded !== true;
+}
+
+/**
+ * Stores what the object said about the key being blocked, in local time. A lease-only answer
+ * (`leaseOnly`) never clears an entry: it was not a request's decision.
+ */
+function remember(name: string, result: Decision, cost: number, sentAt: number, leaseOnly = false): void {
+  const blockedForMs = result.blockedUntil - result.now;
+  if (blockedForMs <= 0) {
+    if (!leaseOnly) denyCache.delete(name);
     return;
   }
   // The object decided after `sentAt`, so sentAt + its durations never runs past its own times.
   const entry: Blocked = denyCache.get(name, sentAt) ?? {
-    until: sentAt + result.blockedForMs,
+    until: sentAt + blockedForMs,
     freeAt: result.limits.map((l) => (l.remaining === 0 ? sentAt + l.resetMs : 0)),
     retryAt: new Map(),
   };
@@ -173,37 +443,10 @@ function remember(name: string, result: DecisionResult, cost: number, sentAt: nu
   denyCache.set(name, entry, sentAt);
 }
 
-function cachedDenial(plan: Plan, blocked: Blocked, retryAt: number, now: number): Response {
-  const limits = plan.limits ?? [];
+function cachedDenial(blocked: Blocked, retryAt: number, now: number): Verdict {
   const states = blocked.freeAt.map((at) => (at > now ? { remaining: 0, resetMs: at - now } : null));
-  const violated = limits.filter((_, i) => (blocked.freeAt[i] ?? 0) > now).map((l) => l.name);
-  return tooManyRequests(plan, states, violated, retryAt - now);
-}
-
-async function limiterFailed(
-  request: Request,
-  config: Config,
-  send: OriginFetcher,
-  url: URL,
-  e: unknown,
-): Promise<Response> {
-  const overloaded = (e as { overloaded?: boolean })?.overloaded === true;
-  console.error(
-    JSON.stringify({
-      event: "limiter_unavailable",
-      failure_mode: config.failureMode,
-      overloaded,
-      message: errorName(e),
-    }),
-  );
-  if (config.failureMode === "open") return proxy(request, config, send, url);
-  return problem(
-    503,
-    "Service Unavailable",
-    "The rate limiter is unavailable; retry shortly.",
-    {},
-    { "Retry-After": "1" },
-  );
+  const violated = blocked.freeAt.map((at) => at > now);
+  return refused("cached_denial", states, violated, retryAt - now, null, now);
 }
 
 function unauthorized(config: Config, detail: string): HttpError {

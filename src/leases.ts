@@ -1,0 +1,146 @@
+/**
+ * @module The isolate's lease table: units a key's object granted ahead of use, spent here while
+ * this isolate's clock is inside the lease (DESIGN.md, "Leases"). Bounded like the deny cache.
+ *
+ * A lease asked at local time `sentAt` with lifetime `L` may be spent while the local clock reads
+ * less than `sentAt + L − margin`. The object recorded the units at its own `issuedAt + L`, and
+ * `issuedAt` came after `sentAt`, so every use happens before the record whenever the two clocks
+ * run at the same rate; the margin absorbs small rate differences.
+ */
+
+import type { Lease, LimitStatus } from "./core/decision.ts";
+
+/** The object's answer that came with a lease, as this isolate keeps it. */
+export interface HeldLease {
+  /** Units still to spend. */
+  left: number;
+  /** Local time from which the lease may no longer be spent. */
+  readonly expiresAt: number;
+  /** Where the object recorded it: handed back with unused units. */
+  readonly recordedAt: readonly number[];
+  /** Local time the lease was asked at. */
+  readonly sentAt: number;
+  /** The key's limits as the object saw them right after granting it. */
+  readonly limits: readonly LimitStatus[];
+}
+
+/** Units to give back to a key's object. */
+export interface Unused {
+  readonly recordedAt: readonly number[];
+  readonly units: number;
+}
+
+/** What the table knows of one key. */
+export interface KeyLeases {
+  /** Leases being spent, oldest (first to expire) first. */
+  readonly held: HeldLease[];
+  /** The lease call in flight for this key, if any: at most one per isolate. */
+  inflight: Promise<void> | null;
+  /** Requests seen, decayed with a 1 s time constant: about the key's rate per second here. */
+  score: number;
+  seenAt: number;
+}
+
+/** The time constant of the rate estimate (ms). */
+const RATE_TAU_MS = 1_000;
+/** A key seen less often than this many times per time constant gets no lease. */
+const MIN_SCORE = 2;
+
+/** Safety margin subtracted from a lease's lifetime (ms). */
+export function leaseMargin(lifetimeMs: number): number {
+  return 1 + Math.floor(lifetimeMs / 50);
+}
+
+export class LeaseTable {
+  readonly #entries = new Map<string, KeyLeases>();
+  readonly #max: number;
+
+  constructor(max = 10_000) {
+    this.#max = max;
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /** The key's entry, counting this request in its rate (created when missing; the oldest entry makes room). */
+  touch(name: string, now: number, unused: Unused[]): KeyLeases {
+    let e = this.#entries.get(name);
+    if (!e) {
+      if (this.#entries.size >= this.#max) this.#evictOldest(unused);
+      e = { held: [], inflight: null, score: 0, seenAt: now };
+      this.#entries.set(name, e);
+    }
+    const dt = Math.max(0, now - e.seenAt);
+    e.score = e.score * Math.exp(-dt / RATE_TAU_MS) + 1;
+    e.seenAt = now;
+    return e;
+  }
+
+  /** The entry without counting a request, if any. */
+  get(name: string): KeyLeases | undefined {
+    return this.#entries.get(name);
+  }
+
+  /** Forgets a key's leases (an operator's reset or block); returns their unused units. */
+  drop(name: string, unused: Unused[]): void {
+    const e = this.#entries.get(name);
+    if (!e) return;
+    for (const h of e.held) if (h.left > 0) unused.push({ recordedAt: h.recordedAt, units: h.left });
+    this.#entries.delete(name);
+  }
+
+  /**
+   * Spends `cost` from the first lease still valid at `now` that has enough left. Expired leases
+   * are dropped and their unused units added to `unused`, to be given back.
+   */
+  spend(e: KeyLeases, cost: number, now: number, unused: Unused[]): HeldLease | null {
+    while (e.held.length > 0 && now >= (e.held[0] as HeldLease).expiresAt) {
+      const gone = e.held.shift() as HeldLease;
+      if (gone.left > 0) unused.push({ recordedAt: gone.recordedAt, units: gone.left });
+    }
+    for (const h of e.held) {
+      if (now < h.expiresAt && h.left >= cost) {
+        h.left -= cost;
+        return h;
+      }
+    }
+    return null;
+  }
+
+  /** Units this isolate would use in `lifetimeMs` at its recent rate for the key (0: too rare to lease). */
+  want(e: KeyLeases, lifetimeMs: number, maxUnits: number): number {
+    if (e.score < MIN_SCORE || lifetimeMs <= 0) return 0;
+    return Math.min(maxUnits, Math.ceil((e.score * lifetimeMs * 1.5) / RATE_TAU_MS));
+  }
+
+  /** Whether to ask for the next lease now: the held ones run out (in units or time) before half of it is over. */
+  needsRefill(e: KeyLeases, now: number, want: number, lifetimeMs: number): boolean {
+    if (e.inflight || want === 0) return false;
+    let left = 0;
+    let until = now;
+    for (const h of e.held) {
+      if (now >= h.expiresAt) continue;
+      left += h.left;
+      until = Math.max(until, h.expiresAt);
+    }
+    return left < want / 2 || until - now < lifetimeMs / 2;
+  }
+
+  /** Keeps a lease granted for a call sent at `sentAt`. */
+  add(e: KeyLeases, lease: Lease, sentAt: number, limits: readonly LimitStatus[]): void {
+    const expiresAt = sentAt + lease.lifetimeMs - leaseMargin(lease.lifetimeMs);
+    const held: HeldLease = { left: lease.units, expiresAt, recordedAt: lease.recordedAt, sentAt, limits };
+    let i = e.held.length;
+    while (i > 0 && (e.held[i - 1] as HeldLease).expiresAt > expiresAt) i--;
+    e.held.splice(i, 0, held);
+  }
+
+  #evictOldest(unused: Unused[]): void {
+    for (const [name, e] of this.#entries) {
+      if (this.#entries.size < this.#max) break;
+      if (e.inflight) continue;
+      this.drop(name, unused);
+    }
+  }
+}
