@@ -23,9 +23,9 @@
  */
 
 import { ConfigError } from "../../src/config.ts";
+import type { Decision } from "../../src/core/index.ts";
 import { proxy } from "../../src/http.ts";
 import { RateLimiter } from "../../src/limiter.ts";
-import { decodeDecision, encodeDecision, type WireLimits } from "../../src/wire.ts";
 import { configFor, type Hooks, handle, isolateDenyCache, type WorkerEnv } from "../../src/worker.ts";
 import type { StorageCounts } from "./counts.ts";
 import type { FixedWindow, Noop, TokenBucket } from "./objects.mts";
@@ -63,7 +63,7 @@ export class CountingRateLimiter extends RateLimiter {
         if (/^\s*(INSERT|UPDATE|DELETE|REPLACE)/i.test(query)) {
           counts.writeStatements += 1;
           counts.rowsWritten += cursor.rowsWritten;
-          if (/\bslots\b/.test(query)) counts.slotRowsWritten += cursor.rowsWritten;
+          if (/\bgrants\b/.test(query)) counts.slotRowsWritten += cursor.rowsWritten;
         }
         return cursor;
       },
@@ -79,19 +79,17 @@ export class CountingRateLimiter extends RateLimiter {
     this.#counts = counts;
   }
 
-  override async decide(
-    ...args: Parameters<RateLimiter["decide"]>
-  ): Promise<Awaited<ReturnType<RateLimiter["decide"]>>> {
-    const result = await super.decide(...args);
+  override async take(...args: Parameters<RateLimiter["take"]>): Promise<Decision> {
+    const result = await super.take(...args);
     this.#counts.decides += 1;
-    if (decodeDecision(result).allowed) this.#counts.grants += 1;
+    if (result.allowed && result.cost > 0) this.#counts.grants += 1;
     return result;
   }
 
   stats(): StorageCounts {
     const sql = this.ctx.storage.sql;
     const count = (table: string) => Number(sql.exec<{ n: number }>(`SELECT count(*) AS n FROM ${table}`).one().n);
-    return { ...this.#counts, slotRows: count("slots"), metaRows: count("meta"), databaseSize: sql.databaseSize };
+    return { ...this.#counts, slotRows: count("grants"), metaRows: count("meta"), databaseSize: sql.databaseSize };
   }
 }
 
@@ -102,25 +100,25 @@ const noDenyCache: Hooks = { onDecision: (e) => isolateDenyCache().delete(e.name
 let grants: number[] = [];
 const observeGrants: Hooks = {
   onDecision: (e) => {
-    if (e.result.allowed && e.name.startsWith("key:chart_")) grants.push(e.result.now);
+    if (e.allowed && e.name.startsWith("key:chart_")) grants.push(e.at);
   },
 };
 
 /** An object namespace whose every object allows at once, in the isolate (no RPC, no storage). */
 const standInObject = {
   getByName: () => ({
-    decide: (limits: WireLimits) => {
+    take: (limits: readonly unknown[]): Decision => {
       const now = Date.now();
-      const statuses = [];
-      for (let i = 0; i < limits.length; i += 2) statuses.push({ remaining: 1000, resetMs: 1000, exceeded: false });
-      return encodeDecision({
+      return {
         allowed: true,
         neverAllowed: false,
+        cost: 1,
         now,
         retryAfterMs: 0,
         blockedUntil: now,
-        limits: statuses,
-      });
+        limits: limits.map(() => ({ remaining: 1000, resetMs: 1000, exceeded: false })),
+        lease: null,
+      };
     },
   }),
 } as unknown as WorkerEnv["LIMITER"];
@@ -150,7 +148,7 @@ export default {
       const key = request.headers.get("x-api-key") ?? "";
       await (env.NOOP as DurableObjectNamespace<Noop>)
         .getByName(`key:${key}`)
-        .decide(config.defaultPlan?.wire ?? [], 1);
+        .decide(config.defaultPlan?.limits ?? [], 1);
       return proxy(request, config, send);
     }
     if (role === "stand-in") {

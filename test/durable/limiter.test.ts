@@ -1,11 +1,12 @@
-// The RateLimiter Durable Object inside workerd: decisions, storage rows, eviction, the idle alarm, limit changes.
-// Time is the object's `clock()` seam, replaced per instance through runInDurableObject (no sleeping).
+// The RateLimiter Durable Object inside workerd: decisions, leases, storage rows, eviction, the
+// idle alarm, limit changes. Time is the object's `clock()` seam, replaced per instance through
+// runInDurableObject (no sleeping).
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { LimitSpec } from "../../src/core/sliding-log.ts";
+import type { Decision, LimitSpec } from "../../src/core/index.ts";
+import type { Ask } from "../../src/core/log.ts";
 import type { RateLimiter } from "../../src/limiter.ts";
-import { type DecisionResult, decodeDecision, wireLimits } from "../../src/wire.ts";
 
 const T0 = 1_800_000_000_000;
 
@@ -20,201 +21,289 @@ async function object(name = crypto.randomUUID()) {
   await install();
   return {
     stub,
-    /** One RPC to the object, in the wire form the Worker uses (src/wire.ts), read back. */
-    async decide(limits: readonly LimitSpec[], cost: number): Promise<DecisionResult> {
-      return decodeDecision(await stub.decide(wireLimits(limits), cost));
+    /** One RPC to the object, as the Worker makes it. */
+    take(limits: readonly LimitSpec[], cost: number, lease: Omit<Ask, "cost"> = {}): Promise<Decision> {
+      return stub.take(limits, { cost, ...lease }) as Promise<Decision>;
+    },
+    giveBack(limits: readonly LimitSpec[], recordedAt: readonly number[], units: number): Promise<number> {
+      return stub.giveBack(limits, recordedAt, units) as Promise<number>;
     },
     at(t: number) {
       now = t;
     },
-    /** Evicts the instance (storage kept) and installs the clock in the new one. */
+    /** Evicts the instance (storage kept), proves the old instance is gone, and installs the clock in the new one. */
     async evict() {
+      await runInDurableObject(stub, (instance: RateLimiter) => {
+        (instance as unknown as { marker: string }).marker = "old instance";
+      });
       await evictDurableObject(stub);
+      await runInDurableObject(stub, (instance: RateLimiter) => {
+        expect((instance as unknown as { marker?: string }).marker).toBeUndefined();
+      });
       await install();
     },
     rows: () =>
       runInDurableObject(stub, (_: RateLimiter, state) =>
         state.storage.sql
-          .exec<{ slot: number; ts: number; cost: number }>("SELECT slot, ts, cost FROM slots ORDER BY slot")
+          .exec<{ ring: number; key: number; ts: number; cost: number }>(
+            "SELECT ring, key, ts, cost FROM grants ORDER BY ring, ts",
+          )
           .toArray(),
       ),
     alarm: () => runInDurableObject(stub, (_: RateLimiter, state) => state.storage.getAlarm()),
   };
 }
 
-const perSecond: LimitSpec[] = [{ limit: 3, windowMs: 1000, name: "per-second" }];
+const perSecond: LimitSpec[] = [{ limit: 3, windowMs: 1000, tickMs: 1 }];
 
-describe("decide", () => {
+describe("take", () => {
   it("grants up to N in a window, then refuses with the exact wait", async () => {
     const o = await object();
     const results = [];
     for (let i = 0; i < 4; i++) {
       o.at(T0 + i * 100);
-      results.push(await o.decide(perSecond, 1));
+      results.push(await o.take(perSecond, 1));
     }
     expect(results.map((r) => r.allowed)).toEqual([true, true, true, false]);
     expect(results.map((r) => r.limits[0]?.remaining)).toEqual([2, 1, 0, 0]);
-    const denied = results[3];
     // The grant at T0 leaves the window (t > now - W) at T0 + 1000; now is T0 + 300.
-    expect(denied).toMatchObject({ allowed: false, neverAllowed: false, now: T0 + 300, retryAfterMs: 700 });
-    expect(denied?.blockedForMs).toBe(700);
-    expect(denied?.limits[0]).toEqual({ remaining: 0, resetMs: 700, exceeded: true });
-
+    expect(results[3]).toEqual({
+      allowed: false,
+      neverAllowed: false,
+      cost: 1,
+      now: T0 + 300,
+      retryAfterMs: 700,
+      blockedUntil: T0 + 1000,
+      limits: [{ remaining: 0, resetMs: 700, exceeded: true }],
+      lease: null,
+    });
     o.at(T0 + 999);
-    expect((await o.decide(perSecond, 1)).allowed).toBe(false);
+    expect((await o.take(perSecond, 1)).allowed).toBe(false);
     o.at(T0 + 1000);
-    expect((await o.decide(perSecond, 1)).allowed).toBe(true);
+    expect((await o.take(perSecond, 1)).allowed).toBe(true);
   });
 
   it("answers a cost above a limit with 'never', without recording", async () => {
     const o = await object();
-    const r = await o.decide(perSecond, 4);
+    const r = await o.take(perSecond, 4);
     expect(r).toMatchObject({ allowed: false, neverAllowed: true, retryAfterMs: Number.POSITIVE_INFINITY });
     expect(await o.rows()).toEqual([]);
-    expect((await o.decide(perSecond, 3)).allowed).toBe(true);
+    expect((await o.take(perSecond, 3)).allowed).toBe(true);
   });
 
   it("weighs cost across several limits and names the one that refuses", async () => {
     const o = await object();
     const limits: LimitSpec[] = [
-      { limit: 5, windowMs: 1000, name: "per-second" },
-      { limit: 8, windowMs: 60_000, name: "per-minute" },
+      { limit: 5, windowMs: 1000 },
+      { limit: 8, windowMs: 60_000 },
     ];
-    expect((await o.decide(limits, 5)).allowed).toBe(true);
+    expect((await o.take(limits, 5)).allowed).toBe(true);
     o.at(T0 + 1000);
-    const r = await o.decide(limits, 4);
-    // 5 + 4 > 8 in the minute; the second is free again.
+    const r = await o.take(limits, 4);
     expect(r.allowed).toBe(false);
     expect(r.limits.map((l) => l.exceeded)).toEqual([false, true]);
     expect(r.retryAfterMs).toBe(59_000);
-    expect((await o.decide(limits, 3)).allowed).toBe(true);
+    expect((await o.take(limits, 3)).allowed).toBe(true);
   });
 
-  it("treats a clock that goes back as the newest recorded time", async () => {
+  it("keeps its clock monotone: a clock that goes back decides at the latest time seen", async () => {
     const o = await object();
     o.at(T0 + 500);
-    await o.decide(perSecond, 3);
+    await o.take(perSecond, 3);
     o.at(T0);
-    const r = await o.decide(perSecond, 1);
-    expect(r).toMatchObject({ allowed: false, now: T0 + 500, retryAfterMs: 1000 });
+    expect(await o.take(perSecond, 1)).toMatchObject({ allowed: false, now: T0 + 500, retryAfterMs: 1000 });
   });
 
-  it("rejects malformed limits with an error and records nothing", async () => {
-    const o = await object();
-    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
-      for (const limits of [[], [3], [3, 1000, 5], "3,1000", null, { limit: 3, windowMs: 1000 }]) {
-        await expect(instance.decide(limits as never, 1)).rejects.toThrow(/limits: expected \[limit, windowMs, …\]/);
-      }
-      for (const limits of [
-        [0, 1000],
-        [3, 0],
-        [3, 1.5],
-        ["3", 1000],
-      ]) {
-        await expect(instance.decide(limits as never, 1)).rejects.toThrow(RangeError);
-      }
-    });
-    expect(await o.rows()).toEqual([]);
-  });
-
-  it("refuses the limit objects an earlier version's Worker sent (a rollout window fails safe, never grants)", async () => {
-    const o = await object();
-    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
-      for (const limits of [perSecond, [...perSecond, { limit: 10, windowMs: 60_000, name: "per-minute" }]]) {
-        await expect(instance.decide(limits as never, 1)).rejects.toThrow(RangeError);
-      }
-    });
-    expect(await o.rows()).toEqual([]);
-  });
-
-  it("rejects an invalid cost with an error and records nothing", async () => {
+  it("rejects malformed limits, costs and leases with an error naming the field, and records nothing", async () => {
     const o = await object();
     // Called on the instance: the test pool's RPC wrapper reports a rejected RPC call as unhandled.
     await runInDurableObject(o.stub, async (instance: RateLimiter) => {
-      for (const cost of [0, -1, 1.5, Number.NaN]) {
-        await expect(instance.decide(wireLimits(perSecond), cost)).rejects.toThrow(/cost: expected a positive integer/);
+      for (const limits of [[], null, "3,1000", [3, 1000]]) {
+        await expect(instance.take(limits as never, { cost: 1 })).rejects.toThrow(/^limits/);
       }
+      for (const limits of [
+        [{ limit: 0, windowMs: 1000 }],
+        [{ limit: 3, windowMs: 1.5 }],
+        [{ limit: "3", windowMs: 1 }],
+      ]) {
+        await expect(instance.take(limits as never, { cost: 1 })).rejects.toThrow(/^limits\[0\]/);
+      }
+      for (const cost of [-1, 1.5, Number.NaN]) {
+        await expect(instance.take(perSecond, { cost })).rejects.toThrow(/^cost: /);
+      }
+      await expect(instance.take(perSecond, { cost: 1, leaseUnits: -2 })).rejects.toThrow(/^leaseUnits: /);
     });
     expect(await o.rows()).toEqual([]);
+  });
+});
+
+describe("leases", () => {
+  const roomy: LimitSpec[] = [{ limit: 100, windowMs: 1000, tickMs: 1 }];
+
+  it("records a lease as one row at now + lifetime, together with the request's own cost", async () => {
+    const o = await object();
+    const d = await o.take(roomy, 1, { leaseUnits: 20, leaseMs: 500 });
+    // The lifetime is capped at 1/20 of the window.
+    expect(d.lease).toEqual({ units: 20, lifetimeMs: 50, recordedAt: [T0 + 50] });
+    expect(d.limits[0]?.remaining).toBe(79);
+    expect(await o.rows()).toEqual([{ ring: 1, key: expect.any(Number), ts: T0 + 50, cost: 21 }]);
+    // A per-request grant before the lease's record is written at the record's time.
+    o.at(T0 + 10);
+    await o.take(roomy, 1);
+    expect(await o.rows()).toEqual([{ ring: 1, key: expect.any(Number), ts: T0 + 50, cost: 22 }]);
+  });
+
+  it("shrinks leases near the limit and grants none when little is left", async () => {
+    const o = await object();
+    const small: LimitSpec[] = [{ limit: 10, windowMs: 1000, tickMs: 1 }];
+    expect((await o.take(small, 1, { leaseUnits: 100, leaseMs: 50 })).lease?.units).toBe(4);
+    expect((await o.take(small, 1, { leaseUnits: 100, leaseMs: 50 })).lease?.units).toBe(2);
+    // 10 − 5 − 3 − 1 = 1 left after this request: half of it is no whole unit, so no lease.
+    expect((await o.take(small, 1, { leaseUnits: 100, leaseMs: 50 })).lease).toBeNull();
+  });
+
+  it("takes back unused units, and forgets a slot that holds nothing any more", async () => {
+    const o = await object();
+    const d = await o.take(roomy, 0, { leaseUnits: 10, leaseMs: 50 });
+    const recordedAt = d.lease?.recordedAt ?? [];
+    expect(await o.giveBack(roomy, recordedAt, 4)).toBe(1);
+    expect((await o.rows()).map((r) => r.cost)).toEqual([6]);
+    expect(await o.giveBack(roomy, recordedAt, 6)).toBe(1);
+    expect((await o.rows()).map((r) => r.cost)).toEqual([0]);
+    expect((await o.take(roomy, 1)).limits[0]?.remaining).toBe(99);
+  });
+
+  it("counts leased units after a restart, and takes them back after it", async () => {
+    const o = await object();
+    const d = await o.take(roomy, 1, { leaseUnits: 30, leaseMs: 50 });
+    await o.evict();
+    o.at(T0 + 1);
+    expect((await o.take(roomy, 1)).limits[0]?.remaining).toBe(100 - 31 - 1);
+    expect(await o.giveBack(roomy, d.lease?.recordedAt ?? [], 30)).toBe(1);
+    expect((await o.take(roomy, 1)).limits[0]?.remaining).toBe(100 - 1 - 1 - 1);
+  });
+
+  it("evaluates at the real now after a restart, never at a future record", async () => {
+    const o = await object();
+    const limits: LimitSpec[] = [{ limit: 5, windowMs: 1000, tickMs: 1 }];
+    o.at(T0 + 10);
+    await o.take(limits, 1);
+    o.at(T0 + 1000);
+    expect((await o.take(limits, 1, { leaseUnits: 1, leaseMs: 50 })).lease?.recordedAt).toEqual([T0 + 1050]);
+    await o.evict();
+    o.at(T0 + 1001);
+    // (T0 + 1, T0 + 1001] holds the grant at T0 + 10 and the lease's 2 units: 2 left, not 3.
+    expect((await o.take(limits, 2)).allowed).toBe(true);
+    expect(await o.take(limits, 1)).toMatchObject({ allowed: false, retryAfterMs: 9 });
   });
 });
 
 describe("storage", () => {
   it("writes one row per grant, none per denial, and grants in one millisecond share a row", async () => {
     const o = await object();
-    await o.decide(perSecond, 1);
-    await o.decide(perSecond, 1);
-    expect(await o.rows()).toEqual([{ slot: expect.any(Number), ts: T0, cost: 2 }]);
+    await o.take(perSecond, 1);
+    await o.take(perSecond, 1);
+    expect(await o.rows()).toEqual([{ ring: 1, key: expect.any(Number), ts: T0, cost: 2 }]);
     o.at(T0 + 10);
-    await o.decide(perSecond, 1);
+    await o.take(perSecond, 1);
     const afterGrants = await o.rows();
     expect(afterGrants.map((r) => [r.ts, r.cost])).toEqual([
       [T0, 2],
       [T0 + 10, 1],
     ]);
     o.at(T0 + 20);
-    expect((await o.decide(perSecond, 1)).allowed).toBe(false);
+    expect((await o.take(perSecond, 1)).allowed).toBe(false);
     expect(await o.rows()).toEqual(afterGrants);
   });
 
-  it("keeps at most capacity rows: a new slot overwrites the one that can no longer count", async () => {
+  it("keeps at most capacity rows: a new slot reuses the key of one that can no longer count", async () => {
     const o = await object();
-    const limits: LimitSpec[] = [{ limit: 2, windowMs: 1000 }];
-    for (const t of [0, 1000, 2000, 3000]) {
+    const limits: LimitSpec[] = [{ limit: 2, windowMs: 1000, tickMs: 1 }];
+    for (const t of [0, 500, 1000, 1500, 2000, 2500, 3000]) {
       o.at(T0 + t);
-      expect((await o.decide(limits, 1)).allowed).toBe(true);
+      expect((await o.take(limits, 1)).allowed).toBe(true);
     }
     const rows = await o.rows();
     expect(rows).toHaveLength(2);
-    expect(rows.map((r) => r.ts).sort()).toEqual([T0 + 2000, T0 + 3000]);
+    expect(rows.map((r) => r.ts)).toEqual([T0 + 2500, T0 + 3000]);
   });
 
-  it("rebuilds from storage after eviction and decides exactly as before", async () => {
+  it("writes one row per ring: limits with different ticks keep separate rings", async () => {
+    const o = await object();
+    const limits: LimitSpec[] = [
+      { limit: 10, windowMs: 1000, tickMs: 1 },
+      { limit: 1000, windowMs: 86_400_000, tickMs: 60_000 },
+    ];
+    o.at(T0 + 5);
+    await o.take(limits, 2);
+    expect((await o.rows()).map((r) => [r.ring, r.ts, r.cost])).toEqual([
+      [1, T0 + 5, 2],
+      [60_000, Math.ceil((T0 + 5) / 60_000) * 60_000, 2],
+    ]);
+  });
+
+  it("rebuilds from storage after an eviction and decides exactly as before, rewriting nothing", async () => {
     const o = await object();
     for (let i = 0; i < 3; i++) {
       o.at(T0 + i * 100);
-      await o.decide(perSecond, 1);
+      await o.take(perSecond, 1);
     }
+    const before = await o.rows();
     await o.evict();
     o.at(T0 + 999);
-    const r = await o.decide(perSecond, 1);
-    expect(r).toMatchObject({ allowed: false, retryAfterMs: 1 });
+    expect(await o.take(perSecond, 1)).toMatchObject({ allowed: false, retryAfterMs: 1 });
+    // Assert on storage before any grant could have written: the restore itself wrote nothing.
+    expect(await o.rows()).toEqual(before);
     o.at(T0 + 1000);
-    expect((await o.decide(perSecond, 1)).allowed).toBe(true);
+    expect((await o.take(perSecond, 1)).allowed).toBe(true);
     o.at(T0 + 1050);
-    expect((await o.decide(perSecond, 1)).allowed).toBe(false);
+    expect((await o.take(perSecond, 1)).allowed).toBe(false);
   });
 
-  it("keeps the history that still matters when the limits change between deploys", async () => {
+  it("keeps the history that still matters when the limits (and ticks) change between deploys", async () => {
     const o = await object();
-    const before: LimitSpec[] = [{ limit: 10, windowMs: 60_000 }];
+    const before: LimitSpec[] = [{ limit: 10, windowMs: 60_000, tickMs: 1 }];
     for (let i = 0; i < 6; i++) {
-      o.at(T0 + i * 1000);
-      await o.decide(before, 1);
+      o.at(T0 + i * 1000 + 1);
+      await o.take(before, 1);
     }
     await o.evict();
-    // A new deploy: a stricter per-minute limit and a per-second one. The six grants still count.
+    // A new deploy: a coarser tick, a stricter per-minute limit and a per-second one. The six grants still count.
     const after: LimitSpec[] = [
-      { limit: 2, windowMs: 1000 },
-      { limit: 7, windowMs: 60_000 },
+      { limit: 2, windowMs: 1000, tickMs: 1 },
+      { limit: 7, windowMs: 60_000, tickMs: 1000 },
     ];
-    o.at(T0 + 6000);
-    const r1 = await o.decide(after, 1);
-    expect(r1.allowed).toBe(true);
-    expect(r1.limits[1]?.remaining).toBe(0);
-    const r2 = await o.decide(after, 1);
+    o.at(T0 + 6001);
+    const r1 = await o.take(after, 1);
+    expect(r1).toMatchObject({ allowed: true, limits: [{ remaining: 1 }, { remaining: 0 }] });
+    const r2 = await o.take(after, 1);
     expect(r2.allowed).toBe(false);
-    // The oldest grant (T0) leaves the minute at T0 + 60000.
-    expect(r2.retryAfterMs).toBe(54_000);
-    expect((await o.rows()).length).toBeLessThanOrEqual(8);
+    // The oldest grant (T0 + 1) was rounded up to T0 + 1000 in the 1s-tick ring: it leaves at T0 + 61000.
+    expect(r2.retryAfterMs).toBe(61_000 - 6001);
+    const rings = new Set((await o.rows()).map((r) => r.ring));
+    expect([...rings].sort((a, b) => a - b)).toEqual([1, 1000]);
+  });
 
-    // Shrinking the longest window shrinks the ring to the new capacity (2) and keeps the newest slots.
-    const shorter: LimitSpec[] = [{ limit: 2, windowMs: 1000 }];
-    const r3 = await o.decide(shorter, 1);
-    expect(r3).toMatchObject({ allowed: true, limits: [{ remaining: 0, resetMs: 1000, exceeded: false }] });
-    const rows = await o.rows();
-    expect(rows.length).toBeLessThanOrEqual(2);
-    expect(rows.find((row) => row.ts === T0 + 6000)?.cost).toBe(2);
+  it("carries over the rows of 0.1.0's slots table once", async () => {
+    const name = crypto.randomUUID();
+    const stub = env.LIMITER.getByName(name);
+    await runInDurableObject(stub, (instance: RateLimiter, state) => {
+      instance.clock = () => T0 + 10;
+      state.storage.sql.exec(
+        "CREATE TABLE slots (slot INTEGER PRIMARY KEY, ts INTEGER NOT NULL, cost INTEGER NOT NULL)",
+      );
+      state.storage.sql.exec("INSERT INTO slots VALUES (0, ?, 2), (1, ?, 1)", T0, T0 + 5);
+    });
+    await evictDurableObject(stub);
+    await runInDurableObject(stub, (instance: RateLimiter) => {
+      instance.clock = () => T0 + 10;
+    });
+    const d = (await stub.take(perSecond, { cost: 1 })) as Decision;
+    expect(d.allowed).toBe(false);
+    await runInDurableObject(stub, (_: RateLimiter, state) => {
+      const tables = state.storage.sql.exec("SELECT name FROM sqlite_master WHERE name = 'slots'").toArray();
+      expect(tables).toEqual([]);
+    });
   });
 });
 
@@ -222,16 +311,15 @@ describe("idle alarm", () => {
   it("is set on the first grant, re-arms while the key is active, and deletes the state once idle", async () => {
     const o = await object();
     const limits: LimitSpec[] = [
-      { limit: 5, windowMs: 1000 },
-      { limit: 50, windowMs: 10_000 },
+      { limit: 5, windowMs: 1000, tickMs: 1 },
+      { limit: 50, windowMs: 10_000, tickMs: 1 },
     ];
     expect(await o.alarm()).toBeNull();
     o.at(T0 + 100);
-    await o.decide(limits, 1);
-    // Idle once the newest grant has left the longest window.
+    await o.take(limits, 1);
     expect(await o.alarm()).toBe(T0 + 100 + 10_000);
     o.at(T0 + 5000);
-    await o.decide(limits, 1);
+    await o.take(limits, 1);
     expect(await o.alarm()).toBe(T0 + 100 + 10_000);
 
     // Fires while the grant at T0 + 5000 still counts: nothing is deleted, it re-arms.
@@ -244,14 +332,33 @@ describe("idle alarm", () => {
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toEqual([]);
     expect(await o.alarm()).toBeNull();
-    const fresh = await o.decide(limits, 1);
+    const fresh = await o.take(limits, 1);
     expect(fresh.limits.map((l) => l.remaining)).toEqual([4, 49]);
+  });
+
+  it("counts future records: a lease keeps the key alive until its record has left the window", async () => {
+    const o = await object();
+    const limits: LimitSpec[] = [{ limit: 100, windowMs: 1000, tickMs: 1 }];
+    o.at(T0 + 10);
+    await o.take(limits, 1);
+    expect(await o.alarm()).toBe(T0 + 10 + 1000);
+    o.at(T0 + 20);
+    await o.take(limits, 1, { leaseUnits: 10, leaseMs: 50 });
+    o.at(T0 + 1010);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await o.rows()).toHaveLength(2); // the lease's record at T0 + 70 still counts
+    expect(await o.alarm()).toBe(T0 + 1070);
+    o.at(T0 + 1069);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await o.rows()).toHaveLength(2);
+    o.at(T0 + 1070);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await o.rows()).toEqual([]);
   });
 
   it("deletes the state of an evicted object from storage alone", async () => {
     const o = await object();
-    const limits: LimitSpec[] = [{ limit: 5, windowMs: 1000 }];
-    await o.decide(limits, 2);
+    await o.take(perSecond, 2);
     await o.evict();
     o.at(T0 + 1000);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
@@ -260,11 +367,10 @@ describe("idle alarm", () => {
 
   it("does not delete a key that is still blocked after an eviction", async () => {
     const o = await object();
-    const limits: LimitSpec[] = [{ limit: 5, windowMs: 1000 }];
-    await o.decide(limits, 5);
+    await o.take(perSecond, 3);
     await o.evict();
     o.at(T0 + 999);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
-    expect((await o.decide(limits, 1)).allowed).toBe(false);
+    expect((await o.take(perSecond, 1)).allowed).toBe(false);
   });
 });

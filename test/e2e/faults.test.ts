@@ -81,9 +81,9 @@ async function problem(response: Response, status: number): Promise<Record<strin
   return body;
 }
 
-/** The FaultyLimiter's `decide` calls for one key, as logged by the object. */
-function decideCalls(limiter: Limiter, k: string): { fault: string | null; call: number }[] {
-  return jsonLines(limiter).filter((l) => l.event === "faulty_decide" && l.object === `key:${k}`) as {
+/** The FaultyLimiter's `take` calls for one key, as logged by the object. */
+function takeCalls(limiter: Limiter, k: string): { fault: string | null; call: number }[] {
+  return jsonLines(limiter).filter((l) => l.event === "faulty_take" && l.object === `key:${k}`) as {
     fault: string | null;
     call: number;
   }[];
@@ -107,7 +107,7 @@ function jsonLines(limiter: Limiter): Record<string, unknown>[] {
 
 /**
  * Waits until everything logged before now has reached `output()`: sends a request on a fresh key of the default
- * plan (the real decide, logged by the FaultyLimiter) and waits for its log line. workerd writes its logs in order.
+ * plan (the real take, logged by the FaultyLimiter) and waits for its log line. workerd writes its logs in order.
  */
 async function settleLogs(limiter: Limiter): Promise<void> {
   const sentinel = key("sentinel");
@@ -282,7 +282,7 @@ describe("object faults", () => {
   describe('failure_mode = "closed"', () => {
     const limiter = useLimiter({ origin: () => origin.url, rateLimit: rateLimit("closed"), config: FAULTS_CONFIG });
 
-    /** One request on a fresh key of the plan `fault`; the response, the object's decide calls and new log lines. */
+    /** One request on a fresh key of the plan `fault`; the response, the object's take calls and new log lines. */
     async function hit(fault: string) {
       const k = key(fault);
       const before = jsonLines(limiter()).length;
@@ -292,7 +292,7 @@ describe("object faults", () => {
       return {
         k,
         r,
-        calls: decideCalls(limiter(), k),
+        calls: takeCalls(limiter(), k),
         unavailable: logs.filter((l) => l.event === "limiter_unavailable"),
       };
     }
@@ -304,7 +304,7 @@ describe("object faults", () => {
     }
 
     it.each([
-      ["the object throws", "throw", false, "FaultyLimiter: decide threw"],
+      ["the object throws", "throw", false, "FaultyLimiter: take threw"],
       [
         "the object is overloaded (an `overloaded` error, which survives RPC)",
         "overload",
@@ -382,7 +382,7 @@ describe("object faults", () => {
         expect(jsonLines(limiter()).slice(before)).toContainEqual(
           expect.objectContaining({ event: "limiter_unavailable", failure_mode: "open", overloaded }),
         );
-        expect(decideCalls(limiter(), k)).toHaveLength(1);
+        expect(takeCalls(limiter(), k)).toHaveLength(1);
       },
     );
   });

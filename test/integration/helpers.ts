@@ -1,7 +1,7 @@
 // Shared by the integration tests: the Worker with a chosen config, fake limiter namespaces, the origin's log.
 import { env } from "cloudflare:workers";
 import { expect, inject } from "vitest";
-import { type DecisionResult, encodeDecision, type WireDecision } from "../../src/wire.ts";
+import type { Decision } from "../../src/core/index.ts";
 import type { WorkerEnv } from "../../src/worker.ts";
 
 /** Base URL of the Node origin started by test/setup/origin.ts. */
@@ -35,28 +35,38 @@ export async function arrivalsFor(key: string): Promise<{ url: string; method: s
   return all.filter((a) => a.headers["x-api-key"] === key);
 }
 
-/** A decision in the object's wire form (src/wire.ts). */
-export function toWire(result: DecisionResult): WireDecision {
-  return encodeDecision({ ...result, blockedUntil: result.now + result.blockedForMs });
-}
-
-/** A LIMITER namespace whose objects answer what `decide` resolves to, counting calls. */
-export function fakeLimiter(decide: (call: number) => Promise<DecisionResult>): {
+/** A LIMITER namespace whose objects answer what `take` resolves to, counting calls. */
+export function fakeLimiter(take: (call: number) => Promise<Decision>): {
   namespace: WorkerEnv["LIMITER"];
   calls: () => number;
 } {
   let calls = 0;
   const stub = {
-    decide: () => {
+    take: () => {
       calls += 1;
-      return decide(calls).then(toWire);
+      return take(calls);
     },
+    giveBack: () => Promise.resolve(0),
   };
   const namespace = { getByName: () => stub } as unknown as WorkerEnv["LIMITER"];
   return { namespace, calls: () => calls };
 }
 
-/** A LIMITER namespace that forwards to the real one, counting `decide` calls. */
+/** A decision as the object sends it, with defaults for what a test does not care about. */
+export function decision(d: Partial<Decision> & Pick<Decision, "allowed">): Decision {
+  return {
+    neverAllowed: false,
+    cost: 1,
+    now: Date.now(),
+    retryAfterMs: 0,
+    blockedUntil: d.now ?? Date.now(),
+    limits: [],
+    lease: null,
+    ...d,
+  };
+}
+
+/** A LIMITER namespace that forwards to the real one, counting `take` calls (leases and requests). */
 export function countingLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: () => number } {
   const real = (env as unknown as WorkerEnv).LIMITER;
   let calls = 0;
@@ -64,10 +74,11 @@ export function countingLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: () 
     getByName: (name: string) => {
       const stub = real.getByName(name);
       return {
-        decide: (...args: Parameters<typeof stub.decide>) => {
+        take: (...args: Parameters<typeof stub.take>) => {
           calls += 1;
-          return stub.decide(...args);
+          return stub.take(...args);
         },
+        giveBack: (...args: Parameters<typeof stub.giveBack>) => stub.giveBack(...args),
       };
     },
   } as unknown as WorkerEnv["LIMITER"];

@@ -396,7 +396,7 @@ describe("when the origin fails", () => {
     expect(res.status).toBe(502);
     expect(res.headers.get("content-type")).toBe("application/problem+json");
     expect(res.headers.get("cache-control")).toBe("no-store");
-    expect(decisions.map((d) => d.result.allowed)).toEqual([true]);
+    expect(decisions.map((d) => d.allowed)).toEqual([true]);
     expect(res.headers.get("ratelimit-policy")).toBe('"per-second";q=100;w=1, "per-minute";q=1000;w=60');
     expect(res.headers.get("ratelimit")).toMatch(/^"per-second";r=99;t=1, "per-minute";r=999;t=60$/);
     const text = await res.text();

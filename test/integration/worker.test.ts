@@ -2,11 +2,11 @@
 // route costs, shadow mode, config errors, failure modes and the deny cache.
 import { exports } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { decodeDecision } from "../../src/wire.ts";
 import { handle } from "../../src/worker.ts";
 import {
   arrivalsFor,
   countingLimiter,
+  decision,
   envWith,
   fakeLimiter,
   freshKey,
@@ -328,14 +328,7 @@ describe("failure modes (the object throws)", () => {
     ["not retryable", { retryable: false }, 1, 503],
   ])("retries once only when the error is %s", async (_, flags, calls, status) => {
     vi.spyOn(console, "error").mockImplementation(() => {});
-    const ok = {
-      allowed: true,
-      neverAllowed: false,
-      now: Date.now(),
-      retryAfterMs: 0,
-      blockedForMs: 0,
-      limits: [{ remaining: 4, resetMs: 60_000, exceeded: false }],
-    };
+    const ok = decision({ allowed: true, limits: [{ remaining: 4, resetMs: 60_000, exceeded: false }] });
     const limiter = fakeLimiter((call) => (call === 1 ? Promise.reject(objectError(flags)) : Promise.resolve(ok)));
     const response = await handle(request(freshKey()), envWith(oneLimit(5), { LIMITER: limiter.namespace }));
     expect(response.status).toBe(status);
@@ -378,7 +371,9 @@ describe("the deny cache", () => {
     expect(limiter.calls()).toBe(calls + 1);
 
     // The object agrees with every answer the cache gave: asked now (later than the cache was), it refuses.
-    const direct = decodeDecision(await envWith(rl).LIMITER.getByName(`key:${key}`).decide([3, 60_000], 1));
+    const direct = await envWith(rl)
+      .LIMITER.getByName(`key:${key}`)
+      .take([{ limit: 3, windowMs: 60_000, tickMs: 1 }], { cost: 1 });
     expect(direct.allowed).toBe(false);
     expect(await arrivalsFor(key)).toHaveLength(3);
   });

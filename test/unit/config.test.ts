@@ -22,7 +22,8 @@ import {
   parseConfig,
   planForKey,
 } from "../../src/config.ts";
-import { MAX_CAPACITY } from "../../src/core/sliding-log.ts";
+import { defaultTickMs, MAX_KEY_SLOTS, MAX_RING_SLOTS, normalizeLimits, ringLayout } from "../../src/core/index.ts";
+import { policyHeader } from "../../src/http.ts";
 
 const ORIGIN = "https://api.example.com";
 /** The minimum config of DESIGN.md and README.md. */
@@ -33,16 +34,11 @@ const MINIMUM = {
   ],
 };
 const MINIMUM_LIMITS: Limit[] = [
-  { limit: 100, windowMs: 1_000, name: "per-second" },
-  { limit: 1000, windowMs: 60_000, name: "per-minute" },
+  { limit: 100, windowMs: 1_000, tickMs: 1, name: "per-second" },
+  { limit: 1000, windowMs: 60_000, tickMs: 1, name: "per-minute" },
 ];
 const MINIMUM_POLICY = '"per-second";q=100;w=1, "per-minute";q=1000;w=60';
-const MINIMUM_PLAN = {
-  limits: MINIMUM_LIMITS,
-  policyHeader: MINIMUM_POLICY,
-  wire: [100, 1_000, 1000, 60_000],
-  fieldNames: ['"per-second"', '"per-minute"'],
-};
+const MINIMUM_PLAN = { limits: MINIMUM_LIMITS, leaseMs: 50 };
 const DEFAULT_KEY = { header: "x-api-key", bearer: true, query: null, maxLength: 256, pattern: null };
 
 function parse(rateLimit: unknown, origin: unknown = ORIGIN): Config {
@@ -93,6 +89,8 @@ describe("parseConfig: valid configs", () => {
     key: DEFAULT_KEY,
     failureMode: "closed",
     shadow: false,
+    objectTimeoutMs: 5_000,
+    leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 1_000 },
   };
 
   it("documents the defaults README states", () => {
@@ -100,12 +98,16 @@ describe("parseConfig: valid configs", () => {
       keyHeader: "x-api-key",
       maxKeyLength: 256,
       originTimeoutMs: 30_000,
+      objectTimeoutMs: 5_000,
+      leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 1_000 },
       failureMode: "closed",
     });
   });
 
   it("parses the DESIGN.md minimum with every default filled in", () => {
-    expect(plain(parse(MINIMUM))).toEqual(minimumConfig);
+    const config = parse(MINIMUM);
+    expect(plain(config)).toEqual(minimumConfig);
+    expect(policyHeader(config.defaultPlan as Plan)).toBe(MINIMUM_POLICY);
   });
 
   it("parses wrangler.toml's [vars] as wrangler reads them", () => {
@@ -117,10 +119,8 @@ describe("parseConfig: valid configs", () => {
         {
           name: "test",
           keyPrefix: "test_",
-          limits: [{ limit: 10, windowMs: 60_000, name: "per-minute" }],
-          policyHeader: '"per-minute";q=10;w=60',
-          wire: [10, 60_000],
-          fieldNames: ['"per-minute"'],
+          limits: [{ limit: 10, windowMs: 60_000, tickMs: 1, name: "per-minute" }],
+          leaseMs: 1000,
         },
       ],
     });
@@ -174,36 +174,34 @@ limits = [
     failure_mode: "open",
     shadow: true,
     origin_timeout: "5s",
+    object_timeout: "250ms",
+    leases: { enabled: true, max_units: 50, max_lifetime: "500ms" },
   };
   const fullConfig = {
     origin: "https://example.com/api",
     originTimeoutMs: 5_000,
+    objectTimeoutMs: 250,
+    leases: { enabled: true, maxUnits: 50, maxLifetimeMs: 500 },
     plans: [
-      { name: "live", keyPrefix: "live_", limits: null, policyHeader: "", wire: [], fieldNames: [] },
+      { name: "live", keyPrefix: "live_", limits: null, leaseMs: 0 },
       {
         name: "test",
         keyPrefix: "test_",
-        limits: [{ limit: 10, windowMs: 60_000, name: "tests" }],
-        policyHeader: '"tests";q=10;w=60',
-        wire: [10, 60_000],
-        fieldNames: ['"tests"'],
+        limits: [{ limit: 10, windowMs: 60_000, tickMs: 1, name: "tests" }],
+        leaseMs: 500,
       },
     ],
     defaultPlan: {
       name: "default",
       keyPrefix: "",
-      limits: [{ limit: 100, windowMs: 1_000, name: "per-second" }],
-      policyHeader: '"per-second";q=100;w=1',
-      wire: [100, 1_000],
-      fieldNames: ['"per-second"'],
+      limits: [{ limit: 100, windowMs: 1_000, tickMs: 1, name: "per-second" }],
+      leaseMs: 50,
     },
     anonymous: {
       name: "anonymous",
       keyPrefix: "",
-      limits: [{ limit: 5, windowMs: 60_000, name: "per-minute" }],
-      policyHeader: '"per-minute";q=5;w=60',
-      wire: [5, 60_000],
-      fieldNames: ['"per-minute"'],
+      limits: [{ limit: 5, windowMs: 60_000, tickMs: 1, name: "per-minute" }],
+      leaseMs: 500,
     },
     costs: [
       { method: null, pathPrefix: "/health", cost: 0 },
@@ -248,8 +246,8 @@ limits = [
     [60_000, 60_000, "per-minute", 60],
   ])("window %j is %i ms, named %j, w=%i", (window, windowMs, name, w) => {
     const plan = parse({ limits: [{ limit: 7, window }] }).defaultPlan as Plan;
-    expect(plan.limits).toEqual([{ limit: 7, windowMs, name }]);
-    expect(plan.policyHeader).toBe(`"${name}";q=7;w=${w}`);
+    expect(plan.limits).toEqual([{ limit: 7, windowMs, tickMs: defaultTickMs(7, windowMs), name }]);
+    expect(policyHeader(plan)).toBe(`"${name}";q=7;w=${w}`);
   });
 
   it.each([
@@ -272,8 +270,7 @@ limits = [
       ],
     }).defaultPlan as Plan;
     expect(plan.limits?.map((l) => l.name)).toEqual(['burst "hard"', "back\\slash"]);
-    expect(plan.policyHeader).toBe('"burst \\"hard\\"";q=1;w=1, "back\\\\slash";q=2;w=1');
-    expect(plan.fieldNames).toEqual(['"burst \\"hard\\""', '"back\\\\slash"']);
+    expect(policyHeader(plan)).toBe('"burst \\"hard\\"";q=1;w=1, "back\\\\slash";q=2;w=1');
   });
 
   it.each([
@@ -322,11 +319,20 @@ limits = [
     expect(config.costs.map((c) => c.cost)).toEqual([0, Number.MAX_SAFE_INTEGER]);
   });
 
-  it("accepts the largest limit one object can hold", () => {
-    const plan = parse({ limits: [{ limit: MAX_CAPACITY, window: "1d" }] }).defaultPlan as Plan;
-    expect(plan.limits?.[0]?.limit).toBe(MAX_CAPACITY);
-    // A huge limit over a short window needs only windowMs + 1 slots.
-    expect(parse({ limits: [{ limit: 2 ** 40, window: "1s" }] }).defaultPlan?.limits?.[0]?.limit).toBe(2 ** 40);
+  it("accepts limits of any size, giving long windows a coarser default tick", () => {
+    const plan = parse({ limits: [{ limit: Number.MAX_SAFE_INTEGER, window: "366d" }] }).defaultPlan as Plan;
+    expect(plan.limits?.[0]).toMatchObject({
+      limit: Number.MAX_SAFE_INTEGER,
+      tickMs: defaultTickMs(Number.MAX_SAFE_INTEGER, 366 * 86_400_000),
+    });
+    // A huge limit over a short window keeps 1ms ticks: it needs only windowMs + lease + 2 slots.
+    expect(parse({ limits: [{ limit: 2 ** 40, window: "1s" }] }).defaultPlan?.limits?.[0]).toMatchObject({
+      limit: 2 ** 40,
+      tickMs: 1,
+    });
+    expect(parse({ limits: [{ limit: 1_000_000, window: "30d", tick: "1h" }] }).defaultPlan?.limits?.[0]?.tickMs).toBe(
+      3_600_000,
+    );
   });
 
   it("accepts a plan after a different plan, and a cost rule after one for another method", () => {
@@ -489,16 +495,60 @@ const BAD: readonly BadCase[] = [
     quotes: "got nothing",
   },
   {
-    what: "limit too big for one object",
-    rateLimit: { limits: [{ limit: MAX_CAPACITY + 1, window: "1d" }] },
-    field: "RATE_LIMIT.limits[0].limit",
-    quotes: `${MAX_CAPACITY + 1} per 1d`,
+    what: "tick too fine for the limit",
+    rateLimit: { limits: [{ limit: MAX_RING_SLOTS * 10, window: "1d", tick: "1ms" }] },
+    field: "RATE_LIMIT.limits[0].tick",
+    quotes: `${MAX_RING_SLOTS * 10} per 1d at a tick of 1ms`,
   },
   {
-    what: "the longest window's limit too big",
-    rateLimit: limit1({ limit: 5_000_000, window: "2h" }),
-    field: "RATE_LIMIT.limits[1].limit",
-    quotes: "5000000 per 2h",
+    what: "tick longer than the window",
+    rateLimit: { limits: [{ limit: 5, window: "1s", tick: "2s" }] },
+    field: "RATE_LIMIT.limits[0].tick",
+    quotes: 'got "2s"',
+  },
+  {
+    what: "tick not a duration",
+    rateLimit: { limits: [{ limit: 5, window: "1s", tick: "fast" }] },
+    field: "RATE_LIMIT.limits[0].tick",
+    quotes: 'got "fast"',
+  },
+  {
+    what: "leases not a table",
+    rateLimit: { ...MINIMUM, leases: "yes" },
+    field: "RATE_LIMIT.leases",
+    quotes: 'got "yes"',
+  },
+  {
+    what: "leases.max_units zero",
+    rateLimit: { ...MINIMUM, leases: { max_units: 0 } },
+    field: "RATE_LIMIT.leases.max_units",
+    quotes: "got 0",
+  },
+  {
+    what: "leases.max_lifetime not a duration",
+    rateLimit: { ...MINIMUM, leases: { max_lifetime: "long" } },
+    field: "RATE_LIMIT.leases.max_lifetime",
+    quotes: 'got "long"',
+  },
+  {
+    what: "leases unknown setting",
+    rateLimit: { ...MINIMUM, leases: { lifetime: "1s" } },
+    field: "RATE_LIMIT.leases.lifetime",
+    quotes: "unknown setting",
+  },
+  {
+    what: "object_timeout not a duration",
+    rateLimit: { ...MINIMUM, object_timeout: "soon" },
+    field: "RATE_LIMIT.object_timeout",
+    quotes: 'got "soon"',
+  },
+  {
+    what: "explicit ticks that need too many rings",
+    rateLimit: {
+      limits: [1, 2, 3].map((t) => ({ limit: 1e9, window: 1900 * t, tick: t })),
+    },
+    field: "RATE_LIMIT.limits",
+    quotes: "3 different ticks need",
   },
   {
     what: "window a bad string",
@@ -1115,7 +1165,7 @@ describe("planForKey", () => {
 
   it("returns the plan objects themselves: unlimited has no limits and no policy", () => {
     expect(planForKey(withDefault, "live_1")).toBe(withDefault.plans[0]);
-    expect(planForKey(withDefault, "live_1")).toMatchObject({ limits: null, policyHeader: "" });
+    expect(planForKey(withDefault, "live_1")).toMatchObject({ limits: null, leaseMs: 0 });
     expect(planForKey(withDefault, "zzz")).toBe(withDefault.defaultPlan);
   });
 });
@@ -1183,7 +1233,7 @@ const WINDOWS: readonly [window: string | number, ms: number, name: string, w: n
 describe("properties", () => {
   it("random valid limit sets round-trip into limits and one policy item each", () => {
     const limitsArb = fc.uniqueArray(
-      fc.record({ limit: fc.integer({ min: 1, max: MAX_CAPACITY }), window: fc.constantFrom(...WINDOWS) }),
+      fc.record({ limit: fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER }), window: fc.constantFrom(...WINDOWS) }),
       { minLength: 1, maxLength: 4, selector: (l) => l.window[1] },
     );
     fc.assert(
@@ -1191,11 +1241,19 @@ describe("properties", () => {
         const limits = drawn.map((l) => ({ limit: l.limit, window: l.window[0] }));
         const raw = { limits };
         const plan = parse(asJson ? JSON.stringify(raw) : raw).defaultPlan as Plan;
-        expect(plan.limits).toEqual(drawn.map((l) => ({ limit: l.limit, windowMs: l.window[1], name: l.window[2] })));
-        const items = plan.policyHeader.split(", ");
+        const ticks = normalizeLimits(drawn.map((l) => ({ limit: l.limit, windowMs: l.window[1] })));
+        expect(plan.limits).toEqual(
+          drawn.map((l, i) => ({
+            limit: l.limit,
+            windowMs: l.window[1],
+            tickMs: ticks[i]?.tickMs,
+            name: l.window[2],
+          })),
+        );
+        // Whatever the limits, default ticks keep a key within its bound.
+        expect(ringLayout(ticks).reduce((n, r) => n + r.capacity, 0)).toBeLessThanOrEqual(MAX_KEY_SLOTS);
+        const items = policyHeader(plan).split(", ");
         expect(items).toEqual(drawn.map((l) => `"${l.window[2]}";q=${l.limit};w=${l.window[3]}`));
-        expect(plan.wire).toEqual(drawn.flatMap((l) => [l.limit, l.window[1]]));
-        expect(plan.fieldNames).toEqual(drawn.map((l) => `"${l.window[2]}"`));
       }),
     );
   });

@@ -1,13 +1,13 @@
 /**
  * @module Test-only Worker entry for the e2e fault tests (test/e2e/faults.test.ts): the real
- * fetch handler, and a `FaultyLimiter` — the real RateLimiter whose `decide` fails on purpose
+ * fetch handler, and a `FaultyLimiter` — the real RateLimiter whose `take` fails on purpose
  * for keys that start with a fault's name and `_` (the object is named `key:<key>`), so an e2e
  * config chooses the fault by key prefix and nothing fault-related ships in src/.
  *
- * Every `decide` call is logged as `{"event":"faulty_decide",...}` so a test can count how
+ * Every `take` call is logged as `{"event":"faulty_take",...}` so a test can count how
  * many calls the Worker made for one request (the retry-once policy).
  *
- * | key prefix + `_`   | what `decide` does                                                            |
+ * | key prefix + `_`   | what `take` does                                                              |
  * | ------------------ | ----------------------------------------------------------------------------- |
  * | `throw`            | throws a plain `Error`                                                        |
  * | `overload`         | throws an `Error` with `overloaded = true` (survives workerd's RPC)           |
@@ -15,11 +15,12 @@
  * | `retryalways`      | always throws `retryable = true`                                              |
  * | `retryoverload`    | always throws `retryable = true, overloaded = true`                           |
  * | `reset`            | `ctx.abort()`: the runtime resets the object (caller sees `durableObjectReset`) |
- * | anything else      | the real `decide`                                                             |
+ * | anything else      | the real `take`                                                               |
  */
 
+import type { Decision, LimitSpec } from "../../../src/core/index.ts";
+import type { Ask } from "../../../src/core/log.ts";
 import { RateLimiter } from "../../../src/limiter.ts";
-import type { WireDecision, WireLimits } from "../../../src/wire.ts";
 
 export { default } from "../../../src/index.ts";
 
@@ -39,12 +40,12 @@ function marked(message: string, flags: { retryable?: boolean; overloaded?: bool
 export class FaultyLimiter extends RateLimiter {
   #calls = 0;
 
-  override async decide(limits: WireLimits, cost: number): Promise<WireDecision> {
+  override async take(limits: readonly LimitSpec[], ask: Ask): Promise<Decision> {
     this.#calls += 1;
     const fault = faultOf(this.ctx.id.name);
     console.log(
       JSON.stringify({
-        event: "faulty_decide",
+        event: "faulty_take",
         object: this.ctx.id.name ?? null,
         fault,
         call: this.#calls,
@@ -52,12 +53,12 @@ export class FaultyLimiter extends RateLimiter {
     );
     switch (fault) {
       case "throw":
-        throw new Error("FaultyLimiter: decide threw");
+        throw new Error("FaultyLimiter: take threw");
       case "overload":
         throw marked("FaultyLimiter: overloaded", { overloaded: true });
       case "retryonce":
         if (this.#calls % 2 === 1) throw marked("FaultyLimiter: transient", { retryable: true });
-        return super.decide(limits, cost);
+        return super.take(limits, ask);
       case "retryalways":
         throw marked("FaultyLimiter: transient, every time", { retryable: true });
       case "retryoverload":
@@ -66,7 +67,7 @@ export class FaultyLimiter extends RateLimiter {
         this.ctx.abort("FaultyLimiter: reset");
         throw new Error("unreachable: ctx.abort() returned");
       default:
-        return super.decide(limits, cost);
+        return super.take(limits, ask);
     }
   }
 }
