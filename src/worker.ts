@@ -18,13 +18,16 @@ import {
 import { readKey } from "./key.ts";
 import { type HeldLease, type KeyLeases, LeaseTable, type Unused } from "./leases.ts";
 
-/** The bindings the Worker reads. `ORIGIN_SERVICE`, when bound, carries allowed requests instead of the public fetch. */
-export interface WorkerEnv {
+/**
+ * The bindings the Worker reads: the generated `Env` (`npm run types`), with the vars as `unknown` (the dashboard and
+ * `--var` deliver strings; `parseConfig` checks them). `ORIGIN_SERVICE`, when bound, carries allowed requests instead
+ * of the public fetch.
+ */
+export type WorkerEnv = Omit<Env, "ORIGIN" | "RATE_LIMIT"> & {
   ORIGIN?: unknown;
   RATE_LIMIT?: unknown;
-  LIMITER: DurableObjectNamespace<import("./limiter.ts").RateLimiter>;
   ORIGIN_SERVICE?: Fetcher;
-}
+};
 
 let cached: { origin: unknown; rateLimit: unknown; config: Config | ConfigError } | null = null;
 

@@ -16,7 +16,7 @@ import { BENCH_ROLES, type BenchRole } from "./roles.ts";
 export type { BenchRole };
 
 const ROOT = resolve(import.meta.dirname, "../..");
-const COMPATIBILITY_DATE = "2026-11-02";
+const COMPATIBILITY_DATE = "2026-11-17";
 
 export interface RuntimeOptions {
   origin: string;
