@@ -108,10 +108,14 @@ export class LeaseTable {
     return null;
   }
 
-  /** Units this isolate would use in `lifetimeMs` at its recent rate for the key (0: too rare to lease). */
+  /**
+   * Units to ask for: what this isolate would use in 1.5 lifetimes at its recent rate for the key,
+   * whole units only. 0 (no lease) when that is under one unit or the key is seen rarely here: a
+   * lease nobody uses would cost a call to give it back.
+   */
   want(e: KeyLeases, lifetimeMs: number, maxUnits: number): number {
     if (e.score < MIN_SCORE || lifetimeMs <= 0) return 0;
-    return Math.min(maxUnits, Math.ceil((e.score * lifetimeMs * 1.5) / RATE_TAU_MS));
+    return Math.min(maxUnits, Math.floor((e.score * lifetimeMs * 1.5) / RATE_TAU_MS));
   }
 
   /** Whether to ask for the next lease now: the held ones run out (in units or time) before half of it is over. */
