@@ -2,6 +2,7 @@
 import { env } from "cloudflare:workers";
 import { expect, inject } from "vitest";
 import type { Decision } from "../../src/core/index.ts";
+import type { Ask } from "../../src/core/log.ts";
 import type { WorkerEnv } from "../../src/worker.ts";
 
 /** Base URL of the Node origin started by test/setup/origin.ts. */
@@ -35,21 +36,29 @@ export async function arrivalsFor(key: string): Promise<{ url: string; method: s
   return all.filter((a) => a.headers["x-api-key"] === key);
 }
 
-/** A LIMITER namespace whose objects answer what `take` resolves to, counting calls. */
-export function fakeLimiter(take: (call: number) => Promise<Decision>): {
+/** A LIMITER namespace whose objects answer what `take` resolves to, recording every call. */
+export function fakeLimiter(take: (call: number, ask: Ask) => Promise<Decision>): {
   namespace: WorkerEnv["LIMITER"];
   calls: () => number;
+  /** The `ask` of every `take` call, in order. */
+  asks: Ask[];
+  /** Every `giveBack` call: the lease's record times and the units given back. */
+  returns: { recordedAt: readonly number[]; units: number }[];
 } {
-  let calls = 0;
+  const asks: Ask[] = [];
+  const returns: { recordedAt: readonly number[]; units: number }[] = [];
   const stub = {
-    take: () => {
-      calls += 1;
-      return take(calls);
+    take: (_limits: unknown, ask: Ask) => {
+      asks.push(ask);
+      return take(asks.length, ask);
     },
-    giveBack: () => Promise.resolve(0),
+    giveBack: (_limits: unknown, recordedAt: readonly number[], units: number) => {
+      returns.push({ recordedAt, units });
+      return Promise.resolve(1);
+    },
   };
   const namespace = { getByName: () => stub } as unknown as WorkerEnv["LIMITER"];
-  return { namespace, calls: () => calls };
+  return { namespace, calls: () => asks.length, asks, returns };
 }
 
 /** A decision as the object sends it, with defaults for what a test does not care about. */

@@ -1,0 +1,179 @@
+// Leases through the Worker inside workerd: the real object and a scripted one. What crosses to the
+// object (one call per many grants, single flight, returns), what the client sees (headers, statuses),
+// and the deadline on object calls.
+import { describe, expect, it, vi } from "vitest";
+import type { Decision } from "../../src/core/index.ts";
+import { type Hooks, handle } from "../../src/worker.ts";
+import {
+  arrivalsFor,
+  countingLimiter,
+  decision,
+  envWith,
+  fakeLimiter,
+  freshKey,
+  problemBody,
+  request,
+} from "./helpers.ts";
+
+/** Hooks that keep the Worker's background work (refills, returns) so a test can wait for it. */
+function background(): Hooks & { settled: () => Promise<unknown> } {
+  const pending: Promise<unknown>[] = [];
+  return { waitUntil: (p) => pending.push(p), settled: () => Promise.all(pending) };
+}
+
+const perMinute = (limit: number, extra: object = {}) => ({ limits: [{ limit, window: "1m" }], ...extra });
+
+describe("leases against the real object", () => {
+  it("serves most grants of a busy key from a lease, and never more than the limit", async () => {
+    const limiter = countingLimiter();
+    const e = envWith(perMinute(300), { LIMITER: limiter.namespace });
+    const key = freshKey();
+    const hooks = background();
+    const statuses: number[] = [];
+    const reasons: string[] = [];
+    for (let i = 0; i < 400; i++) {
+      const r = await handle(request(key), e, { ...hooks, onDecision: (d) => reasons.push(d.reason) });
+      statuses.push(r.status);
+      await r.arrayBuffer();
+    }
+    await hooks.settled();
+    const ok = statuses.filter((s) => s === 200).length;
+    expect(ok).toBe(300);
+    expect(statuses.filter((s) => s !== 200 && s !== 429)).toEqual([]);
+    expect(await arrivalsFor(key)).toHaveLength(300);
+    // The object saw a fraction of the requests: leases carried the rest.
+    expect(reasons.filter((r) => r === "leased").length).toBeGreaterThan(150);
+    expect(limiter.calls()).toBeLessThan(100);
+  });
+
+  it("with leases off, every request asks the object", async () => {
+    const limiter = countingLimiter();
+    const e = envWith(perMinute(300, { leases: false }), { LIMITER: limiter.namespace });
+    const key = freshKey();
+    for (let i = 0; i < 20; i++) expect((await handle(request(key), e)).status).toBe(200);
+    expect(limiter.calls()).toBe(20);
+  });
+
+  it("keeps RateLimit honest: remaining counts down across leased grants", async () => {
+    const e = envWith(perMinute(1000));
+    const key = freshKey();
+    const hooks = background();
+    const remaining: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const r = await handle(request(key), e, hooks);
+      remaining.push(Number(/r=(\d+)/.exec(r.headers.get("RateLimit") ?? "")?.[1]));
+    }
+    await hooks.settled();
+    // One isolate: what it shows is what the key has left, never more than the limit allows.
+    remaining.forEach((r, i) => {
+      expect(r).toBeLessThanOrEqual(1000 - (i + 1));
+    });
+    expect(remaining.at(-1)).toBe(1000 - 30);
+  });
+});
+
+describe("leases against a scripted object", () => {
+  /** A key this isolate has seen often enough to lease for (its rate estimate is warm). */
+  async function warm(e: ReturnType<typeof envWith>, key: string, n = 20): Promise<void> {
+    for (let i = 0; i < n; i++) await handle(request(key), e);
+  }
+
+  it("asks one lease for many concurrent requests: they wait for the call in flight", async () => {
+    let release: (d: Decision) => void = () => {};
+    const limiter = fakeLimiter((call, ask) => {
+      if (call <= 20) return Promise.resolve(decision({ allowed: true }));
+      if (ask.leaseUnits === 0) return Promise.resolve(decision({ allowed: true }));
+      return new Promise<Decision>((resolve) => {
+        release = resolve;
+      });
+    });
+    const e = envWith(perMinute(100_000), { LIMITER: limiter.namespace });
+    const key = freshKey();
+    await warm(e, key);
+    expect(limiter.calls()).toBe(20);
+    const burst = Array.from({ length: 30 }, () => handle(request(key), e));
+    await vi.waitFor(() => expect(limiter.calls()).toBe(21));
+    const now = Date.now();
+    release(
+      decision({
+        allowed: true,
+        now,
+        lease: { units: 100, lifetimeMs: 1000, recordedAt: [now + 1000] },
+        limits: [{ remaining: 99_000, resetMs: 60_000, exceeded: false }],
+      }),
+    );
+    const statuses = await Promise.all(burst.map(async (p) => (await p).status));
+    expect(statuses).toEqual(Array(30).fill(200));
+    expect(limiter.calls()).toBe(21); // one call for the whole burst
+    expect(limiter.asks[20]?.leaseUnits).toBeGreaterThan(0);
+  });
+
+  it("gives back what an expired lease did not use, once", async () => {
+    const limiter = fakeLimiter((call) => {
+      const now = Date.now();
+      const lease = call === 21 ? { units: 50, lifetimeMs: 3, recordedAt: [now + 3] } : null;
+      return Promise.resolve(decision({ allowed: true, now, lease }));
+    });
+    const e = envWith(perMinute(100_000), { LIMITER: limiter.namespace });
+    const key = freshKey();
+    await warm(e, key);
+    const hooks = background();
+    expect((await handle(request(key), e, hooks)).status).toBe(200); // call 21: the lease (margin leaves 2 ms)
+    expect((await handle(request(key), e, hooks)).status).toBe(200);
+    // Time moves on past the lease's lifetime; the next request finds it expired.
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    expect((await handle(request(key), e, hooks)).status).toBe(200);
+    await hooks.settled();
+    const spent = 50 - (limiter.returns[0]?.units ?? 0);
+    expect(limiter.returns).toHaveLength(1);
+    expect(limiter.returns[0]?.recordedAt).toHaveLength(1);
+    expect(spent).toBeGreaterThanOrEqual(0);
+    expect(spent).toBeLessThanOrEqual(1);
+  });
+
+  it("never spends a lease past its lifetime, even when units are left", async () => {
+    const limiter = fakeLimiter((call) => {
+      const now = Date.now();
+      const lease = call === 21 ? { units: 1000, lifetimeMs: 3, recordedAt: [now + 3] } : null;
+      return Promise.resolve(decision({ allowed: call <= 21, now, lease, blockedUntil: now }));
+    });
+    const e = envWith(perMinute(100_000), { LIMITER: limiter.namespace });
+    const key = freshKey();
+    await warm(e, key);
+    expect((await handle(request(key), e)).status).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    // The object refuses from now on: a request after the lease expired must ask it, and is refused.
+    expect((await handle(request(key), e)).status).toBe(429);
+    expect(limiter.calls()).toBeGreaterThanOrEqual(22);
+  });
+});
+
+describe("the deadline on object calls", () => {
+  const hang = () => new Promise<Decision>(() => {});
+
+  it("closed: a slow object gets the request a 503 after object_timeout", async () => {
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    const limiter = fakeLimiter(hang);
+    const reasons: string[] = [];
+    const key = freshKey();
+    const e = envWith(perMinute(5, { object_timeout: "50ms" }), { LIMITER: limiter.namespace });
+    const response = await handle(request(key), e, { onDecision: (d) => reasons.push(d.reason) });
+    expect(response.status).toBe(503);
+    expect(await problemBody(response)).toMatchObject({ status: 503 });
+    expect(reasons).toEqual(["limiter_timeout"]);
+    expect(await arrivalsFor(key)).toEqual([]);
+    expect(JSON.parse(String(error.mock.calls[0]?.[0]))).toMatchObject({
+      event: "limiter_unavailable",
+      reason: "limiter_timeout",
+    });
+  });
+
+  it("open: a slow object lets the request through after object_timeout", async () => {
+    vi.spyOn(console, "error").mockImplementation(() => {});
+    const limiter = fakeLimiter(hang);
+    const key = freshKey();
+    const e = envWith(perMinute(5, { object_timeout: "50ms", failure_mode: "open" }), { LIMITER: limiter.namespace });
+    expect((await handle(request(key), e)).status).toBe(200);
+    expect(await arrivalsFor(key)).toHaveLength(1);
+  });
+});
