@@ -17,7 +17,7 @@ export interface Plan {
   /** Keys starting with this prefix use this plan (`""` for the default plan). */
   readonly keyPrefix: string;
   readonly limits: readonly Limit[] | null;
-  /** Lease lifetime for this plan's keys (ms): `leases.max_lifetime`, at most 1/20 of the shortest window; 0: no leases. */
+  /** Lease lifetime for this plan's keys (ms): `leases.max_lifetime`, at most 1/32 of the shortest window; 0: no leases. */
   readonly leaseMs: number;
 }
 

@@ -3,12 +3,14 @@ export type { Decision, Lease, LimitStatus } from "./decision.ts";
 export { type Duration, type DurationUnit, formatDuration, MAX_DURATION_MS, parseDuration } from "./duration.ts";
 export {
   defaultTickMs,
+  LEASE_LIMIT_DIVISOR,
   LEASE_WINDOW_DIVISOR,
   type Limit,
   type LimitSpec,
   MAX_KEY_SLOTS,
   MAX_RING_SLOTS,
   maxLeaseMs,
+  maxLeaseUnits,
   normalizeLimits,
   type RingLayout,
   ringLayout,

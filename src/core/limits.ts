@@ -34,11 +34,25 @@ export const MAX_KEY_SLOTS = 4096;
 
 /**
  * A lease's lifetime is at most this fraction of the key's shortest window, so a leased unit
- * holds capacity at most 1/20 of any window longer than a per-request grant would.
+ * holds capacity at most 1/32 of any window longer than a per-request grant would (under steady
+ * overload that bounds the utilisation leases can cost to about 3%).
  */
-export const LEASE_WINDOW_DIVISOR = 20;
+export const LEASE_WINDOW_DIVISOR = 32;
 
-/** The longest lease lifetime the limits allow (ms): 1/20 of the shortest window, floored. */
+/**
+ * A lease holds at most this fraction of any limit, so an isolate that vanishes with a lease
+ * (its units count until their record leaves the window) costs at most 1/16 of a limit.
+ */
+export const LEASE_LIMIT_DIVISOR = 16;
+
+/** The most units one lease may carry under these limits: 1/16 of the smallest, floored. */
+export function maxLeaseUnits(limits: readonly LimitSpec[]): number {
+  let smallest = Number.POSITIVE_INFINITY;
+  for (const l of limits) smallest = Math.min(smallest, l.limit);
+  return Math.floor(smallest / LEASE_LIMIT_DIVISOR);
+}
+
+/** The longest lease lifetime the limits allow (ms): 1/32 of the shortest window, floored. */
 export function maxLeaseMs(limits: readonly LimitSpec[]): number {
   let shortest = Number.POSITIVE_INFINITY;
   for (const l of limits) shortest = Math.min(shortest, l.windowMs);

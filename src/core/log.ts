@@ -12,7 +12,7 @@
 
 import type { Decision, LimitStatus } from "./decision.ts";
 import { describe } from "./duration.ts";
-import { type Limit, type LimitSpec, maxLeaseMs, normalizeLimits, ringLayout } from "./limits.ts";
+import { type Limit, type LimitSpec, maxLeaseMs, maxLeaseUnits, normalizeLimits, ringLayout } from "./limits.ts";
 import { Ring, roundUp, type SlotRow } from "./ring.ts";
 
 /** A decision and the rows it changed (one per ring for a grant, none for a denial). */
@@ -53,6 +53,8 @@ export class KeyLog {
   readonly rings: readonly Ring[];
   /** The longest lease lifetime these limits allow. */
   readonly maxLeaseMs: number;
+  /** The most units one lease may carry under these limits. */
+  readonly maxLeaseUnits: number;
   readonly #places: readonly Place[];
   readonly #minLimit: number;
   /** The latest time decided at: decisions never go back in time. */
@@ -62,6 +64,7 @@ export class KeyLog {
   constructor(specs: readonly LimitSpec[]) {
     this.limits = normalizeLimits(specs);
     this.maxLeaseMs = maxLeaseMs(this.limits);
+    this.maxLeaseUnits = maxLeaseUnits(this.limits);
     const places: Place[] = [];
     this.rings = ringLayout(this.limits).map((layout) => {
       const ring = new Ring(
@@ -142,8 +145,8 @@ export class KeyLog {
   /**
    * Decides a request of `ask.cost` at `now` and, when every limit allows it, records it —
    * together with up to `ask.leaseUnits` more units leased ahead when the key is far from every
-   * limit. A lease takes at most half of what is left under each limit, so leases shrink near the
-   * limit and vanish there: then this is the per-request path.
+   * limit. A lease takes at most half of what is left under each limit and at most 1/16 of each
+   * limit, so leases shrink near the limit and vanish there: then this is the per-request path.
    *
    * @param now integer milliseconds (fractions are floored; a time before the clock counts as the clock)
    * @throws RangeError for a cost, lease or `now` out of range
@@ -168,7 +171,7 @@ export class KeyLog {
     if (leaseUnits > 0 && lifetime > 0) {
       let room = Number.POSITIVE_INFINITY;
       for (let i = 0; i < this.limits.length; i++) room = Math.min(room, this.#remaining(i) - cost);
-      extra = Math.min(leaseUnits, Math.floor(room / 2));
+      extra = Math.min(leaseUnits, Math.floor(room / 2), this.maxLeaseUnits);
     }
     const units = cost + extra;
     if (units === 0) return { decision: this.#decision(t, cost, true, null), writes: [] };

@@ -138,14 +138,15 @@ describe("take", () => {
 });
 
 describe("leases", () => {
-  const roomy: LimitSpec[] = [{ limit: 100, windowMs: 1000, tickMs: 1 }];
+  // A lease may hold 1/16 of the limit for 1/32 of the window (here 50 ms).
+  const roomy: LimitSpec[] = [{ limit: 1000, windowMs: 1600, tickMs: 1 }];
 
   it("records a lease as one row at now + lifetime, together with the request's own cost", async () => {
     const o = await object();
     const d = await o.take(roomy, 1, { leaseUnits: 20, leaseMs: 500 });
-    // The lifetime is capped at 1/20 of the window.
+    // The lifetime is capped at 1/32 of the window.
     expect(d.lease).toEqual({ units: 20, lifetimeMs: 50, recordedAt: [T0 + 50] });
-    expect(d.limits[0]?.remaining).toBe(79);
+    expect(d.limits[0]?.remaining).toBe(979);
     expect(await o.rows()).toEqual([{ ring: 1, key: expect.any(Number), ts: T0 + 50, cost: 21 }]);
     // A per-request grant before the lease's record is written at the record's time.
     o.at(T0 + 10);
@@ -155,11 +156,15 @@ describe("leases", () => {
 
   it("shrinks leases near the limit and grants none when little is left", async () => {
     const o = await object();
-    const small: LimitSpec[] = [{ limit: 10, windowMs: 1000, tickMs: 1 }];
-    expect((await o.take(small, 1, { leaseUnits: 100, leaseMs: 50 })).lease?.units).toBe(4);
-    expect((await o.take(small, 1, { leaseUnits: 100, leaseMs: 50 })).lease?.units).toBe(2);
-    // 10 − 5 − 3 − 1 = 1 left after this request: half of it is no whole unit, so no lease.
-    expect((await o.take(small, 1, { leaseUnits: 100, leaseMs: 50 })).lease).toBeNull();
+    const limits: LimitSpec[] = [{ limit: 160, windowMs: 1600, tickMs: 1 }];
+    const units = [];
+    expect((await o.take(limits, 130)).allowed).toBe(true);
+    for (let i = 0; i < 5; i++)
+      units.push((await o.take(limits, 1, { leaseUnits: 100, leaseMs: 50 })).lease?.units ?? 0);
+    // 1/16 of 160, then half of what is left after each request: 29/2, 18/2, 8/2, 3/2, and 1/2 is no unit.
+    expect(units).toEqual([10, 9, 4, 1, 0]);
+    expect((await o.take(limits, 1, { leaseUnits: 100, leaseMs: 50 })).lease).toBeNull();
+    expect(await o.take(limits, 1)).toMatchObject({ allowed: false });
   });
 
   it("takes back unused units, and forgets a slot that holds nothing any more", async () => {
@@ -170,7 +175,7 @@ describe("leases", () => {
     expect((await o.rows()).map((r) => r.cost)).toEqual([6]);
     expect(await o.giveBack(roomy, recordedAt, 6)).toBe(1);
     expect((await o.rows()).map((r) => r.cost)).toEqual([0]);
-    expect((await o.take(roomy, 1)).limits[0]?.remaining).toBe(99);
+    expect((await o.take(roomy, 1)).limits[0]?.remaining).toBe(999);
   });
 
   it("counts leased units after a restart, and takes them back after it", async () => {
@@ -178,22 +183,22 @@ describe("leases", () => {
     const d = await o.take(roomy, 1, { leaseUnits: 30, leaseMs: 50 });
     await o.evict();
     o.at(T0 + 1);
-    expect((await o.take(roomy, 1)).limits[0]?.remaining).toBe(100 - 31 - 1);
+    expect((await o.take(roomy, 1)).limits[0]?.remaining).toBe(1000 - 31 - 1);
     expect(await o.giveBack(roomy, d.lease?.recordedAt ?? [], 30)).toBe(1);
-    expect((await o.take(roomy, 1)).limits[0]?.remaining).toBe(100 - 1 - 1 - 1);
+    expect((await o.take(roomy, 1)).limits[0]?.remaining).toBe(1000 - 1 - 1 - 1);
   });
 
   it("evaluates at the real now after a restart, never at a future record", async () => {
     const o = await object();
-    const limits: LimitSpec[] = [{ limit: 5, windowMs: 1000, tickMs: 1 }];
+    const limits: LimitSpec[] = [{ limit: 32, windowMs: 1600, tickMs: 1 }];
     o.at(T0 + 10);
     await o.take(limits, 1);
-    o.at(T0 + 1000);
-    expect((await o.take(limits, 1, { leaseUnits: 1, leaseMs: 50 })).lease?.recordedAt).toEqual([T0 + 1050]);
+    o.at(T0 + 1600);
+    expect((await o.take(limits, 1, { leaseUnits: 1, leaseMs: 50 })).lease?.recordedAt).toEqual([T0 + 1650]);
     await o.evict();
-    o.at(T0 + 1001);
-    // (T0 + 1, T0 + 1001] holds the grant at T0 + 10 and the lease's 2 units: 2 left, not 3.
-    expect((await o.take(limits, 2)).allowed).toBe(true);
+    o.at(T0 + 1601);
+    // (T0 + 1, T0 + 1601] holds the grant at T0 + 10 and the lease's 2 units: 29 left, not 30.
+    expect((await o.take(limits, 29)).allowed).toBe(true);
     expect(await o.take(limits, 1)).toMatchObject({ allowed: false, retryAfterMs: 9 });
   });
 });
@@ -338,20 +343,20 @@ describe("idle alarm", () => {
 
   it("counts future records: a lease keeps the key alive until its record has left the window", async () => {
     const o = await object();
-    const limits: LimitSpec[] = [{ limit: 100, windowMs: 1000, tickMs: 1 }];
+    const limits: LimitSpec[] = [{ limit: 1000, windowMs: 1600, tickMs: 1 }];
     o.at(T0 + 10);
     await o.take(limits, 1);
-    expect(await o.alarm()).toBe(T0 + 10 + 1000);
+    expect(await o.alarm()).toBe(T0 + 10 + 1600);
     o.at(T0 + 20);
     await o.take(limits, 1, { leaseUnits: 10, leaseMs: 50 });
-    o.at(T0 + 1010);
+    o.at(T0 + 1610);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toHaveLength(2); // the lease's record at T0 + 70 still counts
-    expect(await o.alarm()).toBe(T0 + 1070);
-    o.at(T0 + 1069);
+    expect(await o.alarm()).toBe(T0 + 1670);
+    o.at(T0 + 1669);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toHaveLength(2);
-    o.at(T0 + 1070);
+    o.at(T0 + 1670);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toEqual([]);
   });

@@ -38,7 +38,7 @@ const MINIMUM_LIMITS: Limit[] = [
   { limit: 1000, windowMs: 60_000, tickMs: 1, name: "per-minute" },
 ];
 const MINIMUM_POLICY = '"per-second";q=100;w=1, "per-minute";q=1000;w=60';
-const MINIMUM_PLAN = { limits: MINIMUM_LIMITS, leaseMs: 50 };
+const MINIMUM_PLAN = { limits: MINIMUM_LIMITS, leaseMs: 31 };
 const DEFAULT_KEY = { header: "x-api-key", bearer: true, query: null, maxLength: 256, pattern: null };
 
 function parse(rateLimit: unknown, origin: unknown = ORIGIN): Config {
@@ -195,7 +195,7 @@ limits = [
       name: "default",
       keyPrefix: "",
       limits: [{ limit: 100, windowMs: 1_000, tickMs: 1, name: "per-second" }],
-      leaseMs: 50,
+      leaseMs: 31,
     },
     anonymous: {
       name: "anonymous",

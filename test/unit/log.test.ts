@@ -15,7 +15,8 @@ import {
 import { type Grant, Model, sweepViolation } from "./model.ts";
 
 const limitArb = fc.record({
-  limit: fc.integer({ min: 1, max: 12 }),
+  // Small limits reach their edges quickly; limits from 16 on also get leases (at most N/16).
+  limit: fc.oneof(fc.integer({ min: 1, max: 12 }), fc.integer({ min: 16, max: 120 })),
   windowMs: fc.integer({ min: 1, max: 200 }),
   tickMs: fc.option(fc.integer({ min: 1, max: 7 }), { nil: undefined }),
 });
@@ -179,27 +180,27 @@ describe("KeyLog against the reference model, with leases and real use times", (
   });
 
   it("evaluates a restored log at the real now, never at its newest (future) record", () => {
-    // A lease recorded in the future must not move the clock: at 1050 the grant at 10 would have
-    // left a 1 s window, and a clamped log would grant one unit too many in (1, 1001].
-    const limits = [{ limit: 5, windowMs: 1000 }];
+    // A lease recorded in the future must not move the clock: at 1650 the grant at 10 would have
+    // left the 1.6 s window, and a clamped log would grant one unit too many in (1, 1601].
+    const limits = [{ limit: 32, windowMs: 1600 }];
     const log = new KeyLog(limits);
     const rows = new Map<string, SlotRow>();
     const keep = (w: readonly SlotRow[]) => {
       for (const r of w) rows.set(`${r.ring}:${r.key}`, r);
     };
     keep(log.take(10, { cost: 1 }).writes);
-    const leased = log.take(1000, { cost: 1, leaseUnits: 1, leaseMs: 50 });
+    const leased = log.take(1600, { cost: 1, leaseUnits: 1, leaseMs: 50 });
     keep(leased.writes);
-    expect(leased.decision.lease).toEqual({ units: 1, lifetimeMs: 50, recordedAt: [1050] });
+    expect(leased.decision.lease).toEqual({ units: 1, lifetimeMs: 50, recordedAt: [1650] });
     const uses: Grant[] = [
       { t: 10, cost: 1 },
-      { t: 1000, cost: 1 },
-      { t: 1000, cost: 1 }, // the leased unit, spent at once
+      { t: 1600, cost: 1 },
+      { t: 1600, cost: 1 }, // the leased unit, spent at once
     ];
-    const { log: restored } = KeyLog.restore(limits, rows.values(), 1001);
-    expect(restored.take(1001, { cost: 2 }).decision.allowed).toBe(true);
-    uses.push({ t: 1001, cost: 2 });
-    expect(restored.take(1001, { cost: 1 }).decision).toMatchObject({ allowed: false, retryAfterMs: 9 });
+    const { log: restored } = KeyLog.restore(limits, rows.values(), 1601);
+    expect(restored.take(1601, { cost: 29 }).decision.allowed).toBe(true);
+    uses.push({ t: 1601, cost: 29 });
+    expect(restored.take(1601, { cost: 1 }).decision).toMatchObject({ allowed: false, retryAfterMs: 9 });
     expect(sweepViolation(uses, limits)).toBeNull();
   });
 });
@@ -239,29 +240,35 @@ describe("KeyLog edge cases", () => {
     expect(log.take(1, { cost: 1 }).writes[0]?.ts).toBe(1000);
     const lease = log.take(2500, { cost: 1, leaseUnits: 10, leaseMs: 2000 });
     expect(lease.writes[0]?.ts).toBe(5000);
-    expect(lease.decision.lease).toEqual({ units: 10, lifetimeMs: 2000, recordedAt: [5000] });
+    expect(lease.decision.lease).toEqual({ units: 10, lifetimeMs: 1875, recordedAt: [5000] });
     // A later per-request grant is written at the newest slot's time, not before it.
     expect(log.take(2600, { cost: 1 }).writes[0]).toMatchObject({ ts: 5000, cost: 12 });
   });
 
-  it("caps a lease at 1/20 of the shortest window and at half of what is left", () => {
+  it("caps a lease at 1/32 of the shortest window, 1/16 of the smallest limit and half of what is left", () => {
     const log = new KeyLog([
-      { limit: 100, windowMs: 1000 },
-      { limit: 30, windowMs: 60_000 },
+      { limit: 1000, windowMs: 1000 },
+      { limit: 300, windowMs: 60_000 },
     ]);
     const d = log.take(0, { cost: 2, leaseUnits: 1000, leaseMs: 10_000 }).decision;
-    expect(d.lease).toMatchObject({ units: 14, lifetimeMs: 50 });
-    expect(d.limits.map((l) => l.remaining)).toEqual([84, 14]);
+    expect(d.lease).toMatchObject({ units: 18, lifetimeMs: 31 });
+    expect(d.limits.map((l) => l.remaining)).toEqual([980, 280]);
+    const nearly = new KeyLog([{ limit: 160, windowMs: 1000 }]);
+    nearly.take(0, { cost: 140 });
+    expect(nearly.take(1, { cost: 1, leaseUnits: 100, leaseMs: 50 }).decision.lease?.units).toBe(9);
+    expect(
+      new KeyLog([{ limit: 15, windowMs: 1000 }]).take(0, { cost: 1, leaseUnits: 5, leaseMs: 50 }).decision.lease,
+    ).toBeNull();
   });
 
   it("gives back unused units and drops a slot that holds nothing any more", () => {
-    const log = new KeyLog([{ limit: 100, windowMs: 1000 }]);
+    const log = new KeyLog([{ limit: 1000, windowMs: 1600 }]);
     const d = log.take(0, { cost: 0, leaseUnits: 10, leaseMs: 50 }).decision;
     expect(d.lease?.units).toBe(10);
     expect(log.giveBack(d.lease?.recordedAt ?? [], 4)).toEqual([{ ring: 1, key: expect.any(Number), ts: 50, cost: 6 }]);
     expect(log.giveBack(d.lease?.recordedAt ?? [], 6)).toEqual([expect.objectContaining({ ts: 50, cost: 0 })]);
     expect(log.rings[0]?.size).toBe(0);
-    expect(log.take(10, { cost: 1 }).decision.limits[0]?.remaining).toBe(99);
+    expect(log.take(10, { cost: 1 }).decision.limits[0]?.remaining).toBe(999);
     // A lease whose slot has left every window gives back nothing.
     expect(log.giveBack([50], 1)).toEqual([]);
   });
@@ -327,7 +334,7 @@ describe("limits of any size", () => {
   it("uses 1ms ticks where the limit fits, and coarser ones only where it must", () => {
     expect(defaultTickMs(100, 1000)).toBe(1);
     expect(defaultTickMs(10_000_000, 1000)).toBe(1);
-    expect(defaultTickMs(100_000, 86_400_000)).toBe(Math.ceil((86_400_000 + 4_320_000) / 2046));
+    expect(defaultTickMs(100_000, 86_400_000)).toBe(Math.ceil((86_400_000 + 2_700_000) / 2046));
   });
 
   it("refuses a key whose rings together need more than MAX_KEY_SLOTS slots", () => {
@@ -400,10 +407,10 @@ describe("restore", () => {
   });
 
   it("tells when its state can be dropped, counting future records", () => {
-    const log = new KeyLog([{ limit: 10, windowMs: 1000 }]);
+    const log = new KeyLog([{ limit: 100, windowMs: 1600 }]);
     expect(log.idleAt).toBe(Number.NEGATIVE_INFINITY);
     log.take(0, { cost: 1, leaseUnits: 2, leaseMs: 50 });
-    expect(log.idleAt).toBe(50 + 1000);
+    expect(log.idleAt).toBe(50 + 1600);
   });
 });
 
@@ -417,11 +424,11 @@ describe("peek and forget", () => {
   });
 
   it("forget drops what was granted up to now but keeps units leased into the future", () => {
-    const log = new KeyLog([{ limit: 100, windowMs: 1000 }]);
+    const log = new KeyLog([{ limit: 1000, windowMs: 1000 }]);
     log.take(0, { cost: 5 });
     const d = log.take(10, { cost: 1, leaseUnits: 10, leaseMs: 50 }).decision;
     expect(d.lease?.units).toBe(10);
     log.forget(20);
-    expect(log.peek(20).limits[0]?.remaining).toBe(100 - 11);
+    expect(log.peek(20).limits[0]?.remaining).toBe(1000 - 11);
   });
 });

@@ -5,7 +5,7 @@
  */
 
 import type { Decision, Limit, LimitSpec } from "../../src/core/index.ts";
-import { normalizeLimits } from "../../src/core/index.ts";
+import { LEASE_LIMIT_DIVISOR, LEASE_WINDOW_DIVISOR, normalizeLimits } from "../../src/core/index.ts";
 
 /** Units recorded (or used) at a time. */
 export interface Grant {
@@ -75,11 +75,15 @@ export class Model {
     const allowed = fits.every(Boolean);
     let lease: Decision["lease"] = null;
     if (allowed) {
-      const lifetime = Math.min(leaseMs, Math.floor(Math.min(...this.limits.map((l) => l.windowMs)) / 20));
+      const lifetime = Math.min(
+        leaseMs,
+        Math.floor(Math.min(...this.limits.map((l) => l.windowMs)) / LEASE_WINDOW_DIVISOR),
+      );
       let extra = 0;
       if (leaseUnits > 0 && lifetime > 0) {
         const room = Math.min(...this.limits.map((l) => Math.max(0, l.limit - this.#used(l, t)) - cost));
-        extra = Math.min(leaseUnits, Math.floor(room / 2));
+        const cap = Math.floor(Math.min(...this.limits.map((l) => l.limit)) / LEASE_LIMIT_DIVISOR);
+        extra = Math.min(leaseUnits, Math.floor(room / 2), cap);
       }
       const units = cost + extra;
       if (units > 0) {
