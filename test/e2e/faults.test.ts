@@ -324,7 +324,9 @@ describe("object faults", () => {
         await expect503(r);
         expect(arrivalsFor(k)).toEqual([]);
         expect(calls).toHaveLength(1);
-        expect(unavailable).toEqual([{ event: "limiter_unavailable", failure_mode: "closed", overloaded, message }]);
+        expect(unavailable).toEqual([
+          { event: "limiter_unavailable", reason: "limiter_error", failure_mode: "closed", overloaded, message },
+        ]);
       },
     );
 
