@@ -9,6 +9,7 @@
  */
 
 import type { Lease, LimitStatus } from "./core/decision.ts";
+import type { LimitSpec } from "./core/limits.ts";
 
 /** The object's answer that came with a lease, as this isolate keeps it. */
 export interface HeldLease {
@@ -26,12 +27,19 @@ export interface HeldLease {
 
 /** Units to give back to a key's object. */
 export interface Unused {
+  /** The key's object name. */
+  readonly name: string;
+  /** The limits the lease was granted under (the object rebuilds its log for other limits). */
+  readonly limits: readonly LimitSpec[];
   readonly recordedAt: readonly number[];
   readonly units: number;
 }
 
 /** What the table knows of one key. */
 export interface KeyLeases {
+  readonly name: string;
+  /** The key's limits when it was last seen. */
+  limits: readonly LimitSpec[];
   /** Leases being spent, oldest (first to expire) first. */
   readonly held: HeldLease[];
   /** The lease call in flight for this key, if any: at most one per isolate. */
@@ -64,13 +72,14 @@ export class LeaseTable {
   }
 
   /** The key's entry, counting this request in its rate (created when missing; the oldest entry makes room). */
-  touch(name: string, now: number, unused: Unused[]): KeyLeases {
+  touch(name: string, limits: readonly LimitSpec[], now: number, unused: Unused[]): KeyLeases {
     let e = this.#entries.get(name);
     if (!e) {
       if (this.#entries.size >= this.#max) this.#evictOldest(unused);
-      e = { held: [], inflight: null, score: 0, seenAt: now };
+      e = { name, limits, held: [], inflight: null, score: 0, seenAt: now };
       this.#entries.set(name, e);
     }
+    e.limits = limits;
     const dt = Math.max(0, now - e.seenAt);
     e.score = e.score * Math.exp(-dt / RATE_TAU_MS) + 1;
     e.seenAt = now;
@@ -86,7 +95,7 @@ export class LeaseTable {
   drop(name: string, unused: Unused[]): void {
     const e = this.#entries.get(name);
     if (!e) return;
-    for (const h of e.held) if (h.left > 0) unused.push({ recordedAt: h.recordedAt, units: h.left });
+    for (const h of e.held) if (h.left > 0) unused.push(unusedOf(e, h));
     this.#entries.delete(name);
   }
 
@@ -97,7 +106,7 @@ export class LeaseTable {
   spend(e: KeyLeases, cost: number, now: number, unused: Unused[]): HeldLease | null {
     while (e.held.length > 0 && now >= (e.held[0] as HeldLease).expiresAt) {
       const gone = e.held.shift() as HeldLease;
-      if (gone.left > 0) unused.push({ recordedAt: gone.recordedAt, units: gone.left });
+      if (gone.left > 0) unused.push(unusedOf(e, gone));
     }
     for (const h of e.held) {
       if (now < h.expiresAt && h.left >= cost) {
@@ -147,4 +156,8 @@ export class LeaseTable {
       this.drop(name, unused);
     }
   }
+}
+
+function unusedOf(e: KeyLeases, h: HeldLease): Unused {
+  return { name: e.name, limits: e.limits, recordedAt: h.recordedAt, units: h.left };
 }

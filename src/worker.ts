@@ -226,7 +226,7 @@ async function decide(
   const unused: Unused[] = [];
   const leasing = plan.leaseMs > 0;
   let now = Date.now();
-  const entry = leasing ? leases.touch(name, now, unused) : undefined;
+  const entry = leasing ? leases.touch(name, limits, now, unused) : undefined;
   try {
     // A few rounds at most: each waits for the one lease call in flight for this key.
     for (let round = 0; ; round++) {
@@ -283,7 +283,7 @@ async function decide(
       at: result.now,
     };
   } finally {
-    giveBack(env, config, name, limits, unused, hooks);
+    giveBack(env, config, unused, hooks);
   }
 }
 
@@ -321,21 +321,14 @@ function refill(
   background(hooks, entry.inflight);
 }
 
-/** Gives unused units back to the key's object, in the background. */
-function giveBack(
-  env: WorkerEnv,
-  config: Config,
-  name: string,
-  limits: Plan["limits"],
-  unused: readonly Unused[],
-  hooks: Hooks,
-): void {
+/** Gives unused units back to their keys' objects, in the background. */
+function giveBack(env: WorkerEnv, config: Config, unused: readonly Unused[], hooks: Hooks): void {
   for (const u of unused) {
     const call = withDeadline(
-      env.LIMITER.getByName(name).giveBack(limits ?? [], u.recordedAt, u.units),
+      env.LIMITER.getByName(u.name).giveBack(u.limits, u.recordedAt, u.units),
       config.objectTimeoutMs,
     ).catch((e: unknown) => {
-      console.error(JSON.stringify({ event: "lease_return_failed", key: redact(name), message: errorName(e) }));
+      console.error(JSON.stringify({ event: "lease_return_failed", key: redact(u.name), message: errorName(e) }));
     });
     background(hooks, call);
   }

@@ -5,6 +5,7 @@ import type { Lease, LimitStatus } from "../../src/core/index.ts";
 import { LeaseTable, leaseMargin, type Unused } from "../../src/leases.ts";
 
 const LIMITS: LimitStatus[] = [{ remaining: 50, resetMs: 1000, exceeded: false }];
+const SPECS = [{ limit: 1000, windowMs: 1000 }];
 
 function lease(units: number, lifetimeMs = 100, recordedAt: number[] = [1100]): Lease {
   return { units, lifetimeMs, recordedAt };
@@ -14,14 +15,14 @@ describe("LeaseTable", () => {
   it("spends a lease only while the local clock is before sentAt + lifetime − margin", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
-    const e = table.touch("k", 1000, unused);
+    const e = table.touch("k", SPECS, 1000, unused);
     table.add(e, lease(3), 1000, LIMITS);
     const last = 1000 + 100 - leaseMargin(100) - 1;
     expect(table.spend(e, 1, 1000, unused)?.left).toBe(2);
     expect(table.spend(e, 1, last, unused)?.left).toBe(1);
     expect(table.spend(e, 1, last + 1, unused)).toBeNull();
     // The expired lease's last unit is handed back, once.
-    expect(unused).toEqual([{ recordedAt: [1100], units: 1 }]);
+    expect(unused).toEqual([{ name: "k", limits: SPECS, recordedAt: [1100], units: 1 }]);
     expect(table.spend(e, 1, last + 2, unused)).toBeNull();
     expect(unused).toHaveLength(1);
   });
@@ -29,7 +30,7 @@ describe("LeaseTable", () => {
   it("never spends more than a lease holds, and uses the lease that expires first", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
-    const e = table.touch("k", 0, unused);
+    const e = table.touch("k", SPECS, 0, unused);
     table.add(e, lease(5, 200, [200]), 0, LIMITS);
     table.add(e, lease(2, 100, [100]), 0, LIMITS);
     expect(table.spend(e, 3, 10, unused)?.recordedAt).toEqual([200]); // the 2-unit lease cannot pay 3
@@ -41,13 +42,13 @@ describe("LeaseTable", () => {
   it("sizes leases from the key's recent rate here, and gives rarely seen keys none", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
-    const rare = table.touch("rare", 0, unused);
+    const rare = table.touch("rare", SPECS, 0, unused);
     expect(table.want(rare, 1000, 1000)).toBe(0);
-    table.touch("rare", 5000, unused);
+    table.touch("rare", SPECS, 5000, unused);
     expect(table.want(rare, 1000, 1000)).toBe(0);
     // 100 requests in 100 ms: about 100 per second, decayed.
-    let hot = table.touch("hot", 0, unused);
-    for (let t = 1; t < 100; t++) hot = table.touch("hot", t, unused);
+    let hot = table.touch("hot", SPECS, 0, unused);
+    for (let t = 1; t < 100; t++) hot = table.touch("hot", SPECS, t, unused);
     const want = table.want(hot, 1000, 10_000);
     expect(want).toBeGreaterThan(100);
     expect(want).toBeLessThan(150);
@@ -58,7 +59,7 @@ describe("LeaseTable", () => {
   it("asks for a refill when the held units or time run below half, and never with a call in flight", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
-    const e = table.touch("k", 0, unused);
+    const e = table.touch("k", SPECS, 0, unused);
     expect(table.needsRefill(e, 0, 10, 100)).toBe(true);
     table.add(e, lease(10), 0, LIMITS);
     expect(table.needsRefill(e, 0, 10, 100)).toBe(false);
@@ -67,28 +68,29 @@ describe("LeaseTable", () => {
     expect(table.needsRefill(e, 1, 10, 100)).toBe(true); // 4 of 10 left
     e.inflight = Promise.resolve();
     expect(table.needsRefill(e, 1, 10, 100)).toBe(false);
-    expect(table.needsRefill(table.touch("cold", 0, unused), 0, 0, 100)).toBe(false);
+    expect(table.needsRefill(table.touch("cold", SPECS, 0, unused), 0, 0, 100)).toBe(false);
   });
 
-  it("stays bounded: the oldest key makes room, and its unused units are handed back", () => {
+  it("stays bounded: the oldest key makes room, and its unused units go back to its own object", () => {
     const table = new LeaseTable(2);
     const unused: Unused[] = [];
-    table.add(table.touch("a", 0, unused), lease(4, 100, [7]), 0, LIMITS);
-    table.touch("b", 0, unused);
-    table.touch("c", 0, unused);
+    const other = [{ limit: 64, windowMs: 60_000 }];
+    table.add(table.touch("a", other, 0, unused), lease(4, 100, [7]), 0, LIMITS);
+    table.touch("b", SPECS, 0, unused);
+    table.touch("c", SPECS, 0, unused);
     expect(table.size).toBe(2);
     expect(table.get("a")).toBeUndefined();
-    expect(unused).toEqual([{ recordedAt: [7], units: 4 }]);
+    expect(unused).toEqual([{ name: "a", limits: other, recordedAt: [7], units: 4 }]);
   });
 
   it("drop forgets a key and hands back what its leases still hold", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
-    const e = table.touch("k", 0, unused);
+    const e = table.touch("k", SPECS, 0, unused);
     table.add(e, lease(4, 100, [9]), 0, LIMITS);
     table.spend(e, 1, 0, unused);
     table.drop("k", unused);
     expect(table.get("k")).toBeUndefined();
-    expect(unused).toEqual([{ recordedAt: [9], units: 3 }]);
+    expect(unused).toEqual([{ name: "k", limits: SPECS, recordedAt: [9], units: 3 }]);
   });
 });
