@@ -7,7 +7,7 @@
  *
  * Starts the recording origin and the limiter's deployable bundle in workerd — by default through
  * Miniflare's API with a direct socket (bench/http/runtime.ts, no dev proxy), or under `wrangler dev`
- * (test/e2e/harness.ts) — drives it with concurrent HTTP clients over a skewed key distribution (a few hot
+ * (test/support/harness.ts) — drives it with concurrent HTTP clients over a skewed key distribution (a few hot
  * keys, a long tail), samples workerd's memory, and judges: no unexpected status (only 200 and 429), every
  * key's sliding windows at the origin hold at most N (allowing the measured send-to-arrival latency),
  * memory flat after warm-up. Exits 1 if a check fails.
@@ -23,8 +23,9 @@ import { readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { parseArgs } from "node:util";
 import { startRuntime } from "../bench/http/runtime.ts";
-import { maxInWindow, startLimiter, tempDir } from "../test/e2e/harness.ts";
-import { type Origin, startOrigin } from "../test/setup/origin-server.ts";
+import { startLimiter, tempDir } from "../test/support/harness.ts";
+import { type Origin, startOrigin } from "../test/support/origin.ts";
+import { maxInWindow } from "../test/support/window.ts";
 
 const { values } = parseArgs({
   options: {

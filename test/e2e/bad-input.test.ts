@@ -24,8 +24,8 @@ import { readdirSync, readFileSync } from "node:fs";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type DigestEcho, type Origin, startOrigin } from "../setup/origin-server.ts";
-import { type Limiter, startLimiter, tempDir } from "./harness.ts";
+import { type Limiter, startLimiter, tempDir } from "../support/harness.ts";
+import { type DigestEcho, type Origin, startOrigin } from "../support/origin.ts";
 import { type RawResponse, rawRequest, sendRaw } from "./raw-http.ts";
 
 let origin: Origin;

@@ -14,8 +14,8 @@
 import { createHash } from "node:crypto";
 import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Origin, startOrigin } from "../setup/origin-server.ts";
-import { type Limiter, startLimiter, tempDir, waitForOutput } from "./harness.ts";
+import { type Limiter, startLimiter, tempDir, waitForOutput } from "../support/harness.ts";
+import { type Origin, startOrigin } from "../support/origin.ts";
 
 const FAULTS_CONFIG = "test/e2e/worker/wrangler.faults.toml";
 const ORIGIN_TIMEOUT_MS = 300;

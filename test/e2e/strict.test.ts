@@ -4,8 +4,9 @@
 // isolated, and Retry-After is honest.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SlidingLog } from "../../src/core/index.ts";
-import { type Origin, startOrigin } from "../setup/origin-server.ts";
-import { type Limiter, maxInWindow, startLimiter, tempDir } from "./harness.ts";
+import { type Limiter, startLimiter, tempDir } from "../support/harness.ts";
+import { type Origin, startOrigin } from "../support/origin.ts";
+import { maxInWindow } from "../support/window.ts";
 
 let origin: Origin;
 let limiter: Limiter;
