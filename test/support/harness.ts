@@ -27,9 +27,9 @@ export async function freePort(): Promise<number> {
   return address.port;
 }
 
-/** A temp directory removed by `cleanup()`. */
-export async function tempDir(prefix: string): Promise<{ path: string; cleanup(): Promise<void> }> {
-  const path = await mkdtemp(join(tmpdir(), prefix));
+/** A temp directory (under `base`, default the OS's) removed by `cleanup()`. */
+export async function tempDir(prefix: string, base = tmpdir()): Promise<{ path: string; cleanup(): Promise<void> }> {
+  const path = await mkdtemp(join(base, prefix));
   return { path, cleanup: () => rm(path, { recursive: true, force: true }) };
 }
 
