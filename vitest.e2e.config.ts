@@ -1,4 +1,4 @@
-// Vitest for `npm run test:e2e`: Node tests that run the project under `wrangler dev` (test/e2e/harness.ts).
+// Vitest for `npm run test:e2e`: Node tests that run the project under `wrangler dev` (test/support/harness.ts).
 import { defineConfig } from "vitest/config";
 
 export default defineConfig({

@@ -13,12 +13,13 @@ import { execSync } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { maxInWindow } from "../test/e2e/harness.ts";
+import { cpuMs } from "../test/support/proc.ts";
+import { maxInWindow } from "../test/support/window.ts";
 import { grantsSvg } from "./http/chart.ts";
 import type { StorageCounts } from "./http/counts.ts";
 import { type LoadResult, load, quantile } from "./http/load.ts";
 import { type BenchOrigin, startBenchOrigin } from "./http/origin.ts";
-import { cpuMs, type Runtime, startRuntime } from "./http/runtime.ts";
+import { type Runtime, startRuntime } from "./http/runtime.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
 const QUICK = process.env.BENCH_QUICK === "1";

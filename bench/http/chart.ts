@@ -3,7 +3,7 @@
  * and a line of grants in the trailing window, with the limit drawn in.
  */
 
-import { maxInWindow } from "../../test/e2e/harness.ts";
+import { maxInWindow } from "../../test/support/window.ts";
 
 export interface ChartSeries {
   readonly name: string;

@@ -3,8 +3,8 @@
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { type Origin, startOrigin } from "../setup/origin-server.ts";
-import { type Limiter, startLimiter, tempDir } from "./harness.ts";
+import { type Limiter, startLimiter, tempDir } from "../support/harness.ts";
+import { type Origin, startOrigin } from "../support/origin.ts";
 
 const FLOOD = 200;
 const LIMITS = [{ limit: 100, window: "1s" }];

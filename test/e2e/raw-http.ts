@@ -4,6 +4,7 @@
  */
 
 import { connect } from "node:net";
+import type { ResponseParts } from "../support/problem.ts";
 
 /** What came back on the socket. `status` is null when the connection ended before a status line. */
 export interface RawResponse {
@@ -18,6 +19,16 @@ export interface RawResponse {
   readonly raw: Buffer;
   /** A socket error (e.g. `ECONNRESET`), if the connection failed. */
   readonly error: string | null;
+}
+
+/** What test/support/problem.ts reads from a response. */
+export function partsOf(r: RawResponse): ResponseParts {
+  return {
+    status: r.status,
+    contentType: r.headers["content-type"],
+    cacheControl: r.headers["cache-control"],
+    text: r.body.toString("utf8"),
+  };
 }
 
 /** Builds an HTTP/1.1 request byte for byte; header values may be Buffers (any bytes, sent as they are). */

@@ -3,8 +3,8 @@
 // an exhausted key stays exhausted, a half-used key gets exactly the rest, and nothing is granted twice (counted at
 // the recording origin and by the clients).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Origin, startOrigin } from "../setup/origin-server.ts";
-import { crashLimiter, type Limiter, startLimiter, tempDir } from "./harness.ts";
+import { crashLimiter, type Limiter, startLimiter, tempDir } from "../support/harness.ts";
+import { type Origin, startOrigin } from "../support/origin.ts";
 
 const RATE_LIMIT = {
   limits: [{ limit: 1000, window: "1m" }],

@@ -1,11 +1,13 @@
 // Strictness judged where it matters, at the origin: real HTTP clients → wrangler dev (workerd) → the recording
 // Node origin. Every sliding window of the origin's arrival times holds at most N (allowing only the measured
-// send-to-arrival latency), grants reach ≥ 95% of what an exact limiter allows, bursts grant exactly N, keys are
-// isolated, and Retry-After is honest.
+// send-to-arrival latency), no request is denied that an exact limiter would have granted whatever the timing,
+// bursts grant exactly N, keys are isolated, and Retry-After is honest. No assertion depends on how fast this
+// machine schedules (test/support/window.ts).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KeyLog } from "../../src/core/index.ts";
-import { type Origin, startOrigin } from "../setup/origin-server.ts";
-import { type Limiter, maxInWindow, startLimiter, tempDir } from "./harness.ts";
+import { type Limiter, startLimiter, tempDir } from "../support/harness.ts";
+import { type Origin, startOrigin } from "../support/origin.ts";
+import { judgeWindows, unjustifiedDenials } from "../support/window.ts";
 
 let origin: Origin;
 let limiter: Limiter;
@@ -54,6 +56,7 @@ const key = (prefix: string) => `${prefix}_${crypto.randomUUID()}`;
 interface Sent {
   id: number;
   sentAt: number;
+  receivedAt: number;
   status: number;
 }
 
@@ -68,40 +71,23 @@ async function load(k: string, clients: number, durationMs: number): Promise<Sen
       const sentAt = Date.now();
       const response = await fetch(`${limiter.url}/load?id=${id}`, { headers: { "x-api-key": k } });
       await response.arrayBuffer();
-      sent.push({ id, sentAt, status: response.status });
+      sent.push({ id, sentAt, receivedAt: Date.now(), status: response.status });
     }
   };
   await Promise.all(Array.from({ length: clients }, client));
   return sent;
 }
 
-/**
- * Judges a load run at the origin. A grant decided at d arrives at a ≥ d, and d ≥ its send time s, so
- * d ∈ [a − J, a] with J = max(a − s). Arrivals in any window of length W − J were therefore decided inside
- * one window of length W: at most N of them, if the limiter is exact.
- */
+/** Judges a load run at the origin (test/support/window.ts) and counts what an exact limiter grants for the same send times. */
 function judge(k: string, sent: Sent[], specs: { limit: number; windowMs: number }[]) {
-  const arrivals = origin.arrivals.filter((a) => a.headers["x-api-key"] === k);
-  const sentById = new Map(sent.map((s) => [s.id, s]));
-  let jitter = 0;
-  for (const a of arrivals) {
-    const id = Number(new URL(a.url, "http://x").searchParams.get("id"));
-    const s = sentById.get(id);
-    if (!s) throw new Error(`arrival without a request: ${a.url}`);
-    jitter = Math.max(jitter, a.at - s.sentAt);
-  }
+  const arrivals = origin.arrivals
+    .filter((a) => a.headers["x-api-key"] === k)
+    .map((a) => ({ id: Number(new URL(a.url, "http://x").searchParams.get("id")), at: a.at }));
+  const { jitter, windows } = judgeWindows(sent, arrivals, specs);
   const exact = new KeyLog(specs);
   let ideal = 0;
   for (const s of [...sent].sort((x, y) => x.sentAt - y.sentAt))
     if (exact.take(s.sentAt, { cost: 1 }).decision.allowed) ideal += 1;
-  const windows = specs.map((l) => ({
-    ...l,
-    shrunk: l.windowMs - jitter,
-    max: maxInWindow(
-      arrivals.map((a) => a.at),
-      l.windowMs - jitter,
-    ),
-  }));
   return { arrivals: arrivals.length, granted: sent.filter((s) => s.status === 200).length, jitter, ideal, windows };
 }
 
@@ -109,17 +95,23 @@ describe("strictness at the origin", () => {
   it.each([
     ["sequential load well above the limits", "seq", 1, SPECS.seq],
     ["concurrent load from 8 clients on one key", "conc", 8, SPECS.conc],
-  ] as const)("%s: no window over N, ≥ 95% of an exact limiter", async (label, prefix, clients, specs) => {
-    const k = key(prefix);
-    const sent = await load(k, clients, 4000);
-    const j = judge(k, sent, [...specs]);
-    console.info(label, JSON.stringify({ requests: sent.length, ...j }));
-    expect(sent.every((s) => s.status === 200 || s.status === 429)).toBe(true);
-    expect(sent.length).toBeGreaterThan(j.ideal * 2);
-    expect(j.arrivals).toBe(j.granted);
-    for (const w of j.windows) expect(w.max).toBeLessThanOrEqual(w.limit);
-    expect(j.granted).toBeGreaterThanOrEqual(Math.floor(0.95 * j.ideal));
-  });
+  ] as const)(
+    "%s: no window over N, no denial an exact limiter would not give",
+    async (label, prefix, clients, specs) => {
+      const k = key(prefix);
+      const sent = await load(k, clients, 4000);
+      const j = judge(k, sent, [...specs]);
+      console.info(label, JSON.stringify({ requests: sent.length, ...j }));
+      expect(sent.every((s) => s.status === 200 || s.status === 429)).toBe(true);
+      expect(sent.length).toBeGreaterThan(j.ideal * 2);
+      expect(j.arrivals).toBe(j.granted);
+      for (const w of j.windows) expect(w.max).toBeLessThanOrEqual(w.limit);
+      // Utilisation judged without wall-clock margins: each 429 must be explainable by some decision time inside its
+      // request's round trip (test/support/window.ts). (`ideal`, an exact limiter replayed on the send times, is
+      // logged for reference only: it shifts with scheduling delays on a loaded machine.)
+      expect(unjustifiedDenials(sent, specs)).toEqual([]);
+    },
+  );
 
   it("a concurrent burst inside one window grants exactly N", async () => {
     const k = key("burst");
@@ -152,27 +144,53 @@ describe("strictness at the origin", () => {
 });
 
 describe("Retry-After is honest", () => {
-  it("retrying before retry_after_ms still fails; waiting Retry-After succeeds; it overstates by < 1 s", async () => {
-    const k = key("retry");
-    const get = () => fetch(`${limiter.url}/retry`, { headers: { "x-api-key": k } });
-    for (let i = 0; i < 3; i++) expect((await get()).status).toBe(200);
-    const denied = await get();
+  /** Spends the `retry` plan's 3 grants on `k`, then the 429: its Retry-After, exact wait and send time. */
+  async function exhaust(k: string) {
+    for (let i = 0; i < 3; i++) {
+      const granted = await fetch(`${limiter.url}/retry`, { headers: { "x-api-key": k } });
+      await granted.arrayBuffer();
+      expect(granted.status).toBe(200);
+    }
+    const sentAt = Date.now();
+    const denied = await fetch(`${limiter.url}/retry`, { headers: { "x-api-key": k } });
     const receivedAt = Date.now();
     expect(denied.status).toBe(429);
     const retryAfter = Number(denied.headers.get("Retry-After"));
-    const body = (await denied.json()) as { retry_after_ms: number };
-    expect(retryAfter).toBe(Math.ceil(body.retry_after_ms / 1000));
-    expect(retryAfter * 1000 - body.retry_after_ms).toBeLessThan(1000);
+    const { retry_after_ms: exactMs } = (await denied.json()) as { retry_after_ms: number };
+    return { sentAt, receivedAt, retryAfter, exactMs };
+  }
 
-    // Shortly before the exact time the request still fails: the wait was needed.
-    await new Promise((r) => setTimeout(r, Math.max(0, body.retry_after_ms - 300)));
-    const early = await get();
-    await early.arrayBuffer();
-    expect(early.status).toBe(429);
+  it("Retry-After is the exact wait rounded up to whole seconds (over by < 1 s)", async () => {
+    const { retryAfter, exactMs } = await exhaust(key("retry"));
+    expect(exactMs).toBeGreaterThan(0);
+    expect(retryAfter).toBe(Math.ceil(exactMs / 1000));
+    expect(retryAfter * 1000 - exactMs).toBeLessThan(1000);
+  });
 
-    // After the advertised whole seconds it passes.
-    await new Promise((r) => setTimeout(r, Math.max(0, receivedAt + retryAfter * 1000 - Date.now())));
-    const later = await get();
+  // The denial was decided at d ≥ sentAt, so the slot frees at T = d + exactMs ≥ sentAt + exactMs. A probe whose
+  // answer arrived before sentAt + exactMs was decided before T and must be denied; one that arrived later proves
+  // nothing either way (it may have been decided after T on a loaded machine) and is not judged. No margin to tune.
+  it("every request decided before the exact time is still denied: the wait was needed", async () => {
+    const k = key("retry");
+    const { sentAt, exactMs } = await exhaust(k);
+    const freeAt = sentAt + exactMs;
+    const probes: { status: number; receivedAt: number }[] = [];
+    while (Date.now() < freeAt) {
+      const r = await fetch(`${limiter.url}/retry`, { headers: { "x-api-key": k } });
+      await r.arrayBuffer();
+      probes.push({ status: r.status, receivedAt: Date.now() });
+      await new Promise((ok) => setTimeout(ok, 50)); // pacing only: ~40 probes over the ≤ 2 s wait
+    }
+    const judged = probes.filter((p) => p.receivedAt < freeAt);
+    expect(judged.length).toBeGreaterThan(0);
+    expect(judged.filter((p) => p.status !== 429)).toEqual([]);
+  });
+
+  it("waiting Retry-After succeeds", async () => {
+    const k = key("retry");
+    const { receivedAt, retryAfter } = await exhaust(k);
+    await new Promise((ok) => setTimeout(ok, Math.max(0, receivedAt + retryAfter * 1000 - Date.now())));
+    const later = await fetch(`${limiter.url}/retry`, { headers: { "x-api-key": k } });
     await later.arrayBuffer();
     expect(later.status).toBe(200);
   });

@@ -1,6 +1,6 @@
 // Shared by the integration tests: the Worker with a chosen config, fake limiter namespaces, the origin's log.
 import { env } from "cloudflare:workers";
-import { expect, inject } from "vitest";
+import { inject } from "vitest";
 import type { Decision } from "../../src/core/index.ts";
 import type { Ask } from "../../src/core/log.ts";
 import type { WorkerEnv } from "../../src/worker.ts";
@@ -97,12 +97,4 @@ export function countingLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: () 
 /** An error shaped like the runtime's Durable Object errors. */
 export function objectError(flags: { retryable?: boolean; overloaded?: boolean }): Error {
   return Object.assign(new Error("Durable Object reset because its code was updated."), flags);
-}
-
-/** The JSON body of a problem-details response. */
-export async function problemBody(response: Response): Promise<Record<string, unknown>> {
-  expect(response.headers.get("content-type")).toBe("application/problem+json");
-  const text = await response.text();
-  expect(text).not.toMatch(/\n\s+at /);
-  return JSON.parse(text) as Record<string, unknown>;
 }

@@ -4,16 +4,8 @@
 import { describe, expect, it, vi } from "vitest";
 import type { Decision } from "../../src/core/index.ts";
 import { type Hooks, handle } from "../../src/worker.ts";
-import {
-  arrivalsFor,
-  countingLimiter,
-  decision,
-  envWith,
-  fakeLimiter,
-  freshKey,
-  problemBody,
-  request,
-} from "./helpers.ts";
+import { problemOf } from "../support/problem.ts";
+import { arrivalsFor, countingLimiter, decision, envWith, fakeLimiter, freshKey, request } from "./helpers.ts";
 
 /** Hooks that keep the Worker's background work (refills, returns) so a test can wait for it. */
 function background(): Hooks & { settled: () => Promise<unknown> } {
@@ -159,7 +151,7 @@ describe("the deadline on object calls", () => {
     const e = envWith(perMinute(5, { object_timeout: "50ms" }), { LIMITER: limiter.namespace });
     const response = await handle(request(key), e, { onDecision: (d) => reasons.push(d.reason) });
     expect(response.status).toBe(503);
-    expect(await problemBody(response)).toMatchObject({ status: 503 });
+    expect((await problemOf(response, 503)).title).toBe("Service Unavailable");
     expect(reasons).toEqual(["limiter_timeout"]);
     expect(await arrivalsFor(key)).toEqual([]);
     expect(JSON.parse(String(error.mock.calls[0]?.[0]))).toMatchObject({

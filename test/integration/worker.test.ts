@@ -3,6 +3,7 @@
 import { exports } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { handle } from "../../src/worker.ts";
+import { problemOf } from "../support/problem.ts";
 import {
   arrivalsFor,
   countingLimiter,
@@ -11,7 +12,6 @@ import {
   fakeLimiter,
   freshKey,
   objectError,
-  problemBody,
   request,
 } from "./helpers.ts";
 
@@ -44,7 +44,7 @@ describe("the HTTP table (wrangler.toml's config, through the deployed entry poi
     expect(retryAfter).toBeLessThanOrEqual(60);
     expect(response.headers.get("RateLimit-Policy")).toBe('"per-minute";q=10;w=60');
     expect(response.headers.get("RateLimit")).toBe(`"per-minute";r=0;t=${retryAfter}`);
-    const body = await problemBody(response);
+    const body = await problemOf(response, 429);
     expect(body).toMatchObject({
       type: "about:blank",
       title: "Too Many Requests",
@@ -60,7 +60,7 @@ describe("the HTTP table (wrangler.toml's config, through the deployed entry poi
     const response = await exports.default.fetch(request(null));
     expect(response.status).toBe(401);
     expect(response.headers.get("WWW-Authenticate")).toBe('Bearer realm="api"');
-    expect(await problemBody(response)).toMatchObject({ status: 401, title: "Unauthorized" });
+    expect(await problemOf(response, 401)).toMatchObject({ status: 401, title: "Unauthorized" });
   });
 
   it.each([
@@ -76,7 +76,7 @@ describe("the HTTP table (wrangler.toml's config, through the deployed entry poi
     const r = new Request("https://limiter.example/", { headers: [["x-api-key", key]] });
     const response = await exports.default.fetch(r);
     expect(response.status).toBe(400);
-    expect(await problemBody(response)).toMatchObject({ status: 400, title: "Malformed API key" });
+    expect(await problemOf(response, 400)).toMatchObject({ status: 400, title: "Malformed API key" });
   });
 
   it("a key of exactly max_length is accepted", async () => {
@@ -115,7 +115,7 @@ describe("key sources", () => {
       envWith(config),
     );
     expect(response.status).toBe(400);
-    expect((await problemBody(response)).detail).toBe("x-key and ?api_key carry different keys; send one key");
+    expect((await problemOf(response, 400)).detail).toBe("x-key and ?api_key carry different keys; send one key");
   });
 
   it("key.pattern: keys that do not match the whole pattern get 401 and never reach an object", async () => {
@@ -126,7 +126,7 @@ describe("key sources", () => {
     for (const bad of ["live_0123abcd0", "xlive_0123abcd", "live_0123ABCD", "random-flood-key"]) {
       const response = await handle(request(bad), e);
       expect(response.status).toBe(401);
-      expect((await problemBody(response)).detail).toBe("This API key is not valid.");
+      expect((await problemOf(response, 401)).detail).toBe("This API key is not valid.");
     }
     expect(limiter.calls()).toBe(1);
   });
@@ -173,7 +173,7 @@ describe("plans", () => {
     const e = envWith({ plans: config.plans });
     const response = await handle(request(freshKey("other_")), e);
     expect(response.status).toBe(401);
-    expect((await problemBody(response)).detail).toBe("This API key matches no plan.");
+    expect((await problemOf(response, 401)).detail).toBe("This API key matches no plan.");
   });
 
   it("requests without a key use the anonymous plan, one bucket per client IP", async () => {
@@ -225,7 +225,7 @@ describe("route cost", () => {
     const response = await handle(request(freshKey(), "/v1/export"), envWith(config, { LIMITER: limiter.namespace }));
     expect(response.status).toBe(429);
     expect(response.headers.get("Retry-After")).toBeNull();
-    expect(await problemBody(response)).toMatchObject({ violated_policies: ["per-minute"], retry_after: null });
+    expect(await problemOf(response, 429)).toMatchObject({ violated_policies: ["per-minute"], retry_after: null });
     expect(limiter.calls()).toBe(0);
   });
 });
@@ -273,7 +273,7 @@ describe("configuration errors", () => {
     for (let i = 0; i < 2; i++) {
       const response = await handle(request(key), e);
       expect(response.status).toBe(500);
-      const body = await problemBody(response);
+      const body = await problemOf(response, 500);
       expect(body.title).toBe("Rate limiter misconfigured");
       expect(String(body.detail).startsWith(`${field}:`) || String(body.detail).startsWith(`${field} `)).toBe(true);
     }
@@ -297,7 +297,7 @@ describe("failure modes (the object throws)", () => {
     const response = await handle(request(key), envWith(oneLimit(5), { LIMITER: limiter.namespace }));
     expect(response.status).toBe(503);
     expect(response.headers.get("Retry-After")).toBe("1");
-    expect(await problemBody(response)).toMatchObject({ status: 503 });
+    expect(await problemOf(response, 503)).toMatchObject({ status: 503 });
     expect(await arrivalsFor(key)).toEqual([]);
     expect(limiter.calls()).toBe(1);
     expect(JSON.parse(String(error.mock.calls[0]?.[0]))).toMatchObject({
@@ -362,7 +362,7 @@ describe("the deny cache", () => {
     expect(cached.headers.get("RateLimit-Policy")).toBe('"per-minute";q=3;w=60');
     const retryAfter = Number(cached.headers.get("Retry-After"));
     expect(cached.headers.get("RateLimit")).toBe(`"per-minute";r=0;t=${retryAfter}`);
-    expect((await problemBody(cached)).violated_policies).toEqual(["per-minute"]);
+    expect((await problemOf(cached, 429)).violated_policies).toEqual(["per-minute"]);
 
     // A cost of 2 has not been asked yet: the object decides it once, then the cache knows it too.
     expect((await handle(request(key, "/heavy"), e)).status).toBe(429);

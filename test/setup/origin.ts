@@ -1,6 +1,6 @@
 // Vitest globalSetup (workers project): starts the echo origin in Node and provides its URL.
 import type { TestProject } from "vitest/node";
-import { startOrigin } from "./origin-server.ts";
+import { startOrigin } from "../support/origin.ts";
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const origin = await startOrigin();

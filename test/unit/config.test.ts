@@ -991,6 +991,12 @@ const BAD: readonly BadCase[] = [
     quotes: 'got "clé"',
   },
   {
+    what: "key.header authorization (lower case)",
+    rateLimit: rl({ key: { header: "authorization" } }),
+    field: "RATE_LIMIT.key.header",
+    quotes: 'got "authorization"',
+  },
+  {
     what: "key.header authorization",
     rateLimit: rl({ key: { header: "Authorization" } }),
     field: "RATE_LIMIT.key.header",
@@ -1008,6 +1014,12 @@ const BAD: readonly BadCase[] = [
     rateLimit: rl({ key: { pattern: "live_[a-z" } }),
     field: "RATE_LIMIT.key.pattern",
     quotes: 'got "live_[a-z"',
+  },
+  {
+    what: "key.pattern with an unterminated group",
+    rateLimit: rl({ key: { pattern: "(live_" } }),
+    field: "RATE_LIMIT.key.pattern",
+    quotes: 'got "(live_"',
   },
   {
     what: "key.pattern empty",
@@ -1060,7 +1072,7 @@ const BAD: readonly BadCase[] = [
     quotes: "unknown setting",
   },
   // failure_mode, shadow, origin_timeout
-  ...["fail-open", "OPEN", "", true, 0, null].map(
+  ...["fail-open", "OPEN", "sometimes", "", true, 0, null].map(
     (v): BadCase => ({
       what: `failure_mode ${JSON.stringify(v)}`,
       rateLimit: rl({ failure_mode: v }),
@@ -1076,7 +1088,7 @@ const BAD: readonly BadCase[] = [
       quotes: `got ${typeof v === "string" ? JSON.stringify(v) : String(v)}`,
     }),
   ),
-  ...["30 s", "0ms", "", 0, -1, 1.5, "367d", true, null].map(
+  ...["30 s", "0ms", "forever", "", 0, -1, 1.5, "367d", true, null].map(
     (v): BadCase => ({
       what: `origin_timeout ${JSON.stringify(v)}`,
       rateLimit: rl({ origin_timeout: v }),

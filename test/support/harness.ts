@@ -1,7 +1,8 @@
 /**
  * @module The end-to-end harness: the project under `wrangler dev` (workerd, fully local) with
- * its own config and persistence directory, in front of the recording Node origin. Every
- * process and temp directory it makes is removed by `stop()`.
+ * its own config and persistence directory, in front of the recording Node origin (./origin.ts).
+ * Every process and temp directory it makes is removed by `stop()`. Node only; used by the e2e
+ * tests and `npm run soak`.
  */
 
 import { type ChildProcess, spawn } from "node:child_process";
@@ -26,20 +27,23 @@ export async function freePort(): Promise<number> {
   return address.port;
 }
 
-/** A temp directory removed by `cleanup()`. */
-export async function tempDir(prefix: string): Promise<{ path: string; cleanup(): Promise<void> }> {
-  const path = await mkdtemp(join(tmpdir(), prefix));
+/** A temp directory (under `base`, default the OS's) removed by `cleanup()`. */
+export async function tempDir(prefix: string, base = tmpdir()): Promise<{ path: string; cleanup(): Promise<void> }> {
+  const path = await mkdtemp(join(base, prefix));
   return { path, cleanup: () => rm(path, { recursive: true, force: true }) };
 }
 
 export interface LimiterOptions {
   /** `ORIGIN` (the base URL allowed requests go to). */
   origin: string;
-  /** `RATE_LIMIT`, passed as a JSON string var (as dashboards and `--var` deliver it). */
-  rateLimit: unknown;
+  /**
+   * `RATE_LIMIT`, passed as a JSON string var (as dashboards and `--var` deliver it); leave it out
+   * to run with the config file's own `[vars.RATE_LIMIT]` table.
+   */
+  rateLimit?: unknown;
   /** Where Durable Object state lives; reuse it to restart on the same state. */
   persistTo: string;
-  /** Wrangler config file relative to the repo root (default: the project's `wrangler.toml`). */
+  /** Wrangler config file, absolute or relative to the repo root (default: the project's `wrangler.toml`). */
   config?: string;
   /** Port to listen on (default: a free one). */
   port?: number;
@@ -82,7 +86,7 @@ async function startOnce(options: LimiterOptions): Promise<Limiter> {
   const args = [
     "dev",
     "--config",
-    join(ROOT, options.config ?? "wrangler.toml"),
+    resolve(ROOT, options.config ?? "wrangler.toml"),
     "--ip",
     "127.0.0.1",
     "--port",
@@ -93,12 +97,11 @@ async function startOnce(options: LimiterOptions): Promise<Limiter> {
     options.persistTo,
     "--var",
     `ORIGIN:${options.origin}`,
-    "--var",
-    `RATE_LIMIT:${JSON.stringify(options.rateLimit)}`,
     "--show-interactive-dev-session=false",
     "--log-level",
     "log",
   ];
+  if (options.rateLimit !== undefined) args.push("--var", `RATE_LIMIT:${JSON.stringify(options.rateLimit)}`);
   // Its own process group, so stop() reaches workerd and any helper wrangler starts.
   const child = spawn(WRANGLER, args, {
     cwd: ROOT,
@@ -168,18 +171,6 @@ async function stopGroup(child: ChildProcess, exited: Promise<void>): Promise<vo
   await exited;
   // workerd may outlive wrangler by a moment; make sure nothing of the group is left.
   signal("SIGKILL");
-}
-
-/** Sliding-window check of times `ts` (ms, any order): the largest count in any window `(t − w, t]`. */
-export function maxInWindow(ts: readonly number[], w: number): number {
-  const sorted = [...ts].sort((a, b) => a - b);
-  let max = 0;
-  let head = 0;
-  for (let i = 0; i < sorted.length; i++) {
-    while ((sorted[head] as number) <= (sorted[i] as number) - w) head += 1;
-    max = Math.max(max, i - head + 1);
-  }
-  return max;
 }
 
 /** Resolves once `limiter.output()` contains `text` (checked every 20 ms); rejects after `timeoutMs`. */

@@ -1,4 +1,5 @@
-// Reusable Node echo origin on an ephemeral 127.0.0.1 port that records every arrival.
+// Reusable Node echo origin on an ephemeral 127.0.0.1 port that records every arrival. Node only: the workers
+// project reaches it through test/setup/origin.ts (globalSetup), the e2e tests, the soak and `npm start` directly.
 import { createHash } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
@@ -282,14 +283,16 @@ async function closedPort(): Promise<number> {
  * Starts the echo origin. Any request is answered 200 with a JSON echo of method, url, headers
  * and body. Control endpoints, usable from inside workerd: `GET /__arrivals` returns the
  * recorded arrivals as JSON, `DELETE /__arrivals` clears them. Paths containing `/__special/`
- * behave as described at `special` above.
+ * behave as described at `special` above. `maxHeaderSize`: the largest request head accepted (default 16 KiB).
  */
-export async function startOrigin(): Promise<Origin> {
+export async function startOrigin(options: { maxHeaderSize?: number } = {}): Promise<Origin> {
   const arrivals: Arrival[] = [];
   const closedUrl = `http://127.0.0.1:${await closedPort()}`;
   const sockets = new Set<Socket>();
   const counters = new Counters();
-  const server = createServer((req, res) => {
+  // Node's default head limit is 16 KiB (beyond it: its own 431); `maxHeaderSize` raises it.
+  const limits = options.maxHeaderSize === undefined ? {} : { maxHeaderSize: options.maxHeaderSize };
+  const server = createServer(limits, (req, res) => {
     const url = new URL(req.url ?? "/", "http://origin.invalid");
     const at = url.pathname.indexOf("/__special/");
     if (at >= 0) {

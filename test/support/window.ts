@@ -1,0 +1,98 @@
+/**
+ * @module The window judge: is a limiter strict, judged only from what a client sent and when the
+ * origin saw it? Runtime-neutral (checked by both tsconfigs): e2e tests, the soak and the bench use it.
+ *
+ * A grant decided at d arrives at the origin at a ≥ d, and d ≥ its send time s, so d ∈ [a − J, a]
+ * with J = max(a − s) over all arrivals. Arrivals inside any window of length W − J were therefore
+ * decided inside one window of length W: at most N of them, if the limiter is exact.
+ */
+
+/** Sliding-window check of times `ts` (ms, any order): the largest count in any window `(t − w, t]`. */
+export function maxInWindow(ts: readonly number[], w: number): number {
+  const sorted = [...ts].sort((a, b) => a - b);
+  let max = 0;
+  let head = 0;
+  for (let i = 0; i < sorted.length; i++) {
+    while ((sorted[head] as number) <= (sorted[i] as number) - w) head += 1;
+    max = Math.max(max, i - head + 1);
+  }
+  return max;
+}
+
+/** One request as the client saw it, and one arrival as the origin recorded it, matched by `id`. */
+export interface SentAt {
+  readonly id: number;
+  readonly sentAt: number;
+}
+export interface ArrivedAt {
+  readonly id: number;
+  readonly at: number;
+}
+
+export interface WindowVerdict {
+  readonly limit: number;
+  readonly windowMs: number;
+  /** `windowMs − jitter`: the window the arrivals are judged in. */
+  readonly shrunkMs: number;
+  /** The most arrivals in any window of `shrunkMs`; strict means `max ≤ limit`. */
+  readonly max: number;
+}
+
+/**
+ * Judges one key's arrivals against its limits. `jitter` is the largest send-to-arrival time;
+ * an arrival whose id was never sent is an error (the origin saw something nobody asked for).
+ */
+export function judgeWindows(
+  sent: readonly SentAt[],
+  arrivals: readonly ArrivedAt[],
+  limits: readonly { limit: number; windowMs: number }[],
+  jitter = maxSendToArrival(sent, arrivals),
+): { jitter: number; windows: WindowVerdict[] } {
+  const times = arrivals.map((a) => a.at);
+  const windows = limits.map((l) => ({
+    limit: l.limit,
+    windowMs: l.windowMs,
+    shrunkMs: l.windowMs - jitter,
+    max: maxInWindow(times, l.windowMs - jitter),
+  }));
+  return { jitter, windows };
+}
+
+/** The largest `at − sentAt` over the arrivals; throws on an arrival whose id was never sent. */
+export function maxSendToArrival(sent: readonly SentAt[], arrivals: readonly ArrivedAt[]): number {
+  const sentById = new Map(sent.map((s) => [s.id, s.sentAt]));
+  let jitter = 0;
+  for (const a of arrivals) {
+    const s = sentById.get(a.id);
+    if (s === undefined) throw new Error(`an arrival (id ${a.id}) that was never sent`);
+    jitter = Math.max(jitter, a.at - s);
+  }
+  return jitter;
+}
+
+/** A request as the client timed it: sent at `sentAt`, answered at `receivedAt` (decided in between). */
+export interface Timed {
+  readonly sentAt: number;
+  readonly receivedAt: number;
+  readonly status: number;
+}
+
+/**
+ * Denials that no timing could justify: a 429 decided at some d ∈ [sentAt, receivedAt] is right only if
+ * one limit held N grants in (d − W, d]; a grant g was decided in [g.sentAt, g.receivedAt]. When, for every
+ * limit, fewer than N grants could possibly lie in such a window, the denial was wrong whatever the
+ * scheduling — an exact limiter never gives one. (Every request costs 1.) Returns those denials.
+ */
+export function unjustifiedDenials(
+  requests: readonly Timed[],
+  limits: readonly { limit: number; windowMs: number }[],
+): Timed[] {
+  const grants = requests.filter((r) => r.status === 200);
+  return requests.filter(
+    (d) =>
+      d.status === 429 &&
+      limits.every(
+        (l) => grants.filter((g) => g.sentAt <= d.receivedAt && g.receivedAt > d.sentAt - l.windowMs).length < l.limit,
+      ),
+  );
+}
