@@ -234,15 +234,7 @@ async function decide(
         const held = leases.spend(entry, cost, now, unused);
         if (held) {
           refill(env, config, plan, name, entry, now, hooks);
-          return {
-            reason: "leased",
-            allowed: true,
-            states: leaseStates(held, now),
-            retryAfterMs: 0,
-            violated: [],
-            result: null,
-            at: now,
-          };
+          return leased(held, now);
         }
       }
       if (!config.shadow) {
@@ -269,6 +261,12 @@ async function decide(
       return limiterFailed(config, e, Date.now());
     }
     remember(name, result, cost, sentAt);
+    if (!result.allowed && entry) {
+      // Units this isolate was leased while the call was out count as used at the object: spend them.
+      now = Date.now();
+      const held = leases.spend(entry, cost, now, unused);
+      if (held) return leased(held, now);
+    }
     if (!result.allowed) {
       const violated = result.limits.map((l) => l.exceeded);
       return refused("over_limit", result.limits, violated, result.retryAfterMs, result, result.now);
@@ -336,6 +334,18 @@ function giveBack(env: WorkerEnv, config: Config, unused: readonly Unused[], hoo
 
 function background(hooks: Hooks, promise: Promise<unknown>): void {
   hooks.waitUntil?.(promise);
+}
+
+function leased(held: HeldLease, now: number): Verdict {
+  return {
+    reason: "leased",
+    allowed: true,
+    states: leaseStates(held, now),
+    retryAfterMs: 0,
+    violated: [],
+    result: null,
+    at: now,
+  };
 }
 
 /** A request served from a lease: the object's view at the grant, plus what the lease still holds. */
