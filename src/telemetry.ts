@@ -5,16 +5,46 @@
  * object name (`key:<key>`, or `ip:<address>` for anonymous requests).
  */
 
-import type { DecisionEvent } from "./worker.ts";
+/** What telemetry needs of a decision (the Worker's `DecisionEvent`). */
+export interface DecisionRecord {
+  /** The object's name: `key:<key>` or `ip:<address>`. */
+  readonly name: string;
+  readonly plan: string;
+  readonly cost: number;
+  readonly reason: string;
+  readonly allowed: boolean;
+  /** When it was decided (ms). */
+  readonly at: number;
+  /** The exact wait when refused (`Infinity`: never). */
+  readonly retryAfterMs: number;
+  readonly violated: readonly string[];
+}
+
+/** One data point, as Analytics Engine's `writeDataPoint` takes it. */
+export interface DataPoint {
+  readonly indexes: string[];
+  readonly blobs: string[];
+  readonly doubles: number[];
+}
+
+/** The part of an `AnalyticsEngineDataset` binding used here. */
+export interface Dataset {
+  writeDataPoint(point: DataPoint): void;
+}
 
 /** The bindings telemetry reads. */
 export interface TelemetryEnv {
   /** An Analytics Engine dataset (`[[analytics_engine_datasets]]`); unbound: no data points. */
-  readonly LIMITER_ANALYTICS?: AnalyticsEngineDataset;
+  readonly LIMITER_ANALYTICS?: Dataset;
 }
 
-/** Reasons that are worth a log line of their own (a cached denial is the flood the cache absorbs: analytics only). */
-const LOGGED = new Set(["over_limit", "blocked", "too_costly"]);
+/**
+ * Denials are logged at most once per key per this many ms in an isolate (a flood is the deny
+ * cache's work, not the log's); the next line says how many were left out (`suppressed`).
+ * Analytics Engine gets every one.
+ */
+export const DENIAL_LOG_INTERVAL_MS = 1000;
+const lastLogged = new Map<string, { at: number; suppressed: number }>();
 
 const ids = new Map<string, string>();
 const MAX_IDS = 10_000;
@@ -45,7 +75,7 @@ export function logEvent(
  * the refusing limits' names joined by `,`, the key kind (`key`/`ip`). Doubles: cost, 1 when
  * allowed else 0, the exact wait in ms (0 when allowed, −1 when it can never pass).
  */
-export function dataPoint(e: DecisionEvent, id: string): AnalyticsEngineDataPoint {
+export function dataPoint(e: DecisionRecord, id: string): DataPoint {
   const retry = e.allowed ? 0 : Number.isFinite(e.retryAfterMs) ? e.retryAfterMs : -1;
   return {
     indexes: [id],
@@ -61,11 +91,11 @@ export function dataPoint(e: DecisionEvent, id: string): AnalyticsEngineDataPoin
 }
 
 /** Logs a denial worth a line and writes the decision's data point; does nothing else (no hashing) otherwise. */
-export async function recordDecision(env: TelemetryEnv, e: DecisionEvent): Promise<void> {
-  const log = !e.allowed && LOGGED.has(e.reason);
-  if (!log && !env.LIMITER_ANALYTICS) return;
+export async function recordDecision(env: TelemetryEnv, e: DecisionRecord): Promise<void> {
+  const log = !e.allowed && e.reason !== "limiter_timeout" && e.reason !== "limiter_error" && shouldLog(e.name, e.at);
+  if (log === false && !env.LIMITER_ANALYTICS) return;
   const id = await keyId(e.name);
-  if (log) {
+  if (log !== false) {
     logEvent("denied", {
       reason: e.reason,
       plan: e.plan,
@@ -73,6 +103,7 @@ export async function recordDecision(env: TelemetryEnv, e: DecisionEvent): Promi
       cost: e.cost,
       violated: e.violated,
       retry_after_ms: Number.isFinite(e.retryAfterMs) ? e.retryAfterMs : null,
+      suppressed: log,
     });
   }
   try {
@@ -81,4 +112,16 @@ export async function recordDecision(env: TelemetryEnv, e: DecisionEvent): Promi
     // Analytics must never fail a request.
     logEvent("analytics_error", { message: err instanceof Error ? err.message : "unknown error" }, "error");
   }
+}
+
+/** False when a denial of `name` was logged less than {@link DENIAL_LOG_INTERVAL_MS} ago; else how many were left out since. */
+function shouldLog(name: string, now: number): number | false {
+  const last = lastLogged.get(name);
+  if (last && now - last.at < DENIAL_LOG_INTERVAL_MS) {
+    last.suppressed++;
+    return false;
+  }
+  if (!last && lastLogged.size >= MAX_IDS) lastLogged.clear();
+  lastLogged.set(name, { at: now, suppressed: 0 });
+  return last?.suppressed ?? 0;
 }
