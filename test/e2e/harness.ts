@@ -43,6 +43,8 @@ export interface LimiterOptions {
   config?: string;
   /** Port to listen on (default: a free one). */
   port?: number;
+  /** More vars or secrets, each passed as `--var NAME:value` (e.g. `ADMIN_TOKEN`). */
+  vars?: Record<string, string>;
 }
 
 export interface Limiter {
@@ -95,6 +97,7 @@ async function startOnce(options: LimiterOptions): Promise<Limiter> {
     `ORIGIN:${options.origin}`,
     "--var",
     `RATE_LIMIT:${JSON.stringify(options.rateLimit)}`,
+    ...Object.entries(options.vars ?? {}).flatMap(([name, value]) => ["--var", `${name}:${value}`]),
     "--show-interactive-dev-session=false",
     "--log-level",
     "log",
