@@ -4,7 +4,9 @@
 // missing): look a key up, reset it, check what it shows, and keep a screenshot in artifacts/ (git-ignored).
 import { execFileSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
+import { readdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
+import { DatabaseSync } from "node:sqlite";
 import { type Browser, chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Origin, startOrigin } from "../setup/origin-server.ts";
@@ -40,6 +42,27 @@ afterAll(async () => {
   await origin?.close();
   await state?.cleanup();
 });
+
+/** The limiter's objects on disk (Miniflare keeps one SQLite database each): file → its tables, sorted. */
+async function objectTables(): Promise<Map<string, string[]>> {
+  const dir = join(state.path, "v3/do/strict-rate-limiter-RateLimiter");
+  const names = await readdir(dir).catch(() => [] as string[]);
+  const out = new Map<string, string[]>();
+  for (const n of names) {
+    if (!n.endsWith(".sqlite") || n === "metadata.sqlite") continue;
+    const db = new DatabaseSync(join(dir, n), { readOnly: true });
+    try {
+      const rows = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all();
+      out.set(
+        n,
+        rows.map((r) => String(r.name)).filter((t) => !t.startsWith("_cf_") && !t.startsWith("__miniflare_")),
+      );
+    } finally {
+      db.close();
+    }
+  }
+  return out;
+}
 
 const key = (prefix = "small_") => `${prefix}${crypto.randomUUID()}`;
 const arrivals = (k: string) => origin.arrivals.filter((a) => a.headers["x-api-key"] === k);
@@ -97,11 +120,22 @@ describe("the admin API over HTTP", () => {
     expect(chunked.status).toBe(413);
   });
 
-  it("unknown keys: status answers with nothing used; the key is never in the answer", async () => {
-    const k = key();
-    const s = await ok("status", { key: k });
-    expect(s).toMatchObject({ plan: "small", stored: false, limits: [{ used: 0, remaining: 20 }], block: null });
-    expect(JSON.stringify(s)).not.toContain(k);
+  it("unknown keys: status answers with nothing used, the key is never in the answer, no table is created", async () => {
+    const before = new Set((await objectTables()).keys());
+    for (let i = 0; i < 3; i++) {
+      const k = key();
+      const s = await ok("status", { key: k });
+      expect(s).toMatchObject({ plan: "small", stored: false, limits: [{ used: 0, remaining: 20 }], block: null });
+      expect(JSON.stringify(s)).not.toContain(k);
+    }
+    // Locally every object woken gets a database file, whatever it does: workerd opens one and Miniflare records
+    // the object's name in it (`__miniflare_do_name`, left out here with workerd's own `_cf_` tables). What matters
+    // is that the object wrote nothing into it: none of its tables, so no row and no alarm.
+    const added = [...(await objectTables())].filter(([f]) => !before.has(f));
+    expect(added.map(([, tables]) => tables)).toEqual([[], [], []]);
+    // The check bites: one request creates the tables.
+    await traffic(key());
+    expect([...(await objectTables()).values()]).toContainEqual(["grants", "meta"]);
   });
 
   it("block → 429 with Retry-After from every request; override shows in the headers; both undone", async () => {

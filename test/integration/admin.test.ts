@@ -3,11 +3,17 @@
 // reasons, leases), concurrent traffic, and the telemetry (log lines, Analytics Engine data points via a double).
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { RateLimiter } from "../../src/limiter.ts";
 import { keyId } from "../../src/telemetry.ts";
 import { type DecisionEvent, handle, isolateLeases, type WorkerEnv } from "../../src/worker.ts";
 import { arrivalsFor, envWith, freshKey, problemBody, request } from "./helpers.ts";
+
+beforeEach(() => {
+  // Admin actions and denials log JSON lines; tests that check them spy on the same methods.
+  vi.spyOn(console, "log").mockImplementation(() => {});
+  vi.spyOn(console, "warn").mockImplementation(() => {});
+});
 
 afterEach(() => {
   vi.restoreAllMocks();
