@@ -52,6 +52,12 @@ export interface KeySource {
 
 export type FailureMode = "open" | "closed";
 
+/** The operators' API (README, "Operating it"); it exists only while the secret `ADMIN_TOKEN` is set. */
+export interface AdminSettings {
+  /** Path prefix of the admin API and its page, starting and ending with `/`. */
+  readonly path: string;
+}
+
 export interface Config {
   /** Base URL allowed requests go to: ORIGIN + path + query. */
   readonly origin: URL;
@@ -70,6 +76,7 @@ export interface Config {
   readonly failureMode: FailureMode;
   /** Decide, log and add headers, but never reject. */
   readonly shadow: boolean;
+  readonly admin: AdminSettings;
 }
 
 /** A configuration error: the message names the field. */
@@ -85,6 +92,7 @@ export const DEFAULTS = {
   objectTimeoutMs: 5_000,
   leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 1_000 } as LeaseSettings,
   failureMode: "closed" as FailureMode,
+  adminPath: "/__limiter/",
 };
 
 type Obj = Record<string, unknown>;
@@ -100,6 +108,7 @@ const TOP_FIELDS = [
   "origin_timeout",
   "object_timeout",
   "leases",
+  "admin",
 ] as const;
 
 /**
@@ -157,7 +166,23 @@ export function parseConfig(vars: { ORIGIN?: unknown; RATE_LIMIT?: unknown }): C
     key,
     failureMode: parseFailureMode(rl.failure_mode),
     shadow: optionalBoolean(rl.shadow, "RATE_LIMIT.shadow", false),
+    admin: parseAdmin(rl.admin),
   };
+}
+
+/** `admin.path`: where the operators' API and page live; a prefix no API path of yours uses. */
+function parseAdmin(value: unknown): AdminSettings {
+  if (value === undefined) return { path: DEFAULTS.adminPath };
+  const a = object(value, "RATE_LIMIT.admin");
+  unknownFields(a, ["path"], "RATE_LIMIT.admin");
+  if (a.path === undefined) return { path: DEFAULTS.adminPath };
+  const path = nonEmptyString(a.path, "RATE_LIMIT.admin.path");
+  if (!/^\/(?:[A-Za-z0-9._~-]+\/)+$/.test(path)) {
+    throw new ConfigError(
+      `RATE_LIMIT.admin.path: expected a path prefix like "/__limiter/" (segments of letters, digits, ".", "_", "~" or "-", starting and ending with "/", not "/" alone), got ${JSON.stringify(path)}`,
+    );
+  }
+  return { path };
 }
 
 function parseOrigin(value: unknown): URL {
@@ -272,7 +297,12 @@ const WINDOW_NAMES: Readonly<Record<number, string>> = {
   86400000: "per-day",
 };
 
-function parseLimits(value: unknown, field: string): Limit[] {
+/**
+ * Parses a list of limits as `RATE_LIMIT.limits` takes them (also an operator's per-key override).
+ *
+ * @throws ConfigError naming `field[i]`
+ */
+export function parseLimits(value: unknown, field: string): Limit[] {
   const list = array(value, field);
   if (list.length === 0) throw new ConfigError(`${field}: expected at least one limit`);
   const limits = list.map((item, i): Limit => {

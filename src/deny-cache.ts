@@ -12,7 +12,18 @@ export interface Blocked {
   readonly freeAt: readonly number[];
   /** Exact local retry times already learnt for other costs while blocked. */
   readonly retryAt: Map<number, number>;
+  /**
+   * Local time from which the object is asked again even though `until` is later: an operator's
+   * reset, unblock or override can free the key before `until`, and every isolate sees it then.
+   */
+  readonly recheckAt?: number;
+  /** Local time an operator's block ends, when a block is what refuses the key. */
+  readonly blockedBy?: number;
+  /** The limits the object applied (an operator's override), when not the plan's. */
+  readonly applied?: readonly NamedLimit[] | null;
 }
+
+import type { NamedLimit } from "./core/decision.ts";
 
 /** A bounded map of blocked keys; expired entries are dropped on read and when full. */
 export class DenyCache {
@@ -27,7 +38,7 @@ export class DenyCache {
   get(name: string, now: number): Blocked | undefined {
     const entry = this.#entries.get(name);
     if (!entry) return undefined;
-    if (now >= entry.until) {
+    if (now >= entry.until || (entry.recheckAt !== undefined && now >= entry.recheckAt)) {
       this.#entries.delete(name);
       return undefined;
     }

@@ -115,6 +115,7 @@ export function tooManyRequests(
   states: readonly (LimitState | null)[],
   violated: readonly string[],
   retryAfterMs: number,
+  detail?: string,
 ): Response {
   const never = !Number.isFinite(retryAfterMs);
   const headers = new Headers({ "content-type": "application/problem+json", "cache-control": "no-store" });
@@ -124,9 +125,11 @@ export function tooManyRequests(
     type: "about:blank",
     title: "Too Many Requests",
     status: 429,
-    detail: never
-      ? `This request costs more than the ${violated.join(", ")} limit allows; it can never pass.`
-      : `Rate limit exceeded (${violated.join(", ")}); retry after ${seconds(retryAfterMs)} s.`,
+    detail:
+      detail ??
+      (never
+        ? `This request costs more than the ${violated.join(", ")} limit allows; it can never pass.`
+        : `Rate limit exceeded (${violated.join(", ")}); retry after ${seconds(retryAfterMs)} s.`),
     violated_policies: violated,
     retry_after: never ? null : seconds(retryAfterMs),
     retry_after_ms: never ? null : retryAfterMs,

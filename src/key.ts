@@ -12,7 +12,7 @@ const BEARER = /^Bearer[ \t]+(.*)$/i;
  * repeated header reaches the Worker joined as `a, b` (or `a, ` with an empty second line),
  * and an origin reading the header as a list would see another key than the limiter.
  */
-const KEY_CHARS = /^[\x21-\x2b\x2d-\x7e]+$/;
+export const KEY_CHARS = /^[\x21-\x2b\x2d-\x7e]+$/;
 
 /**
  * The request's API key, or null when it carries none.

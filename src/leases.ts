@@ -8,7 +8,7 @@
  * run at the same rate; the margin absorbs small rate differences.
  */
 
-import type { Lease, LimitStatus } from "./core/decision.ts";
+import type { Lease, LimitStatus, NamedLimit } from "./core/decision.ts";
 import type { LimitSpec } from "./core/limits.ts";
 
 /** The object's answer that came with a lease, as this isolate keeps it. */
@@ -23,6 +23,8 @@ export interface HeldLease {
   readonly sentAt: number;
   /** The key's limits as the object saw them right after granting it. */
   readonly limits: readonly LimitStatus[];
+  /** The limits it was granted under when an operator's override, not the plan, applied. */
+  readonly applied: readonly NamedLimit[] | null;
 }
 
 /** Units to give back to a key's object. */
@@ -99,6 +101,18 @@ export class LeaseTable {
     this.#entries.delete(name);
   }
 
+  /** Forgets the key's leases granted under other limits than `applied`; returns their unused units. */
+  dropOthers(name: string, applied: readonly NamedLimit[] | null, unused: Unused[]): void {
+    const e = this.#entries.get(name);
+    if (!e) return;
+    for (let i = e.held.length - 1; i >= 0; i--) {
+      const h = e.held[i] as HeldLease;
+      if (sameLimits(h.applied, applied)) continue;
+      if (h.left > 0) unused.push(unusedOf(e, h));
+      e.held.splice(i, 1);
+    }
+  }
+
   /**
    * Spends `cost` from the first lease still valid at `now` that has enough left. Expired leases
    * are dropped and their unused units added to `unused`, to be given back.
@@ -141,9 +155,15 @@ export class LeaseTable {
   }
 
   /** Keeps a lease granted for a call sent at `sentAt`. */
-  add(e: KeyLeases, lease: Lease, sentAt: number, limits: readonly LimitStatus[]): void {
+  add(
+    e: KeyLeases,
+    lease: Lease,
+    sentAt: number,
+    limits: readonly LimitStatus[],
+    applied: readonly NamedLimit[] | null = null,
+  ): void {
     const expiresAt = sentAt + lease.lifetimeMs - leaseMargin(lease.lifetimeMs);
-    const held: HeldLease = { left: lease.units, expiresAt, recordedAt: lease.recordedAt, sentAt, limits };
+    const held: HeldLease = { left: lease.units, expiresAt, recordedAt: lease.recordedAt, sentAt, limits, applied };
     let i = e.held.length;
     while (i > 0 && (e.held[i - 1] as HeldLease).expiresAt > expiresAt) i--;
     e.held.splice(i, 0, held);
@@ -160,4 +180,14 @@ export class LeaseTable {
 
 function unusedOf(e: KeyLeases, h: HeldLease): Unused {
   return { name: e.name, limits: e.limits, recordedAt: h.recordedAt, units: h.left };
+}
+
+/** Whether two override limit lists are the same (null: the plan's). */
+export function sameLimits(a: readonly NamedLimit[] | null, b: readonly NamedLimit[] | null): boolean {
+  if (a === b) return true;
+  if (a === null || b === null || a.length !== b.length) return false;
+  return a.every((l, i) => {
+    const m = b[i] as NamedLimit;
+    return l.limit === m.limit && l.windowMs === m.windowMs && l.tickMs === m.tickMs && l.name === m.name;
+  });
 }

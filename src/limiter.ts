@@ -2,19 +2,25 @@
  * @module The RateLimiter Durable Object: one per key, the single writer of that key's log.
  * Loads the log from SQLite once, decides with the pure core, writes the one row per ring that a
  * grant or lease touched (nothing for a denial), and deletes the key's state once nothing in it
- * counts any more.
+ * counts any more. It also keeps what operators set on the key (a block, an override of its
+ * limits; README, "Operating it") and applies them to every decision.
  */
 
 import { DurableObject } from "cloudflare:workers";
-import type { Decision } from "./core/decision.ts";
+import type { Decision, NamedLimit } from "./core/decision.ts";
 import type { LimitSpec } from "./core/limits.ts";
-import { type Ask, KeyLog } from "./core/log.ts";
+import { type Ask, type History, KeyLog } from "./core/log.ts";
 import type { SlotRow } from "./core/ring.ts";
 
 const UPSERT =
   "INSERT INTO grants (ring, key, ts, cost) VALUES (?, ?, ?, ?) ON CONFLICT (ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
 
 /** Whether `log` was built for these limits (same N, W and tick, in order): else it must be rebuilt. */
+/** The decision, saying which override's limits it applied. */
+function withOverride(decision: Decision, override: Override | null): Decision {
+  return override ? { ...decision, limitsOverride: override.limits } : decision;
+}
+
 function sameLimits(log: KeyLog, limits: readonly LimitSpec[]): boolean {
   const have = log.limits;
   if (!Array.isArray(limits) || have.length !== limits.length) return false;
@@ -24,11 +30,40 @@ function sameLimits(log: KeyLog, limits: readonly LimitSpec[]): boolean {
   });
 }
 
+/** Per-key limits an operator set in place of the plan's, until `expiresAt` (ms; null: until removed). */
+export interface Override {
+  readonly limits: readonly NamedLimit[];
+  readonly expiresAt: number | null;
+}
+
+/** A key as an operator sees it (`status`): nothing consumed, nothing written. */
+export interface KeyStatus {
+  /** The object's clock (ms). */
+  readonly now: number;
+  /** The key's state under the limits applied now, as a request of cost 0 would see it. */
+  readonly decision: Decision;
+  /** The operator's block end (ms), while it lasts. */
+  readonly blockedUntil: number | null;
+  /** The override in force, if any (its limits are the ones `decision` reports). */
+  readonly override: Override | null;
+  /** Grants over the longest window of the limits applied. */
+  readonly history: History & { readonly limit: number };
+  /** Whether the key has any stored state at all. */
+  readonly stored: boolean;
+}
+
 export class RateLimiter extends DurableObject<Env> {
   readonly #sql: SqlStorage;
   #log: KeyLog | null = null;
-  /** When the scheduled idle alarm fires (ms), or null when none is set. */
+  /**
+   * When the scheduled idle alarm fires (ms), or null when none is set; Infinity while an
+   * override without expiry keeps the key's state (no alarm is needed then).
+   */
   #alarmAt: number | null = null;
+  /** Whether the tables exist: a key nobody has written to has none (`status` creates nothing). */
+  #tables = false;
+  #blockUntil: number | null = null;
+  #override: Override | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -36,7 +71,13 @@ export class RateLimiter extends DurableObject<Env> {
     // Read the stored alarm once per instance (a read is ~free; each setAlarm is billed as a row
     // written), so a grant after a restart does not set an alarm that is already set.
     void ctx.blockConcurrencyWhile(async () => {
-      this.#createTables();
+      const tables = this.#sql
+        .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('grants', 'slots')")
+        .toArray();
+      if (tables.length > 0) {
+        this.#createTables();
+        this.#loadControls();
+      }
       this.#alarmAt = await ctx.storage.getAlarm();
     });
   }
@@ -49,12 +90,18 @@ export class RateLimiter extends DurableObject<Env> {
    */
   take(limits: readonly LimitSpec[], ask: Ask): Decision | Promise<Decision> {
     try {
-      const log = this.#logFor(limits);
-      const { decision, writes } = log.take(this.clock(), ask);
+      const now = this.clock();
+      const override = this.#activeOverride(now);
+      const log = this.#logFor(override?.limits ?? limits);
+      if (this.#blockUntil !== null && this.#blockUntil > now) {
+        return withOverride(log.refuse(now, ask.cost, this.#blockUntil), override);
+      }
+      const { decision, writes } = log.take(now, ask);
       this.#write(writes);
-      if (writes.length === 0 || this.#alarmAt !== null) return decision;
+      const out = withOverride(decision, override);
+      if (writes.length === 0 || this.#alarmAt !== null) return out;
       this.#alarmAt = log.idleAt;
-      return this.ctx.storage.setAlarm(this.#alarmAt).then(() => decision);
+      return this.ctx.storage.setAlarm(this.#alarmAt).then(() => out);
     } catch (e) {
       return Promise.reject(e); // as from an async method: invalid input is a rejection
     }
@@ -65,7 +112,9 @@ export class RateLimiter extends DurableObject<Env> {
    * record has left every window are skipped. Returns the units' rows written.
    */
   giveBack(limits: readonly LimitSpec[], recordedAt: readonly number[], units: number): number {
-    const log = this.#logFor(limits);
+    const log = this.#logFor(this.#activeOverride(this.clock())?.limits ?? limits);
+    // A lease granted under other limits (an override came or went): its units simply expire.
+    if (!Array.isArray(recordedAt) || recordedAt.length !== log.rings.length) return 0;
     const writes = log.giveBack(recordedAt, units);
     this.#write(writes);
     return writes.length;
@@ -73,7 +122,84 @@ export class RateLimiter extends DurableObject<Env> {
 
   /** The key's state now, consuming nothing and writing nothing. */
   peek(limits: readonly LimitSpec[]): Decision {
-    return this.#logFor(limits).peek(this.clock());
+    return this.#view(limits).peek(this.clock());
+  }
+
+  /**
+   * The key for an operator: its state under the limits applied now (the override's, else
+   * `limits`), any block and override, and the longest window's grants in `buckets` buckets.
+   * Consumes nothing and writes nothing: a key never seen stays without any stored state.
+   */
+  status(limits: readonly LimitSpec[], buckets = 60): KeyStatus {
+    const now = this.clock();
+    const override = this.#activeOverride(now, false);
+    const log = this.#view(override?.limits ?? limits);
+    const decision = log.peek(now);
+    let longest = 0;
+    log.limits.forEach((l, i) => {
+      if (l.windowMs > (log.limits[longest] as LimitSpec).windowMs) longest = i;
+    });
+    return {
+      now: decision.now,
+      decision: withOverride(decision, override),
+      blockedUntil: this.#blockUntil !== null && this.#blockUntil > now ? this.#blockUntil : null,
+      override,
+      history: { ...log.history(longest, decision.now, buckets), limit: longest },
+      stored: this.#tables,
+    };
+  }
+
+  /**
+   * Forgets the key's grants up to now (an operator's reset). Units recorded later (leased to
+   * isolates and not expired, or rounded up to a tick) still count: they may still be spent.
+   * Blocks and overrides stay.
+   */
+  reset(limits: readonly LimitSpec[], buckets = 60): KeyStatus {
+    if (this.#tables) {
+      const log = this.#logFor(this.#activeOverride(this.clock())?.limits ?? limits);
+      const through = log.forget(this.clock());
+      this.#sql.exec("DELETE FROM grants WHERE ts <= ?", through);
+    }
+    return this.status(limits, buckets);
+  }
+
+  /** Refuses every request of the key until `until` (ms), with `Retry-After` to then. */
+  async block(until: number): Promise<void> {
+    if (!Number.isSafeInteger(until)) throw new RangeError(`until: expected a time in ms, got ${String(until)}`);
+    this.#setMeta("block_until", String(until));
+    this.#blockUntil = until;
+    await this.#armAlarm();
+  }
+
+  /** Lifts a block. */
+  async unblock(): Promise<void> {
+    this.#blockUntil = null;
+    if (this.#tables) this.#sql.exec("DELETE FROM meta WHERE k = 'block_until'");
+    await this.#armAlarm();
+  }
+
+  /** Decides the key's next requests against `limits` instead of the ones sent, until `expiresAt` (null: until removed). */
+  async override(limits: readonly NamedLimit[], expiresAt: number | null): Promise<void> {
+    new KeyLog(limits); // throws a RangeError naming the bad field
+    if (expiresAt !== null && !Number.isSafeInteger(expiresAt)) {
+      throw new RangeError(`expiresAt: expected a time in ms or null, got ${String(expiresAt)}`);
+    }
+    const override: Override = {
+      limits: limits.map((l) => ({ limit: l.limit, windowMs: l.windowMs, tickMs: l.tickMs, name: l.name })),
+      expiresAt,
+    };
+    this.#setMeta("override", JSON.stringify(override));
+    this.#override = override;
+    if (this.#alarmAt === Number.POSITIVE_INFINITY) this.#alarmAt = null;
+    await this.#armAlarm();
+  }
+
+  /** Removes the override: the key's plan applies again from its next decision. */
+  async clearOverride(): Promise<void> {
+    this.#override = null;
+    if (this.#tables) this.#sql.exec("DELETE FROM meta WHERE k = 'override'");
+    if (this.#alarmAt === Number.POSITIVE_INFINITY) this.#alarmAt = null;
+    await this.#armAlarm();
   }
 
   /** The object's clock in ms. The only place time is read; tests may replace it. */
@@ -84,15 +210,72 @@ export class RateLimiter extends DurableObject<Env> {
   /** Deletes the key's state once nothing in it counts any more; otherwise re-arms. */
   override async alarm(): Promise<void> {
     this.#alarmAt = null;
-    const idleAt = this.#log ? this.#log.idleAt : this.#storedIdleAt();
-    if (idleAt === null || idleAt <= this.clock()) {
+    const idleAt = this.#idleAt();
+    if (idleAt <= this.clock()) {
       this.#log = null;
+      this.#blockUntil = null;
+      this.#override = null;
       await this.ctx.storage.deleteAll();
-      this.#createTables();
+      this.#tables = false;
+      return;
+    }
+    if (idleAt === Number.POSITIVE_INFINITY) {
+      this.#alarmAt = idleAt;
       return;
     }
     this.#alarmAt = idleAt;
     await this.ctx.storage.setAlarm(idleAt);
+  }
+
+  /** When nothing stored counts any more: the grants' last window, a block's end, an override's expiry. */
+  #idleAt(): number {
+    const stored = this.#tables ? this.#storedIdleAt() : null;
+    let at = (this.#log ? this.#log.idleAt : stored) ?? Number.NEGATIVE_INFINITY;
+    if (this.#blockUntil !== null) at = Math.max(at, this.#blockUntil);
+    if (this.#override) at = Math.max(at, this.#override.expiresAt ?? Number.POSITIVE_INFINITY);
+    return at;
+  }
+
+  /** Sets the idle alarm after an operator's change, unless one is set (the alarm re-checks when it fires). */
+  async #armAlarm(): Promise<void> {
+    if (this.#alarmAt !== null) return;
+    const at = this.#idleAt();
+    if (!this.#tables) return;
+    if (at === Number.POSITIVE_INFINITY) {
+      this.#alarmAt = at;
+      return;
+    }
+    this.#alarmAt = Math.max(at, this.clock());
+    await this.ctx.storage.setAlarm(this.#alarmAt);
+  }
+
+  /** The override in force at `now`; an expired one is dropped (and its row deleted when `write`). */
+  #activeOverride(now: number, write = true): Override | null {
+    const o = this.#override;
+    if (o === null || o.expiresAt === null || o.expiresAt > now) return o;
+    if (!write) return null;
+    this.#override = null;
+    this.#sql.exec("DELETE FROM meta WHERE k = 'override'");
+    return null;
+  }
+
+  #loadControls(): void {
+    const rows = this.#sql
+      .exec<{ k: string; v: string }>("SELECT k, v FROM meta WHERE k IN ('block_until', 'override')")
+      .toArray();
+    for (const { k, v } of rows) {
+      if (k === "block_until") this.#blockUntil = Number(v);
+      else this.#override = JSON.parse(v) as Override;
+    }
+  }
+
+  #setMeta(k: string, v: string): void {
+    this.#ensureTables();
+    this.#sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)", k, v);
+  }
+
+  #ensureTables(): void {
+    if (!this.#tables) this.#createTables();
   }
 
   #write(rows: readonly SlotRow[]): void {
@@ -100,6 +283,7 @@ export class RateLimiter extends DurableObject<Env> {
   }
 
   #createTables(): void {
+    this.#tables = true;
     // WITHOUT ROWID: the key is the row, so writing it writes one row, not a row and an index entry.
     this.#sql.exec(
       "CREATE TABLE IF NOT EXISTS grants (ring INTEGER NOT NULL, key INTEGER NOT NULL, ts INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (ring, key)) WITHOUT ROWID",
@@ -124,9 +308,20 @@ export class RateLimiter extends DurableObject<Env> {
     return row.ts + Number(row.w ?? 0);
   }
 
+  /** The log for these limits to read from: the one in memory, else one built from storage without writing. */
+  #view(limits: readonly LimitSpec[]): KeyLog {
+    if (this.#log !== null && sameLimits(this.#log, limits)) return this.#log;
+    if (!this.#tables) return new KeyLog(limits);
+    const rows = this.#sql
+      .exec<{ ring: number; key: number; ts: number; cost: number }>("SELECT ring, key, ts, cost FROM grants")
+      .toArray();
+    return KeyLog.restore(limits, rows, this.clock()).log;
+  }
+
   /** The log for these limits: built from storage on first use, rebuilt when the limits change. */
   #logFor(limits: readonly LimitSpec[]): KeyLog {
     if (this.#log !== null && sameLimits(this.#log, limits)) return this.#log;
+    this.#ensureTables();
     const rows = this.#sql
       .exec<{ ring: number; key: number; ts: number; cost: number }>("SELECT ring, key, ts, cost FROM grants")
       .toArray();

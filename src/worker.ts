@@ -2,8 +2,9 @@
  * @module The Worker: config → key → plan → lease or object → headers → proxy.
  */
 
+import { handleAdmin, isAdminRequest } from "./admin.ts";
 import { type Config, ConfigError, costFor, type Limit, type Plan, parseConfig, planForKey } from "./config.ts";
-import type { Decision, LimitStatus } from "./core/decision.ts";
+import type { Decision, LimitStatus, NamedLimit } from "./core/decision.ts";
 import { type Blocked, DenyCache } from "./deny-cache.ts";
 import {
   errorName,
@@ -17,16 +18,20 @@ import {
 } from "./http.ts";
 import { readKey } from "./key.ts";
 import { type HeldLease, type KeyLeases, LeaseTable, type Unused } from "./leases.ts";
+import { recordDecision } from "./telemetry.ts";
 
 /**
  * The bindings the Worker reads: the generated `Env` (`npm run types`), with the vars as `unknown` (the dashboard and
  * `--var` deliver strings; `parseConfig` checks them). `ORIGIN_SERVICE`, when bound, carries allowed requests instead
- * of the public fetch.
+ * of the public fetch. `ADMIN_TOKEN` (a secret) turns the admin API on; `LIMITER_ANALYTICS`, when bound, gets one
+ * data point per decision.
  */
 export type WorkerEnv = Omit<Env, "ORIGIN" | "RATE_LIMIT"> & {
   ORIGIN?: unknown;
   RATE_LIMIT?: unknown;
   ORIGIN_SERVICE?: Fetcher;
+  ADMIN_TOKEN?: string;
+  LIMITER_ANALYTICS?: AnalyticsEngineDataset;
 };
 
 let cached: { origin: unknown; rateLimit: unknown; config: Config | ConfigError } | null = null;
@@ -64,6 +69,7 @@ export type Reason =
   | "granted"
   | "leased"
   | "over_limit"
+  | "blocked"
   | "cached_denial"
   | "too_costly"
   | "limiter_timeout"
@@ -83,6 +89,10 @@ export interface DecisionEvent {
   readonly at: number;
   /** The object's answer, when this request asked the object (null: a lease, the deny cache, a failure). */
   readonly result: Decision | null;
+  /** When refused: the exact wait in ms (`Infinity`: never); 0 when allowed. */
+  readonly retryAfterMs: number;
+  /** When refused: the names of the limits that refused it (none for a block). */
+  readonly violated: readonly string[];
 }
 
 /** Observers of the Worker's work, and the runtime's `waitUntil` for work after the response. */
@@ -100,6 +110,11 @@ export async function handle(request: Request, env: WorkerEnv, hooks: Hooks = {}
     return problem(500, "Rate limiter misconfigured", config.message);
   }
   try {
+    if (isAdminRequest(request, env, config)) {
+      return await handleAdmin(request, env, config, {
+        forget: (name) => forgetLocally(env, config, name, hooks),
+      });
+    }
     return await limitAndProxy(request, env, config, hooks);
   } catch (e) {
     if (e instanceof HttpError) return e.toResponse();
@@ -121,6 +136,8 @@ interface Verdict {
   readonly result: Decision | null;
   /** When it was decided: the object's clock for its own decisions, this isolate's otherwise. */
   readonly at: number;
+  /** The limits applied when an operator's override replaced the plan's (null: the plan's). */
+  readonly applied?: readonly NamedLimit[] | null;
 }
 
 async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, hooks: Hooks): Promise<Response> {
@@ -159,7 +176,10 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
   } else {
     verdict = await decide(env, config, plan, name, cost, hooks);
   }
-  hooks.onDecision?.({
+  // Headers, names and 429s follow the limits the object applied: an override's, else the plan's.
+  const shown = verdict.applied ? withLimits(plan, verdict.applied) : plan;
+  const violated = verdict.allowed ? [] : (shown.limits ?? []).filter((_, i) => verdict.violated[i]).map((l) => l.name);
+  const event: DecisionEvent = {
     name,
     plan: plan.name,
     cost,
@@ -167,7 +187,11 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
     allowed: verdict.allowed,
     at: verdict.at,
     result: verdict.result,
-  });
+    retryAfterMs: verdict.allowed ? 0 : verdict.retryAfterMs,
+    violated,
+  };
+  hooks.onDecision?.(event);
+  await recordDecision(env, event);
   if (verdict.reason === "limiter_timeout" || verdict.reason === "limiter_error") {
     if (config.failureMode === "open") return proxy(request, config, send, url);
     return problem(
@@ -179,8 +203,13 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
     );
   }
   if (!verdict.allowed) {
-    const violated = limits.filter((_, i) => verdict.violated[i]).map((l) => l.name);
-    if (!config.shadow) return tooManyRequests(plan, verdict.states, violated, verdict.retryAfterMs);
+    if (!config.shadow) {
+      const detail =
+        verdict.reason === "blocked"
+          ? `This API key is blocked by an operator; retry after ${Math.ceil(verdict.retryAfterMs / 1000)} s.`
+          : undefined;
+      return tooManyRequests(shown, verdict.states, violated, verdict.retryAfterMs, detail);
+    }
     console.log(
       JSON.stringify({
         event: "shadow_deny",
@@ -194,8 +223,22 @@ async function limitAndProxy(request: Request, env: WorkerEnv, config: Config, h
     );
   }
   const response = await proxy(request, config, send, url);
-  setRateLimitHeaders(response.headers, plan, verdict.states);
+  setRateLimitHeaders(response.headers, shown, verdict.states);
   return response;
+}
+
+const views = new Map<string, Plan>();
+
+/** The plan with an operator's override limits in place of its own (cached: header strings are built once per plan). */
+function withLimits(plan: Plan, limits: readonly NamedLimit[]): Plan {
+  const id = `${plan.name}\u0000${JSON.stringify(limits)}`;
+  let view = views.get(id);
+  if (!view) {
+    if (views.size >= 1000) views.clear();
+    view = { ...plan, limits: limits as Limit[] };
+    views.set(id, view);
+  }
+  return view;
 }
 
 function refused(
@@ -261,7 +304,9 @@ async function decide(
       return limiterFailed(config, e, Date.now());
     }
     remember(name, result, cost, sentAt);
-    if (!result.allowed && entry) {
+    observe(name, result, unused);
+    const applied = result.limitsOverride ?? null;
+    if (!result.allowed && result.blockedBy === undefined && entry) {
       // Units this isolate was leased while the call was out count as used at the object: spend them.
       now = Date.now();
       const held = leases.spend(entry, cost, now, unused);
@@ -269,7 +314,8 @@ async function decide(
     }
     if (!result.allowed) {
       const violated = result.limits.map((l) => l.exceeded);
-      return refused("over_limit", result.limits, violated, result.retryAfterMs, result, result.now);
+      const reason = result.blockedBy !== undefined ? "blocked" : "over_limit";
+      return { ...refused(reason, result.limits, violated, result.retryAfterMs, result, result.now), applied };
     }
     return {
       reason: "granted",
@@ -279,6 +325,7 @@ async function decide(
       violated: [],
       result,
       at: result.now,
+      applied,
     };
   } finally {
     giveBack(env, config, unused, hooks);
@@ -289,7 +336,7 @@ async function decide(
 function settle(entry: KeyLeases, call: Promise<Decision>, sentAt: number): Promise<void> {
   return call.then(
     (d) => {
-      if (d.lease) leases.add(entry, d.lease, sentAt, d.limits);
+      if (d.lease) leases.add(entry, d.lease, sentAt, d.limits, d.limitsOverride ?? null);
       entry.inflight = null;
     },
     () => {
@@ -313,10 +360,38 @@ function refill(
   const call = ask(env, config, name, plan.limits ?? [], { cost: 0, leaseUnits: want, leaseMs: plan.leaseMs });
   entry.inflight = settle(entry, call, now);
   call.then(
-    (d) => remember(name, d, 1, now, true),
+    (d) => {
+      remember(name, d, 1, now, true);
+      const unused: Unused[] = [];
+      observe(name, d, unused);
+      giveBack(env, config, unused, hooks);
+    },
     (e) => console.error(JSON.stringify({ event: "lease_refill_failed", key: redact(name), message: errorName(e) })),
   );
   background(hooks, entry.inflight);
+}
+
+/**
+ * Acts on an operator's change seen in the object's answer: a block drops the key's leases here, and
+ * leases granted under other limits than the ones now applied (an override came or went) are
+ * dropped. Their unused units go into `unused`, to be given back. Other isolates do the same when
+ * they next ask the object; until then they spend what they hold, at most one lease lifetime
+ * (≤ 1/32 of the shortest window), and those units were counted when leased.
+ */
+function observe(name: string, d: Decision, unused: Unused[]): void {
+  if (d.blockedBy !== undefined) leases.drop(name, unused);
+  else leases.dropOthers(name, d.limitsOverride ?? null, unused);
+}
+
+/**
+ * After an operator's change made here: forgets this isolate's leases (giving their unused units
+ * back) and cached denial for the key, so its next request asks the object.
+ */
+export function forgetLocally(env: WorkerEnv, config: Config, name: string, hooks: Hooks): void {
+  denyCache.delete(name);
+  const unused: Unused[] = [];
+  leases.drop(name, unused);
+  giveBack(env, config, unused, hooks);
 }
 
 /** Gives unused units back to their keys' objects, in the background. */
@@ -345,6 +420,7 @@ function leased(held: HeldLease, now: number): Verdict {
     violated: [],
     result: null,
     at: now,
+    applied: held.applied,
   };
 }
 
@@ -430,6 +506,13 @@ export function isRetryable(e: unknown): boolean {
 }
 
 /**
+ * How long a cached denial is trusted before the object is asked again (ms): only time frees
+ * capacity, except an operator's reset, unblock or override, which every isolate then sees within
+ * this long. A flood costs the object one call per key, isolate and interval.
+ */
+export const DENY_RECHECK_MS = 1000;
+
+/**
  * Stores what the object said about the key being blocked, in local time. A lease-only answer
  * (`leaseOnly`) never clears an entry: it was not a request's decision.
  */
@@ -444,6 +527,9 @@ function remember(name: string, result: Decision, cost: number, sentAt: number, 
     until: sentAt + blockedForMs,
     freeAt: result.limits.map((l) => (l.remaining === 0 ? sentAt + l.resetMs : 0)),
     retryAt: new Map(),
+    recheckAt: sentAt + DENY_RECHECK_MS,
+    blockedBy: result.blockedBy === undefined ? undefined : sentAt + (result.blockedBy - result.now),
+    applied: result.limitsOverride ?? null,
   };
   if (!result.allowed && cost !== 1 && !result.neverAllowed) entry.retryAt.set(cost, sentAt + result.retryAfterMs);
   denyCache.set(name, entry, sentAt);
@@ -451,8 +537,11 @@ function remember(name: string, result: Decision, cost: number, sentAt: number, 
 
 function cachedDenial(blocked: Blocked, retryAt: number, now: number): Verdict {
   const states = blocked.freeAt.map((at) => (at > now ? { remaining: 0, resetMs: at - now } : null));
-  const violated = blocked.freeAt.map((at) => at > now);
-  return refused("cached_denial", states, violated, retryAt - now, null, now);
+  const isBlock = blocked.blockedBy !== undefined && now < blocked.blockedBy;
+  // A block refuses whatever the limits say: no limit is what refused it.
+  const violated = blocked.freeAt.map((at) => !isBlock && at > now);
+  const reason: Reason = isBlock ? "blocked" : "cached_denial";
+  return { ...refused(reason, states, violated, retryAt - now, null, now), applied: blocked.applied ?? null };
 }
 
 function unauthorized(config: Config, detail: string): HttpError {

@@ -23,6 +23,14 @@ export interface Lease {
   readonly recordedAt: readonly number[];
 }
 
+/** A limit with its name, as an operator's per-key override gives it (the Worker's config `Limit`). */
+export interface NamedLimit {
+  readonly limit: number;
+  readonly windowMs: number;
+  readonly tickMs: number;
+  readonly name: string;
+}
+
 /** The outcome of one request (and, with a lease, of units granted ahead). */
 export interface Decision {
   /** Whether the request's cost was granted and recorded. */
@@ -44,4 +52,14 @@ export interface Decision {
   readonly limits: readonly LimitStatus[];
   /** Units granted ahead, or null (per-request decision, or a denial). */
   readonly lease: Lease | null;
+  /**
+   * Present when an operator's block refused the request: the block's end (ms). Then `limits`
+   * report nothing remaining until then, and `retryAfterMs` runs at least to it.
+   */
+  readonly blockedBy?: number;
+  /**
+   * Present when an operator's per-key override was applied instead of the limits sent: the
+   * limits decided against, in the order of `limits`.
+   */
+  readonly limitsOverride?: readonly NamedLimit[];
 }

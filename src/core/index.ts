@@ -1,5 +1,5 @@
 /** @module The pure core: durations, limits and their rings, and the exact decision. No runtime imports. */
-export type { Decision, Lease, LimitStatus } from "./decision.ts";
+export type { Decision, Lease, LimitStatus, NamedLimit } from "./decision.ts";
 export { type Duration, type DurationUnit, formatDuration, MAX_DURATION_MS, parseDuration } from "./duration.ts";
 export {
   defaultTickMs,
@@ -15,5 +15,5 @@ export {
   type RingLayout,
   ringLayout,
 } from "./limits.ts";
-export { type Ask, KeyLog, type Outcome, type Restored } from "./log.ts";
+export { type Ask, type History, KeyLog, type Outcome, type Restored } from "./log.ts";
 export { Ring, roundUp, type SlotRow } from "./ring.ts";

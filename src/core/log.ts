@@ -31,6 +31,16 @@ export interface Ask {
   readonly leaseMs?: number;
 }
 
+/** Grants over one limit's window, per bucket: what an operator's chart shows. */
+export interface History {
+  /** The window's start (exclusive, ms): bucket `b` holds slots in `(startMs + b·bucketMs, startMs + (b+1)·bucketMs]`. */
+  readonly startMs: number;
+  readonly bucketMs: number;
+  readonly counts: readonly number[];
+  /** Units recorded after `now` (leased ahead, or rounded up to a tick): they count already. */
+  readonly ahead: number;
+}
+
 /** Result of {@link KeyLog.restore}. */
 export interface Restored {
   readonly log: KeyLog;
@@ -205,6 +215,55 @@ export class KeyLog {
   peek(now: number): Decision {
     const t = this.#advance(now);
     return this.#decision(t, 0, true, null);
+  }
+
+  /**
+   * Refuses a request of `cost` at `now` because an operator blocked the key until `until`:
+   * records nothing. Nothing remains under any limit before `until`, and the wait is exact: the
+   * later of `until` and the time the cost fits every limit.
+   */
+  refuse(now: number, cost: number, until: number): Decision {
+    const t = this.#advance(now);
+    const end = Math.max(t, Math.floor(until));
+    const free = cost > this.#minLimit ? Number.POSITIVE_INFINITY : Math.max(end, this.#freeAt(t, cost));
+    const open = this.#decision(t, 0, true, null);
+    return {
+      ...open,
+      allowed: false,
+      neverAllowed: cost > this.#minLimit,
+      cost,
+      retryAfterMs: free - t,
+      blockedUntil: Math.max(open.blockedUntil, end),
+      limits: open.limits.map((l) => ({ remaining: 0, resetMs: Math.max(l.resetMs, end - t), exceeded: false })),
+      blockedBy: end,
+    };
+  }
+
+  /**
+   * Units recorded under limit `i` per bucket of its window ending at `now`: `buckets` counts of
+   * `windowMs / buckets` ms each (oldest first), and `ahead`, the units recorded after `now`
+   * (leases and rounding up). Reads only.
+   */
+  history(i: number, now: number, buckets: number): History {
+    const limit = this.limits[i];
+    if (!limit) throw new RangeError(`limit: expected an index below ${this.limits.length}, got ${describe(i)}`);
+    if (!Number.isSafeInteger(buckets) || buckets < 1)
+      throw new RangeError(`buckets: expected a positive integer, got ${describe(buckets)}`);
+    const t = Math.floor(now);
+    const start = t - limit.windowMs;
+    const bucketMs = limit.windowMs / buckets;
+    const counts = new Array<number>(buckets).fill(0);
+    let ahead = 0;
+    const ring = (this.#places[i] as Place).ring;
+    for (const r of ring.rows()) {
+      if (r.ts <= start) continue;
+      if (r.ts > t) ahead += r.cost;
+      else {
+        const b = Math.min(buckets - 1, Math.floor((r.ts - start - 1) / bucketMs));
+        counts[b] = (counts[b] as number) + r.cost;
+      }
+    }
+    return { startMs: start, bucketMs, counts, ahead };
   }
 
   /**

@@ -42,14 +42,17 @@ async function object(name = crypto.randomUUID()) {
       });
       await install();
     },
+    /** The grants rows; [] when the object has no tables (a key with no state has none). */
     rows: () =>
-      runInDurableObject(stub, (_: RateLimiter, state) =>
-        state.storage.sql
+      runInDurableObject(stub, (_: RateLimiter, state) => {
+        const sql = state.storage.sql;
+        if (sql.exec("SELECT name FROM sqlite_master WHERE name = 'grants'").toArray().length === 0) return [];
+        return sql
           .exec<{ ring: number; key: number; ts: number; cost: number }>(
             "SELECT ring, key, ts, cost FROM grants ORDER BY ring, ts",
           )
-          .toArray(),
-      ),
+          .toArray();
+      }),
     alarm: () => runInDurableObject(stub, (_: RateLimiter, state) => state.storage.getAlarm()),
   };
 }

@@ -4,6 +4,7 @@ import { inject } from "vitest";
 import type { Decision } from "../../src/core/index.ts";
 import type { Ask } from "../../src/core/log.ts";
 import type { WorkerEnv } from "../../src/worker.ts";
+import { type Problem, problemOf } from "../support/problem.ts";
 
 /** Base URL of the Node origin started by test/setup/origin.ts. */
 export const originUrl = inject("originUrl");
@@ -97,4 +98,9 @@ export function countingLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: () 
 /** An error shaped like the runtime's Durable Object errors. */
 export function objectError(flags: { retryable?: boolean; overloaded?: boolean }): Error {
   return Object.assign(new Error("Durable Object reset because its code was updated."), flags);
+}
+
+/** The problem+json body of a response, checked by the one assertion in test/support (any status). */
+export function problemBody(response: Response): Promise<Problem> {
+  return problemOf(response, response.status);
 }

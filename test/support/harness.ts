@@ -47,6 +47,8 @@ export interface LimiterOptions {
   config?: string;
   /** Port to listen on (default: a free one). */
   port?: number;
+  /** More vars or secrets, each passed as `--var NAME:value` (e.g. `ADMIN_TOKEN`). */
+  vars?: Record<string, string>;
 }
 
 export interface Limiter {
@@ -97,6 +99,7 @@ async function startOnce(options: LimiterOptions): Promise<Limiter> {
     options.persistTo,
     "--var",
     `ORIGIN:${options.origin}`,
+    ...Object.entries(options.vars ?? {}).flatMap(([name, value]) => ["--var", `${name}:${value}`]),
     "--show-interactive-dev-session=false",
     "--log-level",
     "log",

@@ -91,6 +91,7 @@ describe("parseConfig: valid configs", () => {
     shadow: false,
     objectTimeoutMs: 5_000,
     leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 1_000 },
+    admin: { path: "/__limiter/" },
   };
 
   it("documents the defaults README states", () => {
@@ -101,7 +102,20 @@ describe("parseConfig: valid configs", () => {
       objectTimeoutMs: 5_000,
       leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 1_000 },
       failureMode: "closed",
+      adminPath: "/__limiter/",
     });
+  });
+
+  it("takes admin.path, and parses limits on their own with errors under the field given", async () => {
+    expect(parse({ ...MINIMUM, admin: { path: "/ops/limiter/" } }).admin).toEqual({ path: "/ops/limiter/" });
+    expect(parse({ ...MINIMUM, admin: {} }).admin).toEqual({ path: "/__limiter/" });
+    const { parseLimits } = await import("../../src/config.ts");
+    expect(parseLimits([{ limit: 500, window: "1m", name: "vip" }], "limits")).toEqual([
+      { limit: 500, windowMs: 60_000, tickMs: 1, name: "vip" },
+    ]);
+    expect(configError(() => parseLimits([{ limit: 1, window: "1 sec" }], "limits")).message).toMatch(
+      /^limits\[0\]\.window: /,
+    );
   });
 
   it("parses the DESIGN.md minimum with every default filled in", () => {
@@ -176,6 +190,7 @@ limits = [
     origin_timeout: "5s",
     object_timeout: "250ms",
     leases: { enabled: true, max_units: 50, max_lifetime: "500ms" },
+    admin: { path: "/ops/limiter/" },
   };
   const fullConfig = {
     origin: "https://example.com/api",
@@ -210,6 +225,7 @@ limits = [
     key: { header: "x-key", bearer: false, query: "api_key", maxLength: 64, pattern: null },
     failureMode: "open",
     shadow: true,
+    admin: { path: "/ops/limiter/" },
   };
 
   it("parses every setting (plans in order, method upper-cased, header lower-cased)", () => {
@@ -1108,6 +1124,19 @@ const BAD: readonly BadCase[] = [
     field: "RATE_LIMIT.origin_timeout",
     quotes: `got ${MAX_ORIGIN_TIMEOUT_MS + 1}`,
   },
+  { what: "admin not a table", rateLimit: rl({ admin: "/x/" }), field: "RATE_LIMIT.admin", quotes: 'got "/x/"' },
+  {
+    what: "admin with an unknown setting",
+    rateLimit: rl({ admin: { token: "t" } }),
+    field: "RATE_LIMIT.admin.token",
+    quotes: "expected one of path",
+  },
+  ...["", "__limiter/", "/__limiter", "/", "/a b/", "/x/?q=1/", "//"].map((path) => ({
+    what: `admin.path ${JSON.stringify(path)}`,
+    rateLimit: rl({ admin: { path } }),
+    field: "RATE_LIMIT.admin.path",
+    quotes: `got ${JSON.stringify(path)}`,
+  })),
 ];
 
 describe("parseConfig: every error names its field and the bad value", () => {

@@ -432,3 +432,27 @@ describe("peek and forget", () => {
     expect(log.peek(20).limits[0]?.remaining).toBe(1000 - 11);
   });
 });
+
+describe("operators: refuse, history, forget", () => {
+  const limits = [{ limit: 3, windowMs: 1000, tickMs: 1 }];
+
+  it("refuse: records nothing, nothing remains before the block's end, and the wait is the later of it and the limits'", () => {
+    const log = new KeyLog(limits);
+    log.take(0, { cost: 3 });
+    const d = log.refuse(100, 1, 500);
+    expect(d).toMatchObject({ allowed: false, blockedBy: 500, retryAfterMs: 900, blockedUntil: 1000, lease: null });
+    expect(d.limits).toEqual([{ remaining: 0, resetMs: 900, exceeded: false }]);
+    expect(log.refuse(100, 1, 5000)).toMatchObject({ retryAfterMs: 4900, blockedUntil: 5000 });
+    expect(log.refuse(100, 4, 500)).toMatchObject({ neverAllowed: true, retryAfterMs: Number.POSITIVE_INFINITY });
+    expect(log.peek(100).limits[0]?.remaining).toBe(0); // still the three grants, nothing more
+  });
+
+  it("history: per-bucket units of one limit's window, and what lies ahead of now", () => {
+    const log = new KeyLog(limits);
+    log.take(100, { cost: 1 });
+    log.take(950, { cost: 1, leaseUnits: 0 });
+    expect(log.history(0, 1000, 4)).toEqual({ startMs: 0, bucketMs: 250, counts: [1, 0, 0, 1], ahead: 0 });
+    expect(log.history(0, 900, 2)).toEqual({ startMs: -100, bucketMs: 500, counts: [1, 0], ahead: 1 });
+    expect(() => log.history(1, 1000, 4)).toThrow(RangeError);
+  });
+});

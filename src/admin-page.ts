@@ -1,0 +1,214 @@
+/**
+ * @module The operators' page (`GET <admin.path>`): one HTML document with inline CSS and JS, no
+ * build step and no external assets. It holds no data: it asks the admin API (same origin, with the
+ * token typed into it) and shows a key's limits as bars and its longest window's grants as a chart.
+ */
+
+/** The page, calling the admin API under `path`. */
+export function adminPage(path: string): string {
+  return PAGE.replace("__ADMIN_PATH__", JSON.stringify(path).replace(/</g, "\\u003c"));
+}
+
+const PAGE = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="robots" content="noindex">
+<title>Rate limiter · operators</title>
+<style>
+  :root { --fg: #1d2330; --muted: #5d6678; --line: #d9dee7; --bg: #f6f7f9; --card: #fff; --ok: #2f7d4f; --warn: #b7791f; --bad: #c0392b; --accent: #2b5fd9; }
+  * { box-sizing: border-box; }
+  body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Liberation Sans", sans-serif; color: var(--fg); background: var(--bg); }
+  header { padding: 14px 24px; background: #1d2330; color: #fff; }
+  header h1 { margin: 0; font-size: 17px; font-weight: 600; }
+  main { max-width: 920px; margin: 0 auto; padding: 20px 24px 40px; }
+  section { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 16px 18px; margin-bottom: 16px; }
+  h2 { font-size: 14px; margin: 0 0 12px; text-transform: uppercase; letter-spacing: .04em; color: var(--muted); }
+  form.row, .row { display: flex; flex-wrap: wrap; gap: 10px; align-items: end; }
+  label { display: flex; flex-direction: column; gap: 4px; font-size: 12px; color: var(--muted); }
+  input, textarea { font: inherit; padding: 7px 9px; border: 1px solid var(--line); border-radius: 6px; min-width: 0; }
+  input[name=key] { width: 280px; } input[name=token] { width: 220px; }
+  button { font: inherit; padding: 7px 14px; border-radius: 6px; border: 1px solid var(--accent); background: var(--accent); color: #fff; cursor: pointer; }
+  button.secondary { background: #fff; color: var(--accent); }
+  button.danger { border-color: var(--bad); background: var(--bad); }
+  button:disabled { opacity: .5; cursor: default; }
+  #message { min-height: 20px; margin: 0 0 12px; }
+  #message.error { color: var(--bad); } #message.ok { color: var(--ok); }
+  .facts { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; margin: 0 0 14px; }
+  .facts dt { color: var(--muted); } .facts dd { margin: 0; font-weight: 500; }
+  .limit { margin: 10px 0 14px; }
+  .limit .head { display: flex; justify-content: space-between; font-size: 13px; margin-bottom: 4px; }
+  .bar { height: 14px; background: #e8ebf1; border-radius: 7px; overflow: hidden; }
+  .bar > div { height: 100%; background: var(--ok); border-radius: 7px; transition: width .2s; }
+  .bar > div.high { background: var(--warn); } .bar > div.full { background: var(--bad); }
+  .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; background: #e8ebf1; }
+  .badge.bad { background: #fbe3e0; color: var(--bad); } .badge.warn { background: #fdf0d9; color: var(--warn); }
+  svg { width: 100%; height: 180px; display: block; }
+  .caption { color: var(--muted); font-size: 12px; margin-top: 4px; }
+  .actions { display: grid; gap: 12px; }
+  [hidden] { display: none !important; }
+</style>
+</head>
+<body>
+<header><h1>Rate limiter · operators</h1></header>
+<main>
+  <section>
+    <form id="lookup" class="row" autocomplete="off">
+      <label>Admin token<input name="token" type="password" required placeholder="ADMIN_TOKEN"></label>
+      <label>API key<input name="key" required placeholder="live_…" spellcheck="false"></label>
+      <button type="submit">Look up</button>
+    </form>
+  </section>
+  <p id="message" role="status"></p>
+  <div id="result" hidden>
+    <section>
+      <h2>Key</h2>
+      <dl class="facts">
+        <dt>Key id</dt><dd id="key-id"></dd>
+        <dt>Plan</dt><dd id="plan"></dd>
+        <dt>Block</dt><dd id="block"></dd>
+        <dt>Override</dt><dd id="override"></dd>
+        <dt>As of</dt><dd id="now"></dd>
+      </dl>
+      <div id="limits"></div>
+    </section>
+    <section>
+      <h2 id="chart-title">Grants over the longest window</h2>
+      <svg id="chart" role="img" aria-label="grants over time"></svg>
+      <div class="caption" id="chart-caption"></div>
+    </section>
+    <section class="actions">
+      <h2>Steer</h2>
+      <div class="row">
+        <button id="reset" class="secondary" type="button">Reset usage</button>
+        <label>Block for<input id="block-for" value="10m" size="6"></label>
+        <button id="do-block" class="danger" type="button">Block</button>
+        <button id="unblock" class="secondary" type="button">Unblock</button>
+      </div>
+      <div class="row">
+        <label>Override limits (JSON, as in RATE_LIMIT.limits)<textarea id="override-limits" rows="2" cols="48" spellcheck="false">[{"limit": 1000, "window": "1m"}]</textarea></label>
+        <label>Expires after (optional)<input id="override-for" placeholder="1d" size="6"></label>
+        <button id="do-override" type="button">Override</button>
+        <button id="remove-override" class="secondary" type="button">Remove override</button>
+      </div>
+    </section>
+  </div>
+</main>
+<script>
+"use strict";
+const BASE = __ADMIN_PATH__;
+const $ = (id) => document.getElementById(id);
+const form = $("lookup");
+let current = null;
+
+function say(text, kind) { const m = $("message"); m.textContent = text; m.className = kind || ""; }
+function ms(n) {
+  if (n < 1000) return n + " ms";
+  const s = n / 1000;
+  if (s < 120) return (Math.round(s * 10) / 10) + " s";
+  if (s < 7200) return Math.round(s / 60) + " min";
+  return Math.round(s / 360) / 10 + " h";
+}
+
+async function call(action, body) {
+  const token = form.elements.token.value;
+  const res = await fetch(BASE + action, {
+    method: "POST",
+    headers: { "authorization": "Bearer " + token, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error((data.title || res.status) + ": " + (data.detail || res.statusText));
+  return data;
+}
+
+function el(tag, attrs, text) {
+  const e = document.createElementNS(tag === "svg" || attrs.svg ? "http://www.w3.org/2000/svg" : "http://www.w3.org/1999/xhtml", tag);
+  for (const [k, v] of Object.entries(attrs)) if (k !== "svg") e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function render(s) {
+  current = s;
+  $("result").hidden = false;
+  $("key-id").textContent = s.key_id + (s.stored ? "" : " (no stored state)");
+  $("plan").textContent = s.plan + (s.unlimited ? " (unlimited)" : "");
+  const block = $("block");
+  block.replaceChildren(s.block ? el("span", { class: "badge bad" }, "blocked until " + new Date(s.block.until_ms).toLocaleString() + " (" + ms(s.block.remaining_ms) + " left)") : el("span", { class: "badge" }, "none"));
+  const ov = $("override");
+  ov.replaceChildren(s.override ? el("span", { class: "badge warn" }, s.override.limits.map((l) => l.limit + " per " + ms(l.window_ms)).join(", ") + (s.override.expires ? " until " + new Date(s.override.expires_ms).toLocaleString() : " (no expiry)")) : el("span", { class: "badge" }, "none"));
+  $("now").textContent = s.now ? new Date(s.now_ms).toLocaleString() : "—";
+  const box = $("limits");
+  box.replaceChildren();
+  for (const l of s.limits) {
+    const pct = l.limit > 0 ? Math.min(100, (100 * l.used) / l.limit) : 0;
+    const row = el("div", { class: "limit", "data-limit": l.name });
+    const head = el("div", { class: "head" });
+    head.append(el("strong", {}, l.name + " · " + l.limit + " per " + ms(l.window_ms) + (l.source === "override" ? " (override)" : "")));
+    head.append(el("span", { class: "usage" }, l.used + " used · " + l.remaining + " left" + (l.reset_ms > 0 ? " · grows in " + ms(l.reset_ms) : "")));
+    const bar = el("div", { class: "bar", role: "meter", "aria-valuemin": "0", "aria-valuemax": String(l.limit), "aria-valuenow": String(l.used) });
+    bar.append(el("div", { class: pct >= 100 ? "full" : pct >= 80 ? "high" : "", style: "width:" + pct + "%" }));
+    row.append(head, bar);
+    box.append(row);
+  }
+  if (s.unlimited) box.append(el("p", {}, "Unlimited plan: its requests never consult the limiter."));
+  chart(s.history);
+}
+
+function chart(h) {
+  const svg = $("chart");
+  svg.replaceChildren();
+  if (!h) { $("chart-caption").textContent = "No window to show."; return; }
+  $("chart-title").textContent = "Grants over the last " + ms(h.window_ms) + " (" + h.limit + ")";
+  const W = 860, H = 180, pad = 28, n = h.counts.length;
+  svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+  const max = Math.max(1, ...h.counts);
+  const bw = (W - pad - 8) / n;
+  svg.append(el("line", { svg: 1, x1: pad, y1: H - 20, x2: W - 4, y2: H - 20, stroke: "#98a1b3" }));
+  svg.append(el("text", { svg: 1, x: 2, y: 12, "font-size": 11, fill: "#5d6678" }, String(max)));
+  svg.append(el("text", { svg: 1, x: 2, y: H - 22, "font-size": 11, fill: "#5d6678" }, "0"));
+  svg.append(el("text", { svg: 1, x: pad, y: H - 4, "font-size": 11, fill: "#5d6678" }, "−" + ms(h.window_ms)));
+  svg.append(el("text", { svg: 1, x: W - 30, y: H - 4, "font-size": 11, fill: "#5d6678" }, "now"));
+  h.counts.forEach((c, i) => {
+    if (c === 0) return;
+    const bh = ((H - 40) * c) / max;
+    const r = el("rect", { svg: 1, x: pad + i * bw + 1, y: H - 20 - bh, width: Math.max(1, bw - 2), height: bh, fill: "#2b5fd9", "data-count": c });
+    r.append(el("title", { svg: 1 }, c + " in " + ms(h.bucket_ms)));
+    svg.append(r);
+  });
+  const total = h.counts.reduce((a, b) => a + b, 0);
+  $("chart-caption").textContent = total + " granted in the window, " + ms(h.bucket_ms) + " per bar" + (h.ahead ? "; " + h.ahead + " leased ahead" : "") + ".";
+}
+
+async function act(action, extra, done) {
+  if (!current) return;
+  const key = form.elements.key.value.trim();
+  try {
+    render(await call(action, Object.assign({ key }, extra)));
+    say(done, "ok");
+  } catch (e) { say(e.message, "error"); }
+}
+
+form.addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const key = form.elements.key.value.trim();
+  say("Looking up…");
+  try { render(await call("status", { key })); say("", ""); }
+  catch (e) { $("result").hidden = true; current = null; say(e.message, "error"); }
+});
+$("reset").addEventListener("click", () => act("reset", {}, "Usage reset."));
+$("do-block").addEventListener("click", () => act("block", { for: $("block-for").value.trim() }, "Blocked."));
+$("unblock").addEventListener("click", () => act("unblock", {}, "Unblocked."));
+$("do-override").addEventListener("click", () => {
+  let limits;
+  try { limits = JSON.parse($("override-limits").value); } catch (e) { say("Override limits: not valid JSON", "error"); return; }
+  const f = $("override-for").value.trim();
+  act("override", f ? { limits, for: f } : { limits }, "Override set.");
+});
+$("remove-override").addEventListener("click", () => act("override/delete", {}, "Override removed."));
+</script>
+</body>
+</html>
+`;

@@ -1,0 +1,401 @@
+/**
+ * @module The operators' API and page under `RATE_LIMIT.admin.path` (default `/__limiter/`),
+ * present only while the secret `ADMIN_TOKEN` is set (README, "Operating it"). Every call but the
+ * page needs `Authorization: Bearer <ADMIN_TOKEN>`; the key travels in the JSON body, never in
+ * the URL. Admin requests are never proxied and never counted.
+ */
+
+import { adminPage } from "./admin-page.ts";
+import { type Config, ConfigError, type Limit, type Plan, parseLimits, planForKey } from "./config.ts";
+import { describe, parseDuration } from "./core/duration.ts";
+import { HttpError, problem } from "./http.ts";
+import { KEY_CHARS } from "./key.ts";
+import type { KeyStatus, Override, RateLimiter } from "./limiter.ts";
+import { keyId, logEvent } from "./telemetry.ts";
+
+/** The bindings the admin API reads. */
+export interface AdminEnv {
+  /** The operators' bearer token (a secret); unset: no admin API, the paths are ordinary traffic. */
+  readonly ADMIN_TOKEN?: string;
+  readonly LIMITER: DurableObjectNamespace<RateLimiter>;
+}
+
+/** What the Worker lends the admin API. */
+export interface AdminContext {
+  /** Drops what this isolate holds for the key (leases, a cached denial) after an operator's change. */
+  forget(name: string): void;
+}
+
+/** The largest request body the admin API reads (bytes); larger ones get `413`. */
+export const MAX_BODY_BYTES = 8192;
+/** Buckets in `history` (the longest window's grants over time). */
+export const HISTORY_BUCKETS = 60;
+
+/** Whether `request` is for the admin API: only while `ADMIN_TOKEN` is set. */
+export function isAdminRequest(request: Request, env: AdminEnv, config: Config): boolean {
+  if (!env.ADMIN_TOKEN) return false;
+  const path = new URL(request.url).pathname;
+  return path.startsWith(config.admin.path);
+}
+
+type Action = "status" | "reset" | "block" | "unblock" | "override" | "override/delete";
+const ACTIONS: readonly Action[] = ["status", "reset", "block", "unblock", "override", "override/delete"];
+/** The fields each action's body may carry (`key` is always required). */
+const FIELDS: Record<Action, readonly string[]> = {
+  status: ["key"],
+  reset: ["key"],
+  block: ["key", "until", "for"],
+  unblock: ["key"],
+  override: ["key", "limits", "expires", "for"],
+  "override/delete": ["key"],
+};
+
+/** Answers one admin request; never throws, never proxies. */
+export async function handleAdmin(
+  request: Request,
+  env: AdminEnv,
+  config: Config,
+  ctx: AdminContext,
+): Promise<Response> {
+  const sub = new URL(request.url).pathname.slice(config.admin.path.length);
+  try {
+    if (sub === "") {
+      if (request.method !== "GET" && request.method !== "HEAD") throw notAllowed("GET, HEAD");
+      return page(config);
+    }
+    if (!(await authorized(request, env.ADMIN_TOKEN ?? ""))) {
+      logEvent(
+        "admin_unauthorized",
+        { path: sub.slice(0, 64), token: request.headers.has("authorization") ? "wrong" : "missing" },
+        "warn",
+      );
+      throw new HttpError(401, "Unauthorized", "The admin API needs Authorization: Bearer <ADMIN_TOKEN>.", {
+        headers: { "WWW-Authenticate": 'Bearer realm="limiter-admin"' },
+      });
+    }
+    const action = ACTIONS.find((a) => a === sub);
+    if (!action) {
+      throw new HttpError(
+        404,
+        "Not Found",
+        `No admin endpoint ${JSON.stringify(sub)}; expected one of ${ACTIONS.join(", ")}.`,
+      );
+    }
+    if (request.method !== "POST") throw notAllowed("POST");
+    const body = await readBody(request);
+    unknownFields(body, FIELDS[action]);
+    return await run(action, body, env, config, ctx);
+  } catch (e) {
+    if (e instanceof HttpError) return e.toResponse();
+    logEvent(
+      "admin_error",
+      { action: sub.slice(0, 64), message: e instanceof Error ? e.message.split("\n")[0] : "unknown" },
+      "error",
+    );
+    return problem(
+      503,
+      "Service Unavailable",
+      "The key's limiter did not answer; retry shortly.",
+      {},
+      { "Retry-After": "1" },
+    );
+  }
+}
+
+async function run(
+  action: Action,
+  body: Record<string, unknown>,
+  env: AdminEnv,
+  config: Config,
+  ctx: AdminContext,
+): Promise<Response> {
+  const { key, plan } = keyAndPlan(body.key, config);
+  const name = `key:${key}`;
+  const id = await keyId(name);
+  const limits = plan.limits;
+  if (limits === null) {
+    if (action !== "status") {
+      throw new HttpError(
+        409,
+        "Conflict",
+        `The key's plan ${JSON.stringify(plan.name)} is unlimited: its requests never consult the limiter, so it cannot be ${action === "block" || action === "unblock" ? "blocked" : action === "reset" ? "reset" : "overridden"}. Give the key a limited plan first.`,
+      );
+    }
+    return json({
+      key_id: id,
+      plan: plan.name,
+      unlimited: true,
+      stored: false,
+      limits: [],
+      block: null,
+      override: null,
+      history: null,
+    });
+  }
+  const stub = () => env.LIMITER.getByName(name);
+  const call = <T>(p: Promise<T>) => withDeadline(p, config.objectTimeoutMs);
+  const fields: Record<string, unknown> = {};
+  switch (action) {
+    case "status":
+      break;
+    case "reset":
+      await call(stub().reset(limits, HISTORY_BUCKETS));
+      break;
+    case "block": {
+      const until = when(body, "until", "block until");
+      if (until === null)
+        throw bad('"until" (an ISO time or ms since the epoch) or "for" (a duration like "1h"): required');
+      await call(stub().block(until));
+      fields.until = new Date(until).toISOString();
+      break;
+    }
+    case "unblock":
+      await call(stub().unblock());
+      break;
+    case "override": {
+      let parsed: Limit[];
+      try {
+        parsed = parseLimits(body.limits, "limits");
+      } catch (e) {
+        if (e instanceof ConfigError) throw bad(e.message);
+        throw e;
+      }
+      const expires = when(body, "expires", "expire");
+      await call(stub().override(parsed, expires));
+      fields.limits = parsed.map(limitJson);
+      fields.expires = expires === null ? null : new Date(expires).toISOString();
+      break;
+    }
+    case "override/delete":
+      await call(stub().clearOverride());
+      break;
+  }
+  if (action !== "status") {
+    ctx.forget(name);
+    logEvent("admin", { action, key_id: id, plan: plan.name, ...fields });
+  }
+  const status = (await call(stub().status(limits, HISTORY_BUCKETS))) as KeyStatus;
+  return json(statusJson(id, plan, limits, status));
+}
+
+/** The status of a key as the API returns it (README, "Operating it"). */
+export function statusJson(
+  id: string,
+  plan: Plan,
+  planLimits: readonly Limit[],
+  s: KeyStatus,
+): Record<string, unknown> {
+  const applied = s.override?.limits ?? planLimits;
+  const longest = applied[s.history.limit];
+  return {
+    key_id: id,
+    plan: plan.name,
+    unlimited: false,
+    stored: s.stored,
+    now: new Date(s.now).toISOString(),
+    now_ms: s.now,
+    limits: applied.map((l, i) => {
+      const st = s.decision.limits[i];
+      const remaining = st?.remaining ?? l.limit;
+      return {
+        name: l.name,
+        limit: l.limit,
+        window_ms: l.windowMs,
+        tick_ms: l.tickMs,
+        used: Math.max(0, l.limit - remaining),
+        remaining,
+        reset_ms: st?.resetMs ?? 0,
+        source: s.override ? "override" : "plan",
+      };
+    }),
+    block:
+      s.blockedUntil === null
+        ? null
+        : {
+            until: new Date(s.blockedUntil).toISOString(),
+            until_ms: s.blockedUntil,
+            remaining_ms: s.blockedUntil - s.now,
+          },
+    override: s.override === null ? null : overrideJson(s.override),
+    history: {
+      limit: longest?.name ?? null,
+      window_ms: longest?.windowMs ?? 0,
+      start_ms: s.history.startMs,
+      bucket_ms: s.history.bucketMs,
+      counts: s.history.counts,
+      ahead: s.history.ahead,
+    },
+  };
+}
+
+function overrideJson(o: Override): Record<string, unknown> {
+  return {
+    limits: o.limits.map(limitJson),
+    expires: o.expiresAt === null ? null : new Date(o.expiresAt).toISOString(),
+    expires_ms: o.expiresAt,
+  };
+}
+
+function limitJson(l: { name: string; limit: number; windowMs: number; tickMs: number }): Record<string, unknown> {
+  return { name: l.name, limit: l.limit, window_ms: l.windowMs, tick_ms: l.tickMs };
+}
+
+/** The body's key, checked as the Worker checks keys, and its plan. */
+function keyAndPlan(value: unknown, config: Config): { key: string; plan: Plan } {
+  if (value === undefined) throw bad('key: required, e.g. {"key": "live_abc"}');
+  if (typeof value !== "string" || value === "") throw bad(`key: expected a non-empty string, got ${describe(value)}`);
+  if (value.length > config.key.maxLength)
+    throw bad(`key: longer than RATE_LIMIT.key.max_length (${config.key.maxLength})`);
+  if (!KEY_CHARS.test(value))
+    throw bad("key: printable ASCII only, without spaces or commas (no request can carry this key)");
+  if (config.key.pattern && !config.key.pattern.test(value)) {
+    throw new HttpError(
+      422,
+      "Unprocessable Content",
+      "key: does not match RATE_LIMIT.key.pattern; its requests get 401 and it has no state.",
+    );
+  }
+  const plan = planForKey(config, value);
+  if (!plan)
+    throw new HttpError(
+      422,
+      "Unprocessable Content",
+      "key: matches no plan; its requests get 401 and it has no state.",
+    );
+  return { key: value, plan };
+}
+
+/**
+ * `body[field]` (an ISO time or ms since the epoch) or `body.for` (a duration from now) as ms;
+ * null when neither is given. It must lie in the future.
+ */
+function when(body: Record<string, unknown>, field: string, verb: string): number | null {
+  const at = body[field];
+  const span = body.for;
+  if (at !== undefined && span !== undefined) throw bad(`give "${field}" or "for", not both`);
+  const now = Date.now();
+  let ms: number;
+  if (span !== undefined) {
+    try {
+      ms = now + parseDuration(span, "for");
+    } catch (e) {
+      throw bad((e as Error).message);
+    }
+  } else if (at === undefined) {
+    return null;
+  } else if (typeof at === "number") {
+    if (!Number.isSafeInteger(at)) throw bad(`${field}: expected whole ms since the epoch, got ${describe(at)}`);
+    ms = at;
+  } else if (typeof at === "string" && /^\d{4}-\d\d-\d\dT/.test(at) && !Number.isNaN(Date.parse(at))) {
+    ms = Date.parse(at);
+  } else {
+    throw bad(`${field}: expected an ISO time like "2030-01-01T00:00:00Z" or ms since the epoch, got ${describe(at)}`);
+  }
+  if (ms <= now) throw bad(`${field}: ${new Date(ms).toISOString()} is not in the future; nothing to ${verb}`);
+  return ms;
+}
+
+/** The JSON object in the body, read up to {@link MAX_BODY_BYTES}. */
+async function readBody(request: Request): Promise<Record<string, unknown>> {
+  const declared = Number(request.headers.get("content-length") ?? "0");
+  if (declared > MAX_BODY_BYTES) throw tooLarge();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  if (request.body) {
+    const reader = request.body.getReader();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      size += value.byteLength;
+      if (size > MAX_BODY_BYTES) {
+        await reader.cancel();
+        throw tooLarge();
+      }
+      chunks.push(value);
+    }
+  }
+  if (size === 0) throw bad('body: expected a JSON object such as {"key": "live_abc"}, got nothing');
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    bytes.set(c, at);
+    at += c.byteLength;
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes));
+  } catch (e) {
+    throw bad(`body: not valid JSON (${(e as Error).message.split("\n")[0]})`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw bad(`body: expected a JSON object, got ${describe(value)}`);
+  }
+  return value as Record<string, unknown>;
+}
+
+function unknownFields(body: Record<string, unknown>, known: readonly string[]): void {
+  for (const k of Object.keys(body)) {
+    if (!known.includes(k)) throw bad(`${k}: unknown field; expected ${known.join(", ")}`);
+  }
+}
+
+/**
+ * Whether the request carries the token, compared in constant time: both sides are hashed to 32
+ * bytes first, so neither the length nor the first differing byte changes the work done.
+ */
+async function authorized(request: Request, token: string): Promise<boolean> {
+  const header = request.headers.get("authorization") ?? "";
+  const m = /^Bearer[ \t]+(.*)$/i.exec(header);
+  const given = m ? (m[1] ?? "").trim() : "";
+  const [a, b] = await Promise.all([sha256(given), sha256(token)]);
+  let diff = m && token !== "" ? 0 : 1;
+  for (let i = 0; i < a.length; i++) diff |= (a[i] as number) ^ (b[i] as number);
+  return diff === 0;
+}
+
+async function sha256(s: string): Promise<Uint8Array> {
+  return new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(s)));
+}
+
+function page(config: Config): Response {
+  return new Response(adminPage(config.admin.path), {
+    headers: {
+      "content-type": "text/html; charset=utf-8",
+      "cache-control": "no-store",
+      // Inline script and style only; the page talks to its own origin and nothing else.
+      "content-security-policy":
+        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+      "referrer-policy": "no-referrer",
+      "x-content-type-options": "nosniff",
+    },
+  });
+}
+
+function json(body: unknown): Response {
+  return new Response(JSON.stringify(body), {
+    headers: { "content-type": "application/json", "cache-control": "no-store" },
+  });
+}
+
+function bad(detail: string): HttpError {
+  return new HttpError(400, "Bad Request", detail);
+}
+
+function tooLarge(): HttpError {
+  return new HttpError(413, "Content Too Large", `The admin API reads bodies of at most ${MAX_BODY_BYTES} bytes.`);
+}
+
+function notAllowed(allow: string): HttpError {
+  return new HttpError(405, "Method Not Allowed", `Use ${allow}.`, { headers: { Allow: allow } });
+}
+
+/** Resolves as `promise` does, or rejects after `ms`. */
+function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the limiter did not answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, deadline]).finally(() => {
+    if (timer !== null) clearTimeout(timer);
+  });
+}

@@ -1,0 +1,127 @@
+/**
+ * @module What the Worker tells operators: structured JSON log lines, and one Analytics Engine data
+ * point per decision when a dataset is bound as `LIMITER_ANALYTICS` (README, "Operating it").
+ * Keys never appear in clear: `key_id` is the first 12 hex digits of the SHA-256 of the key's
+ * object name (`key:<key>`, or `ip:<address>` for anonymous requests).
+ */
+
+/** What telemetry needs of a decision (the Worker's `DecisionEvent`). */
+export interface DecisionRecord {
+  /** The object's name: `key:<key>` or `ip:<address>`. */
+  readonly name: string;
+  readonly plan: string;
+  readonly cost: number;
+  readonly reason: string;
+  readonly allowed: boolean;
+  /** When it was decided (ms). */
+  readonly at: number;
+  /** The exact wait when refused (`Infinity`: never). */
+  readonly retryAfterMs: number;
+  readonly violated: readonly string[];
+}
+
+/** One data point, as Analytics Engine's `writeDataPoint` takes it. */
+export interface DataPoint {
+  readonly indexes: string[];
+  readonly blobs: string[];
+  readonly doubles: number[];
+}
+
+/** The part of an `AnalyticsEngineDataset` binding used here. */
+export interface Dataset {
+  writeDataPoint(point: DataPoint): void;
+}
+
+/** The bindings telemetry reads. */
+export interface TelemetryEnv {
+  /** An Analytics Engine dataset (`[[analytics_engine_datasets]]`); unbound: no data points. */
+  readonly LIMITER_ANALYTICS?: Dataset;
+}
+
+/**
+ * Denials are logged at most once per key per this many ms in an isolate (a flood is the deny
+ * cache's work, not the log's); the next line says how many were left out (`suppressed`).
+ * Analytics Engine gets every one.
+ */
+export const DENIAL_LOG_INTERVAL_MS = 1000;
+const lastLogged = new Map<string, { at: number; suppressed: number }>();
+
+const ids = new Map<string, string>();
+const MAX_IDS = 10_000;
+
+/** `key_id` of an object name: the first 12 hex digits of its SHA-256 (`printf 'key:%s' "$KEY" | sha256sum`). */
+export async function keyId(name: string): Promise<string> {
+  const known = ids.get(name);
+  if (known !== undefined) return known;
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(name)));
+  let hex = "";
+  for (let i = 0; i < 6; i++) hex += (digest[i] as number).toString(16).padStart(2, "0");
+  if (ids.size >= MAX_IDS) ids.clear();
+  ids.set(name, hex);
+  return hex;
+}
+
+/** One structured log line: `{"event": …, …fields}`. */
+export function logEvent(
+  event: string,
+  fields: Record<string, unknown> = {},
+  level: "log" | "warn" | "error" = "log",
+): void {
+  console[level](JSON.stringify({ event, ...fields }));
+}
+
+/**
+ * The data point of one decision. `index1`: key_id. Blobs: reason, plan, `"allowed"`/`"denied"`,
+ * the refusing limits' names joined by `,`, the key kind (`key`/`ip`). Doubles: cost, 1 when
+ * allowed else 0, the exact wait in ms (0 when allowed, −1 when it can never pass).
+ */
+export function dataPoint(e: DecisionRecord, id: string): DataPoint {
+  const retry = e.allowed ? 0 : Number.isFinite(e.retryAfterMs) ? e.retryAfterMs : -1;
+  return {
+    indexes: [id],
+    blobs: [
+      e.reason,
+      e.plan,
+      e.allowed ? "allowed" : "denied",
+      e.violated.join(","),
+      e.name.slice(0, e.name.indexOf(":")),
+    ],
+    doubles: [e.cost, e.allowed ? 1 : 0, retry],
+  };
+}
+
+/** Logs a denial worth a line and writes the decision's data point; does nothing else (no hashing) otherwise. */
+export async function recordDecision(env: TelemetryEnv, e: DecisionRecord): Promise<void> {
+  const log = !e.allowed && e.reason !== "limiter_timeout" && e.reason !== "limiter_error" && shouldLog(e.name, e.at);
+  if (log === false && !env.LIMITER_ANALYTICS) return;
+  const id = await keyId(e.name);
+  if (log !== false) {
+    logEvent("denied", {
+      reason: e.reason,
+      plan: e.plan,
+      key_id: id,
+      cost: e.cost,
+      violated: e.violated,
+      retry_after_ms: Number.isFinite(e.retryAfterMs) ? e.retryAfterMs : null,
+      suppressed: log,
+    });
+  }
+  try {
+    env.LIMITER_ANALYTICS?.writeDataPoint(dataPoint(e, id));
+  } catch (err) {
+    // Analytics must never fail a request.
+    logEvent("analytics_error", { message: err instanceof Error ? err.message : "unknown error" }, "error");
+  }
+}
+
+/** False when a denial of `name` was logged less than {@link DENIAL_LOG_INTERVAL_MS} ago; else how many were left out since. */
+function shouldLog(name: string, now: number): number | false {
+  const last = lastLogged.get(name);
+  if (last && now - last.at < DENIAL_LOG_INTERVAL_MS) {
+    last.suppressed++;
+    return false;
+  }
+  if (!last && lastLogged.size >= MAX_IDS) lastLogged.clear();
+  lastLogged.set(name, { at: now, suppressed: 0 });
+  return last?.suppressed ?? 0;
+}

@@ -1,0 +1,556 @@
+// The operators' API inside workerd, through the Worker's handle() against the real origin: present only with
+// ADMIN_TOKEN, the token check, body checks, every endpoint, its effect on the key's next requests (headers,
+// reasons, leases), concurrent traffic, and the telemetry (log lines, Analytics Engine data points via a double).
+import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import type { RateLimiter } from "../../src/limiter.ts";
+import { keyId } from "../../src/telemetry.ts";
+import { type DecisionEvent, handle, isolateLeases, type WorkerEnv } from "../../src/worker.ts";
+import { arrivalsFor, envWith, freshKey, problemBody, request } from "./helpers.ts";
+
+beforeEach(() => {
+  // Admin actions and denials log JSON lines; tests that check them spy on the same methods.
+  vi.spyOn(console, "log").mockImplementation(() => {});
+  vi.spyOn(console, "warn").mockImplementation(() => {});
+});
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+const TOKEN = "s3cret-admin-token";
+const RL = {
+  limits: [{ limit: 5, window: "1m" }],
+  plans: [
+    { name: "free", key_prefix: "free_", limits: [{ limit: 3, window: "1m" }] },
+    { name: "live", key_prefix: "live_", unlimited: true },
+    { name: "fast", key_prefix: "fast_", limits: [{ limit: 1000, window: "1s" }] },
+  ],
+};
+
+function adminEnv(extra: Partial<WorkerEnv> = {}, rl: unknown = RL): WorkerEnv {
+  return envWith(rl, { ADMIN_TOKEN: TOKEN, ...extra });
+}
+
+/** A POST to the admin API (token and body as given; body JSON-encoded unless a string). */
+function adminRequest(path: string, body: unknown, token: string | null = TOKEN, init: RequestInit = {}): Request {
+  const headers = new Headers(init.headers);
+  if (token !== null) headers.set("authorization", `Bearer ${token}`);
+  headers.set("content-type", "application/json");
+  return new Request(`https://limiter.example/__limiter/${path}`, {
+    method: "POST",
+    body: typeof body === "string" ? body : JSON.stringify(body),
+    ...init,
+    headers,
+  });
+}
+
+async function admin(e: WorkerEnv, path: string, body: unknown): Promise<Record<string, unknown>> {
+  const res = await handle(adminRequest(path, body), e);
+  expect(res.status, await res.clone().text()).toBe(200);
+  expect(res.headers.get("content-type")).toBe("application/json");
+  return (await res.json()) as Record<string, unknown>;
+}
+
+/** A LIMITER namespace that records every method called on any of its objects (and forwards to the real one). */
+function spyLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: string[] } {
+  const calls: string[] = [];
+  const real = (env as unknown as WorkerEnv).LIMITER;
+  const namespace = {
+    getByName: (name: string) =>
+      new Proxy(real.getByName(name), {
+        get(target, prop) {
+          const value = Reflect.get(target, prop);
+          if (typeof value !== "function") return value;
+          return (...args: unknown[]) => {
+            calls.push(String(prop));
+            return (value as (...a: unknown[]) => unknown).apply(target, args);
+          };
+        },
+      }),
+  } as unknown as WorkerEnv["LIMITER"];
+  return { namespace, calls };
+}
+
+describe("presence", () => {
+  it("without ADMIN_TOKEN the paths are ordinary traffic: limited, counted and proxied", async () => {
+    const e = envWith(RL);
+    const key = freshKey();
+    const res = await handle(request(key, "/__limiter/status", { method: "POST", body: "{}" }), e);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("RateLimit")).toBe('"per-minute";r=4;t=60');
+    expect((await arrivalsFor(key)).map((a) => a.url)).toEqual(["/__limiter/status"]);
+    expect((await handle(request(null, "/__limiter/"), e)).status).toBe(401); // no API key: the limiter's 401
+  });
+
+  it("with ADMIN_TOKEN the page is served without a token: one HTML document, no external assets", async () => {
+    const res = await handle(new Request("https://limiter.example/__limiter/"), adminEnv());
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toBe("text/html; charset=utf-8");
+    expect(res.headers.get("content-security-policy")).toContain("default-src 'none'");
+    const html = await res.text();
+    expect(html).toContain('const BASE = "/__limiter/"');
+    expect(html).not.toMatch(/(src|href)=["']?(https?:)?\/\//);
+    expect(
+      (await handle(new Request("https://limiter.example/__limiter/", { method: "POST" }), adminEnv())).status,
+    ).toBe(405);
+  });
+
+  it("moves with admin.path; the default path is then ordinary traffic", async () => {
+    const e = adminEnv({}, { ...RL, admin: { path: "/ops/limiter/" } });
+    const key = freshKey();
+    const moved = await handle(
+      new Request("https://limiter.example/ops/limiter/status", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}` },
+        body: JSON.stringify({ key }),
+      }),
+      e,
+    );
+    expect(moved.status).toBe(200);
+    expect(((await moved.json()) as { plan: string }).plan).toBe("default");
+    expect(await (await handle(new Request("https://limiter.example/ops/limiter/"), e)).text()).toContain(
+      'const BASE = "/ops/limiter/"',
+    );
+    const old = await handle(request(key, "/__limiter/status", { method: "POST", body: "{}" }), e);
+    expect(old.status).toBe(200);
+    expect(await arrivalsFor(key)).toHaveLength(1);
+  });
+});
+
+describe("the token", () => {
+  it.each([
+    ["missing", null],
+    ["wrong", "s3cret-admin-tokeN"],
+    ["a prefix", "s3cret"],
+    ["longer", `${TOKEN}x`],
+    ["empty", ""],
+  ])("%s: 401, and nothing else happens (no object is asked, nothing is proxied)", async (_, token) => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const spy = spyLimiter();
+    const e = adminEnv({ LIMITER: spy.namespace });
+    const key = freshKey();
+    for (const path of ["status", "reset", "block", "nope"]) {
+      const res = await handle(adminRequest(path, { key, for: "1h" }, token), e);
+      expect(res.status).toBe(401);
+      expect(res.headers.get("WWW-Authenticate")).toBe('Bearer realm="limiter-admin"');
+      expect((await problemBody(res)).detail).toMatch(/Bearer/);
+    }
+    expect(spy.calls).toEqual([]);
+    expect(await arrivalsFor(key)).toEqual([]);
+    const lines = warn.mock.calls.map((c) => String(c[0]));
+    expect(lines).toHaveLength(4);
+    for (const line of lines) {
+      expect(JSON.parse(line)).toMatchObject({ event: "admin_unauthorized" });
+      expect(line).not.toContain(key);
+      if (token) expect(line).not.toContain(token);
+    }
+  });
+
+  it("Basic or other schemes are refused too", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const res = await handle(
+      adminRequest("status", { key: "k" }, null, { headers: { authorization: `Basic ${btoa(`x:${TOKEN}`)}` } }),
+      adminEnv(),
+    );
+    expect(res.status).toBe(401);
+  });
+});
+
+describe("bodies", () => {
+  it.each([
+    ["not JSON", "{key: 1}", 400, /^body: not valid JSON/],
+    ["empty", "", 400, /^body: expected a JSON object/],
+    ["an array", "[]", 400, /^body: expected a JSON object, got an array/],
+    ["no key", "{}", 400, /^key: required/],
+    ["a number key", '{"key": 5}', 400, /^key: expected a non-empty string, got 5/],
+    ["a key with a space", '{"key": "a b"}', 400, /^key: printable ASCII only/],
+    ["a key too long", JSON.stringify({ key: "k".repeat(257) }), 400, /^key: longer than RATE_LIMIT.key.max_length/],
+    ["an unknown field", '{"key": "k", "keys": 1}', 400, /^keys: unknown field; expected key$/],
+  ])("%s → 400 problem+json naming what is wrong", async (_, body, status, detail) => {
+    const res = await handle(adminRequest("status", body), adminEnv());
+    expect(res.status).toBe(status);
+    expect((await problemBody(res)).detail).toMatch(detail);
+  });
+
+  it("over 8 KiB → 413, declared or streamed without a length", async () => {
+    const big = JSON.stringify({ key: "k", pad: "x".repeat(9000) });
+    const declared = await handle(adminRequest("status", big), adminEnv());
+    expect(declared.status).toBe(413);
+    expect((await problemBody(declared)).title).toBe("Content Too Large");
+    const chunk = new TextEncoder().encode("x".repeat(1024));
+    let sent = 0;
+    const stream = new ReadableStream<Uint8Array>({
+      pull(c) {
+        if (sent++ < 64) c.enqueue(chunk);
+        else c.close();
+      },
+    });
+    const streamed = await handle(
+      new Request("https://limiter.example/__limiter/status", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}` },
+        body: stream,
+      }),
+      adminEnv(),
+    );
+    expect(streamed.status).toBe(413);
+    expect(sent).toBeLessThan(20); // it stopped reading
+  });
+
+  it("unknown endpoints → 404, other methods → 405 with Allow", async () => {
+    expect((await handle(adminRequest("stats", { key: "k" }), adminEnv())).status).toBe(404);
+    const get = await handle(
+      new Request("https://limiter.example/__limiter/status", { headers: { authorization: `Bearer ${TOKEN}` } }),
+      adminEnv(),
+    );
+    expect(get.status).toBe(405);
+    expect(get.headers.get("Allow")).toBe("POST");
+  });
+
+  it("keys no request could use → 422: no plan, or not matching key.pattern", async () => {
+    const noDefault = { plans: [{ name: "free", key_prefix: "free_", limits: [{ limit: 3, window: "1m" }] }] };
+    const res = await handle(adminRequest("status", { key: "other" }), adminEnv({}, noDefault));
+    expect(res.status).toBe(422);
+    expect((await problemBody(res)).detail).toMatch(/matches no plan/);
+    const patterned = { ...RL, key: { pattern: "k_[a-z0-9-]+" } };
+    expect((await handle(adminRequest("status", { key: "K_1" }), adminEnv({}, patterned))).status).toBe(422);
+  });
+});
+
+describe("status", () => {
+  it("of a key never seen: the plan's limits unused, and no stored state is created", async () => {
+    const key = freshKey("free_");
+    const s = await admin(adminEnv(), "status", { key });
+    expect(s).toMatchObject({
+      key_id: await keyId(`key:${key}`),
+      plan: "free",
+      unlimited: false,
+      stored: false,
+      limits: [
+        {
+          name: "per-minute",
+          limit: 3,
+          window_ms: 60_000,
+          tick_ms: 1,
+          used: 0,
+          remaining: 3,
+          reset_ms: 0,
+          source: "plan",
+        },
+      ],
+      block: null,
+      override: null,
+      history: { limit: "per-minute", window_ms: 60_000, bucket_ms: 1000, ahead: 0 },
+    });
+    expect((s.history as { counts: number[] }).counts).toEqual(new Array(60).fill(0));
+    expect(JSON.stringify(s)).not.toContain(key);
+    await runInDurableObject(env.LIMITER.getByName(`key:${key}`), (_: RateLimiter, state) => {
+      expect(state.storage.sql.exec("SELECT name FROM sqlite_master").toArray()).toEqual([]);
+    });
+  });
+
+  it("counts what was granted and consumes nothing", async () => {
+    const e = adminEnv();
+    const key = freshKey("free_");
+    for (let i = 0; i < 2; i++) expect((await handle(request(key), e)).status).toBe(200);
+    for (let i = 0; i < 3; i++) {
+      const s = await admin(e, "status", { key });
+      expect(s.limits).toMatchObject([{ used: 2, remaining: 1 }]);
+      expect((s.history as { counts: number[] }).counts.reduce((a, b) => a + b)).toBe(2);
+      expect(s.stored).toBe(true);
+    }
+    expect((await handle(request(key), e)).status).toBe(200);
+    expect((await handle(request(key), e)).status).toBe(429);
+    expect(await arrivalsFor(key)).toHaveLength(3);
+  });
+
+  it("of a key on an unlimited plan answers without asking any object", async () => {
+    const spy = spyLimiter();
+    const s = await admin(adminEnv({ LIMITER: spy.namespace }), "status", { key: freshKey("live_") });
+    expect(s).toMatchObject({ plan: "live", unlimited: true, limits: [], history: null });
+    expect(spy.calls).toEqual([]);
+  });
+});
+
+describe("reset", () => {
+  it("lets a used-up key through again, and logs the action without the key", async () => {
+    const log = vi.spyOn(console, "log").mockImplementation(() => {});
+    const e = adminEnv();
+    const key = freshKey("free_");
+    for (let i = 0; i < 3; i++) await handle(request(key), e);
+    expect((await handle(request(key), e)).status).toBe(429);
+    const s = await admin(e, "reset", { key });
+    expect(s.limits).toMatchObject([{ used: 0, remaining: 3 }]);
+    // This isolate's cached denial went with it: the next request asks the object and passes.
+    expect((await handle(request(key), e)).status).toBe(200);
+    const lines = log.mock.calls.map((c) => String(c[0]));
+    expect(lines.map((l) => JSON.parse(l))).toContainEqual({
+      event: "admin",
+      action: "reset",
+      key_id: await keyId(`key:${key}`),
+      plan: "free",
+    });
+    for (const l of lines) expect(l).not.toContain(key);
+  });
+
+  it("on an unlimited plan → 409", async () => {
+    const res = await handle(adminRequest("reset", { key: freshKey("live_") }), adminEnv());
+    expect(res.status).toBe(409);
+    expect((await problemBody(res)).detail).toMatch(/unlimited/);
+  });
+});
+
+describe("block and unblock", () => {
+  it("every request gets 429 blocked with an honest Retry-After until it ends; unblock lifts it", async () => {
+    vi.spyOn(console, "log").mockImplementation(() => {});
+    const decisions: DecisionEvent[] = [];
+    const e = adminEnv();
+    const key = freshKey();
+    expect((await handle(request(key), e)).status).toBe(200);
+    const until = Date.now() + 90_000;
+    const s = await admin(e, "block", { key, until: new Date(until).toISOString() });
+    expect(s.block).toMatchObject({ until: new Date(until).toISOString(), until_ms: until });
+    for (let i = 0; i < 3; i++) {
+      const res = await handle(request(key), e, { onDecision: (d) => decisions.push(d) });
+      expect(res.status).toBe(429);
+      const retryAfter = Number(res.headers.get("Retry-After"));
+      expect(retryAfter).toBeGreaterThanOrEqual(89);
+      expect(retryAfter).toBeLessThanOrEqual(90);
+      expect(res.headers.get("RateLimit")).toBe(`"per-minute";r=0;t=${retryAfter}`);
+      const body = await problemBody(res);
+      expect(body.detail).toMatch(/blocked by an operator/);
+      expect(body.violated_policies).toEqual([]);
+    }
+    // The first asked the object, the next came from the deny cache: both say why.
+    expect(decisions.map((d) => d.reason)).toEqual(["blocked", "blocked", "blocked"]);
+    expect(decisions[0]?.result?.blockedBy).toBe(until);
+    expect(await arrivalsFor(key)).toHaveLength(1);
+
+    const lifted = await admin(e, "unblock", { key });
+    expect(lifted.block).toBeNull();
+    expect((await handle(request(key), e)).status).toBe(200);
+  });
+
+  it("takes a duration (for) instead of a time; rejects times in the past, both or neither", async () => {
+    const e = adminEnv();
+    const key = freshKey();
+    const s = await admin(e, "block", { key, for: "10m" });
+    expect((s.block as { remaining_ms: number }).remaining_ms).toBeGreaterThan(599_000);
+    for (const [body, detail] of [
+      [{ key }, /"until" .* or "for" .*: required/],
+      [{ key, until: Date.now() - 1 }, /^until: .* is not in the future/],
+      [{ key, until: "tomorrow" }, /^until: expected an ISO time/],
+      [{ key, until: Date.now() + 1000, for: "1m" }, /give "until" or "for", not both/],
+      [{ key, for: "1 sec" }, /^for: /],
+    ] as const) {
+      const res = await handle(adminRequest("block", body), e);
+      expect(res.status).toBe(400);
+      expect((await problemBody(res)).detail).toMatch(detail);
+    }
+  });
+
+  it("drops this isolate's leases for the key: the next request is refused at once", async () => {
+    vi.spyOn(console, "log").mockImplementation(() => {});
+    const e = adminEnv();
+    const key = freshKey("fast_");
+    const name = `key:${key}`;
+    for (
+      let i = 0;
+      i < 40 &&
+      !isolateLeases()
+        .get(name)
+        ?.held.some((h) => h.left > 0);
+      i++
+    ) {
+      expect((await handle(request(key), e)).status).toBe(200);
+    }
+    expect(
+      isolateLeases()
+        .get(name)
+        ?.held.some((h) => h.left > 0),
+    ).toBe(true);
+    await admin(e, "block", { key, for: "1m" });
+    expect(isolateLeases().get(name)).toBeUndefined();
+    expect((await handle(request(key), e)).status).toBe(429);
+  });
+
+  it("reaches an isolate that holds leases (blocked elsewhere) within one lease lifetime", async () => {
+    vi.spyOn(console, "log").mockImplementation(() => {});
+    const e = adminEnv();
+    const key = freshKey("fast_");
+    const name = `key:${key}`;
+    for (
+      let i = 0;
+      i < 40 &&
+      !isolateLeases()
+        .get(name)
+        ?.held.some((h) => h.left > 0);
+      i++
+    )
+      await handle(request(key), e);
+    // Another isolate's operator: the object is blocked, this isolate is not told.
+    await env.LIMITER.getByName(name).block(Date.now() + 60_000);
+    const blockedAt = Date.now();
+    let firstRefusal = 0;
+    const waitUntil: Promise<unknown>[] = [];
+    while (Date.now() - blockedAt < 2000) {
+      const res = await handle(request(key), e, { waitUntil: (p) => waitUntil.push(p) });
+      if (res.status === 429) {
+        firstRefusal = Date.now();
+        break;
+      }
+    }
+    await Promise.all(waitUntil);
+    expect(firstRefusal).toBeGreaterThan(0);
+    expect(firstRefusal - blockedAt).toBeLessThanOrEqual(50 + 100); // the plan's lease lifetime (1s / 20) + slack
+    expect(isolateLeases().get(name)?.held.length ?? 0).toBe(0);
+  });
+
+  it("on an unlimited plan → 409", async () => {
+    expect((await handle(adminRequest("block", { key: freshKey("live_"), for: "1m" }), adminEnv())).status).toBe(409);
+  });
+});
+
+describe("override", () => {
+  it("replaces the plan's limits from the key's next decision, in its headers too, until removed", async () => {
+    vi.spyOn(console, "log").mockImplementation(() => {});
+    const e = adminEnv();
+    const key = freshKey("free_");
+    expect((await handle(request(key), e)).headers.get("RateLimit-Policy")).toBe('"per-minute";q=3;w=60');
+    const s = await admin(e, "override", {
+      key,
+      limits: [
+        { limit: 6, window: "1m", name: "vip-minute" },
+        { limit: 100, window: "1h" },
+      ],
+    });
+    expect(s.override).toEqual({
+      limits: [
+        { name: "vip-minute", limit: 6, window_ms: 60_000, tick_ms: 1 },
+        { name: "per-hour", limit: 100, window_ms: 3_600_000, tick_ms: 1 },
+      ],
+      expires: null,
+      expires_ms: null,
+    });
+    expect(s.limits).toMatchObject([
+      { name: "vip-minute", used: 1, remaining: 5, source: "override" },
+      { name: "per-hour", used: 1, remaining: 99, source: "override" },
+    ]);
+    const statuses: number[] = [];
+    let last: Response | null = null;
+    for (let i = 0; i < 6; i++) {
+      last = await handle(request(key), e);
+      statuses.push(last.status);
+    }
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 429]);
+    expect(last?.headers.get("RateLimit-Policy")).toBe('"vip-minute";q=6;w=60, "per-hour";q=100;w=3600');
+    expect(((await problemBody(last as Response)) as { violated_policies: string[] }).violated_policies).toEqual([
+      "vip-minute",
+    ]);
+
+    const removed = await admin(e, "override/delete", { key });
+    expect(removed.override).toBeNull();
+    const again = await handle(request(key), e);
+    expect(again.status).toBe(429); // 6 granted still count against the plan's 3
+    expect(again.headers.get("RateLimit-Policy")).toBe('"per-minute";q=3;w=60');
+  });
+
+  it("expires on its own (expires or for)", async () => {
+    const e = adminEnv();
+    const key = freshKey("free_");
+    const s = await admin(e, "override", { key, limits: [{ limit: 50, window: "1m" }], for: "300ms" });
+    expect((s.override as { expires_ms: number }).expires_ms).toBeGreaterThan(Date.now());
+    expect((await handle(request(key), e)).headers.get("RateLimit-Policy")).toBe('"per-minute";q=50;w=60');
+    await new Promise((r) => setTimeout(r, 350));
+    expect((await handle(request(key), e)).headers.get("RateLimit-Policy")).toBe('"per-minute";q=3;w=60');
+    expect((await admin(e, "status", { key })).override).toBeNull();
+  });
+
+  it("validates the limits with the config parser's rules, naming the field", async () => {
+    for (const [limits, detail] of [
+      [undefined, /^limits: required/],
+      [[], /^limits: expected at least one limit/],
+      [[{ limit: 5, window: "1 sec" }], /^limits\[0\]\.window: /],
+      [[{ limit: -1, window: "1s" }], /^limits\[0\]\.limit: expected a positive integer/],
+      [[{ limit: 5, window: "1s", burst: 2 }], /^limits\[0\]\.burst: unknown setting/],
+    ] as const) {
+      const res = await handle(adminRequest("override", { key: freshKey(), limits }), adminEnv());
+      expect(res.status).toBe(400);
+      expect((await problemBody(res)).detail).toMatch(detail);
+    }
+  });
+});
+
+describe("concurrent traffic on the key", () => {
+  it("status and reset interleaved with a burst never let more through than the limit allows around them", async () => {
+    vi.spyOn(console, "log").mockImplementation(() => {});
+    const e = adminEnv();
+    const key = freshKey("free_");
+    const burst = () => Array.from({ length: 12 }, () => handle(request(key), e).then((r) => r.status));
+    const first = await Promise.all([...burst(), handle(adminRequest("status", { key }), e).then((r) => r.status)]);
+    expect(first.filter((s) => s === 200)).toHaveLength(3 + 1); // three grants, and the status call
+    const second = await Promise.all([
+      ...burst(),
+      handle(adminRequest("reset", { key }), e).then((r) => r.status),
+      ...burst(),
+    ]);
+    const granted = second.filter((s) => s === 200).length - 1; // less the reset's own 200
+    expect(granted).toBeLessThanOrEqual(3);
+    const status = await admin(e, "status", { key });
+    expect((status.limits as { used: number }[])[0]?.used).toBe(granted);
+    expect(await arrivalsFor(key)).toHaveLength(3 + granted);
+  });
+});
+
+describe("telemetry", () => {
+  it("writes one data point per decision (not for admin calls), with the key hashed", async () => {
+    vi.spyOn(console, "log").mockImplementation(() => {});
+    const points: AnalyticsEngineDataPoint[] = [];
+    const dataset = { writeDataPoint: (p?: AnalyticsEngineDataPoint) => p && points.push(p) };
+    const e = adminEnv({ LIMITER_ANALYTICS: dataset as AnalyticsEngineDataset });
+    const key = freshKey("free_");
+    const id = await keyId(`key:${key}`);
+    for (let i = 0; i < 5; i++) await handle(request(key), e);
+    await admin(e, "block", { key, for: "1m" });
+    await handle(request(key), e);
+    expect(points).toHaveLength(6);
+    expect(points.map((p) => p.blobs?.[0])).toEqual([
+      "granted",
+      "granted",
+      "granted",
+      // The third grant used the limit up, and the object said so: the deny cache answers.
+      "cached_denial",
+      "cached_denial",
+      "blocked",
+    ]);
+    expect(points[0]).toEqual({ indexes: [id], blobs: ["granted", "free", "allowed", "", "key"], doubles: [1, 1, 0] });
+    expect(points[3]?.blobs).toEqual(["cached_denial", "free", "denied", "per-minute", "key"]);
+    expect(points[3]?.doubles?.[2]).toBeGreaterThan(59_000);
+    expect(JSON.stringify(points)).not.toContain(key);
+  });
+
+  it("logs denials as JSON with the reason and key_id, never the key, at most one a second per key", async () => {
+    const log = vi.spyOn(console, "log").mockImplementation(() => {});
+    const e = adminEnv();
+    const key = freshKey("free_");
+    for (let i = 0; i < 5; i++) await handle(request(key), e);
+    const lines = log.mock.calls.map((c) => String(c[0]));
+    const denied = lines.map((l) => JSON.parse(l)).filter((l) => l.event === "denied");
+    // Two denials (both from the deny cache), one line: the second came within a second of the first.
+    expect(denied).toEqual([
+      {
+        event: "denied",
+        reason: "cached_denial",
+        plan: "free",
+        key_id: await keyId(`key:${key}`),
+        cost: 1,
+        violated: ["per-minute"],
+        retry_after_ms: expect.any(Number),
+        suppressed: 0,
+      },
+    ]);
+    for (const l of lines) expect(l).not.toContain(key);
+  });
+});
