@@ -15,12 +15,12 @@ import type { SlotRow } from "./core/ring.ts";
 const UPSERT =
   "INSERT INTO grants (ring, key, ts, cost) VALUES (?, ?, ?, ?) ON CONFLICT (ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
 
-/** Whether `log` was built for these limits (same N, W and tick, in order): else it must be rebuilt. */
 /** The decision, saying which override's limits it applied. */
 function withOverride(decision: Decision, override: Override | null): Decision {
   return override ? { ...decision, limitsOverride: override.limits } : decision;
 }
 
+/** Whether `log` was built for these limits (same N, W and tick, in order): else it must be rebuilt. */
 function sameLimits(log: KeyLog, limits: readonly LimitSpec[]): boolean {
   const have = log.limits;
   if (!Array.isArray(limits) || have.length !== limits.length) return false;
