@@ -27,7 +27,7 @@ export const MAX_RING_SLOTS = 2048;
 
 /**
  * The most slots one key may need over all its rings (default ticks use at most two rings, so
- * only explicit ticks can reach it): at most 80 KiB of slot arrays plus 32 KiB of free storage
+ * only explicit ticks can reach it): at most 80 KiB of slot arrays plus 16 KiB of free storage
  * keys per key, and at most this many rows to read when the object wakes.
  */
 export const MAX_KEY_SLOTS = 4096;

@@ -48,8 +48,9 @@ export class Ring {
   #mask: number;
   #start = 0;
   #end = 0;
-  /** Storage keys released by slots that left, as a stack. */
-  readonly #free: number[] = [];
+  /** Storage keys released by slots that left, as a stack (allocated on first release). */
+  #free: Int32Array | null = null;
+  #freeCount = 0;
   /** Keys from here to `capacity − 1` were never used. */
   #fresh = 0;
 
@@ -113,12 +114,17 @@ export class Ring {
       taken.add(r.key);
     }
     this.#fresh = this.capacity;
-    for (let k = this.capacity - 1; k >= 0; k--) if (!taken.has(k)) this.#free.push(k);
+    for (let k = this.capacity - 1; k >= 0; k--) if (!taken.has(k)) this.#releaseKey(k);
   }
 
   /** A storage key no slot holds. */
   #takeKey(): number {
-    const key = this.#free.pop() ?? (this.#fresh < this.capacity ? this.#fresh++ : undefined);
+    const key =
+      this.#freeCount > 0
+        ? ((this.#free as Int32Array)[--this.#freeCount] as number)
+        : this.#fresh < this.capacity
+          ? this.#fresh++
+          : undefined;
     if (key === undefined) throw new Error(`ring invariant broken: more than ${this.capacity} slots`);
     return key;
   }
@@ -161,7 +167,7 @@ export class Ring {
       }
       if (m.head === this.#end) m.used = 0;
     }
-    this.#release();
+    this.#freeLeft();
   }
 
   /** Drops every slot at or before `t` from every window (an operator's reset). */
@@ -173,14 +179,15 @@ export class Ring {
       }
       if (m.head === this.#end) m.used = 0;
     }
-    this.#release();
+    this.#freeLeft();
   }
 
   /** Frees the keys of slots that no window holds any more. */
-  #release(): void {
+  #freeLeft(): void {
     let start = this.#end;
     for (const m of this.#members) start = Math.min(start, m.head);
-    for (; this.#start < start; this.#start++) this.#free.push(this.#keyAt(this.#start));
+    for (; this.#start < start; this.#start++) this.#releaseKey(this.#keyAt(this.#start));
+    if (this.size === 0) this.#shrink();
   }
 
   /** Whether `cost` more fits every limit (evicted to now). */
@@ -282,7 +289,31 @@ export class Ring {
     }
     for (const m of this.#members) if (m.head <= i) m.head++;
     this.#start++;
-    this.#free.push(key);
+    this.#releaseKey(key);
+    if (this.size === 0) this.#shrink();
+  }
+
+  /** Puts a key no slot holds any more on the free stack. */
+  #releaseKey(key: number): void {
+    if (this.#free === null) this.#free = new Int32Array(this.capacity);
+    this.#free[this.#freeCount++] = key;
+  }
+
+  /**
+   * An empty ring holds nothing that counts: every stored row is dead, so keys start again from 0
+   * and memory goes back to its initial size (an idle key costs what a new one does).
+   */
+  #shrink(): void {
+    this.#free = null;
+    this.#freeCount = 0;
+    this.#fresh = 0;
+    const size = Math.min(16, nextPowerOfTwo(this.capacity));
+    if (this.#mask + 1 > size) {
+      this.#ts = new Float64Array(size);
+      this.#cost = new Float64Array(size);
+      this.#key = new Int32Array(size);
+      this.#mask = size - 1;
+    }
   }
 }
 

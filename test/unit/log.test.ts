@@ -235,6 +235,18 @@ describe("KeyLog edge cases", () => {
     }
   });
 
+  it("shrinks a ring back to its initial size once everything in it has left", () => {
+    const log = new KeyLog([{ limit: 2000, windowMs: 2000 }]);
+    for (let t = 0; t < 2000; t++) log.take(t, { cost: 1 });
+    const ring = log.rings[0];
+    expect(ring?.allocated).toBeGreaterThanOrEqual(2000);
+    log.peek(4000);
+    expect(ring?.size).toBe(0);
+    expect(ring?.allocated).toBe(16);
+    // Every stored row is dead now: storage keys start again from 0.
+    expect(log.take(4000, { cost: 1 }).writes[0]?.key).toBe(0);
+  });
+
   it("rounds grants up to the tick, records a lease at now + lifetime, and never earlier than the newest slot", () => {
     const log = new KeyLog([{ limit: 1000, windowMs: 60_000, tickMs: 1000 }]);
     expect(log.take(1, { cost: 1 }).writes[0]?.ts).toBe(1000);
