@@ -56,6 +56,9 @@ const RATE_TAU_MS = 1_000;
 /** A key seen less often than this many times per time constant gets no lease. */
 const MIN_SCORE = 2;
 
+/** A lease is asked for only when its lifetime is at least this many recent object round trips. */
+const RTT_LIFETIMES = 4;
+
 /** Safety margin subtracted from a lease's lifetime (ms). */
 export function leaseMargin(lifetimeMs: number): number {
   return 1 + Math.floor(lifetimeMs / 50);
@@ -64,6 +67,7 @@ export function leaseMargin(lifetimeMs: number): number {
 export class LeaseTable {
   readonly #entries = new Map<string, KeyLeases>();
   readonly #max: number;
+  #rttMs = 0;
 
   constructor(max = 10_000) {
     this.#max = max;
@@ -138,7 +142,20 @@ export class LeaseTable {
    */
   want(e: KeyLeases, lifetimeMs: number, maxUnits: number): number {
     if (e.score < MIN_SCORE || lifetimeMs <= 0) return 0;
+    // A lease arrives a round trip into its lifetime: one that would be mostly over by then is
+    // not worth its units (they count until their record leaves the window, used or not).
+    if (lifetimeMs < RTT_LIFETIMES * this.#rttMs) return 0;
     return Math.min(maxUnits, Math.floor((e.score * lifetimeMs * 1.5) / RATE_TAU_MS));
+  }
+
+  /** Records how long an object call took (ms), for {@link want}: a moving average over recent calls. */
+  observeRtt(ms: number): void {
+    this.#rttMs = this.#rttMs === 0 ? ms : this.#rttMs + (ms - this.#rttMs) / 8;
+  }
+
+  /** The recent object round trip from this isolate (ms). */
+  get rttMs(): number {
+    return this.#rttMs;
   }
 
   /** Whether to ask for the next lease now: the held ones run out (in units or time) before half of it is over. */

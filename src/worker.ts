@@ -490,7 +490,12 @@ function ask(
   limits: readonly Limit[],
   a: { cost: number; leaseUnits: number; leaseMs: number },
 ): Promise<Decision> {
-  const once = () => env.LIMITER.getByName(name).take(limits, a) as Promise<Decision>;
+  const start = Date.now();
+  const once = () =>
+    (env.LIMITER.getByName(name).take(limits, a) as Promise<Decision>).then((d) => {
+      leases.observeRtt(Date.now() - start);
+      return d;
+    });
   const call = once().catch((e: unknown) => {
     if (!isRetryable(e)) throw e;
     console.warn(JSON.stringify({ event: "limiter_retry", key: redact(name), message: errorName(e) }));

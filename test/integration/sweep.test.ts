@@ -56,6 +56,18 @@ function ideal(limits: LimitSpec[], sentAt: number[]): number {
 
 describe.each([
   ["50/500ms", [{ limit: 50, window: "500ms" }], [{ limit: 50, windowMs: 500 }]],
+  // Long enough windows for leases (lifetime 62 ms, up to 25 units): most grants come from them.
+  [
+    "400/2s + 2000/10s",
+    [
+      { limit: 400, window: "2s" },
+      { limit: 2000, window: "10s" },
+    ],
+    [
+      { limit: 400, windowMs: 2000 },
+      { limit: 2000, windowMs: 10_000 },
+    ],
+  ],
   [
     "20/200ms + 60/1s",
     [

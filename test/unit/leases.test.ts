@@ -56,6 +56,21 @@ describe("LeaseTable", () => {
     expect(table.want(hot, 5, 1000)).toBe(0); // under one unit expected in 5 ms at ~95/s
   });
 
+  it("asks for no lease whose lifetime is under four recent round trips to the object", () => {
+    const table = new LeaseTable();
+    const unused: Unused[] = [];
+    let hot = table.touch("hot", SPECS, 0, unused);
+    for (let t = 1; t < 100; t++) hot = table.touch("hot", SPECS, t, unused);
+    expect(table.want(hot, 50, 1000)).toBeGreaterThan(0);
+    table.observeRtt(20);
+    expect(table.rttMs).toBe(20);
+    expect(table.want(hot, 50, 1000)).toBe(0); // a 50 ms lease would arrive 20 ms into its life
+    expect(table.want(hot, 80, 1000)).toBeGreaterThan(0);
+    for (let i = 0; i < 40; i++) table.observeRtt(2);
+    expect(table.rttMs).toBeLessThan(3);
+    expect(table.want(hot, 50, 1000)).toBeGreaterThan(0);
+  });
+
   it("asks for a refill when the held units or time run below half, and never with a call in flight", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
