@@ -44,17 +44,25 @@ export interface KeyLeases {
   limits: readonly LimitSpec[];
   /** Leases being spent, oldest (first to expire) first. */
   readonly held: HeldLease[];
-  /** The lease call in flight for this key, if any: at most one per isolate. */
-  inflight: Promise<void> | null;
+  /**
+   * When this key's lease call went out (local ms), or null: at most one per isolate. A call
+   * older than the object deadline counts as gone (its request may have been cancelled).
+   */
+  inflightSince: number | null;
   /** Requests seen, decayed with a 1 s time constant: about the key's rate per second here. */
   score: number;
   seenAt: number;
+  /** Local time before which no lease is asked: the object refused this key, or had none to give. */
+  quietUntil: number;
 }
 
 /** The time constant of the rate estimate (ms). */
 const RATE_TAU_MS = 1_000;
 /** A key seen less often than this many times per time constant gets no lease. */
 const MIN_SCORE = 2;
+
+/** The least lead (ms) a refill is asked with, however fast recent calls were. */
+const MIN_LEAD_MS = 5;
 
 /** A lease is asked for only when its lifetime is at least this many recent object round trips. */
 const RTT_LIFETIMES = 4;
@@ -82,7 +90,7 @@ export class LeaseTable {
     let e = this.#entries.get(name);
     if (!e) {
       if (this.#entries.size >= this.#max) this.#evictOldest(unused);
-      e = { name, limits, held: [], inflight: null, score: 0, seenAt: now };
+      e = { name, limits, held: [], inflightSince: null, score: 0, seenAt: now, quietUntil: 0 };
       this.#entries.set(name, e);
     }
     e.limits = limits;
@@ -136,16 +144,16 @@ export class LeaseTable {
   }
 
   /**
-   * Units to ask for: what this isolate would use in 1.5 lifetimes at its recent rate for the key,
+   * Units to ask for: what this isolate would use in one lifetime at its recent rate for the key,
    * whole units only. 0 (no lease) when that is under one unit or the key is seen rarely here: a
    * lease nobody uses would cost a call to give it back.
    */
-  want(e: KeyLeases, lifetimeMs: number, maxUnits: number): number {
-    if (e.score < MIN_SCORE || lifetimeMs <= 0) return 0;
+  want(e: KeyLeases, lifetimeMs: number, maxUnits: number, now: number): number {
+    if (e.score < MIN_SCORE || lifetimeMs <= 0 || now < e.quietUntil) return 0;
     // A lease arrives a round trip into its lifetime: one that would be mostly over by then is
     // not worth its units (they count until their record leaves the window, used or not).
     if (lifetimeMs < RTT_LIFETIMES * this.#rttMs) return 0;
-    return Math.min(maxUnits, Math.floor((e.score * lifetimeMs * 1.5) / RATE_TAU_MS));
+    return Math.min(maxUnits, Math.floor((e.score * lifetimeMs) / RATE_TAU_MS));
   }
 
   /** Records how long an object call took (ms), for {@link want}: a moving average over recent calls. */
@@ -158,9 +166,14 @@ export class LeaseTable {
     return this.#rttMs;
   }
 
-  /** Whether to ask for the next lease now: the held ones run out (in units or time) before half of it is over. */
-  needsRefill(e: KeyLeases, now: number, want: number, lifetimeMs: number): boolean {
-    if (e.inflight || want === 0) return false;
+  /**
+   * Whether to ask for the next lease now: the held ones would run out (in units at the key's
+   * recent rate, or in time) within two round trips — just in time for the next to arrive, and
+   * late enough that little of the held ones is left to give back.
+   */
+  needsRefill(e: KeyLeases, now: number, want: number): boolean {
+    if (e.inflightSince !== null || want === 0) return false;
+    const lead = 2 * Math.max(this.#rttMs, MIN_LEAD_MS);
     let left = 0;
     let until = now;
     for (const h of e.held) {
@@ -168,7 +181,7 @@ export class LeaseTable {
       left += h.left;
       until = Math.max(until, h.expiresAt);
     }
-    return left < want / 2 || until - now < lifetimeMs / 2;
+    return left <= Math.ceil((e.score * lead) / RATE_TAU_MS) || until - now <= lead;
   }
 
   /** Keeps a lease granted for a call sent at `sentAt`. */
@@ -189,7 +202,7 @@ export class LeaseTable {
   #evictOldest(unused: Unused[]): void {
     for (const [name, e] of this.#entries) {
       if (this.#entries.size < this.#max) break;
-      if (e.inflight) continue;
+      if (e.inflightSince !== null) continue;
       this.drop(name, unused);
     }
   }

@@ -271,8 +271,11 @@ async function decide(
   let now = Date.now();
   const entry = leasing ? leases.touch(name, limits, now, unused) : undefined;
   try {
-    // A few rounds at most: each waits for the one lease call in flight for this key.
-    for (let round = 0; ; round++) {
+    // While this key's one lease call is out, wait for it — on this request's own timer: a request
+    // must never await a promise another request made (workerd cancels such continuations when
+    // that request ends) — for at most two recent round trips, then ask for itself.
+    const waitDeadline = now + 2 * Math.max(leases.rttMs, WAIT_FLOOR_MS);
+    for (;;) {
       if (entry) {
         const held = leases.spend(entry, cost, now, unused);
         if (held) {
@@ -285,18 +288,19 @@ async function decide(
         const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
         if (blocked && retryAt !== undefined) return cachedDenial(blocked, retryAt, now);
       }
-      if (entry?.inflight && round < 3) {
-        await entry.inflight;
+      if (entry && inFlight(entry, now, config) && now < waitDeadline) {
+        await new Promise((resolve) => setTimeout(resolve, 1));
         now = Date.now();
         continue;
       }
       break;
     }
     // With a call still in flight after the rounds above, this one asks for itself only.
-    const want = entry && !entry.inflight ? leases.want(entry, plan.leaseMs, config.leases.maxUnits) : 0;
+    const want =
+      entry && !inFlight(entry, now, config) ? leases.want(entry, plan.leaseMs, config.leases.maxUnits, now) : 0;
     const sentAt = now;
     const call = ask(env, config, name, limits, { cost, leaseUnits: want, leaseMs: want > 0 ? plan.leaseMs : 0 });
-    if (entry && want > 0) entry.inflight = settle(entry, call, sentAt);
+    if (entry && want > 0) settle(entry, call, sentAt, shortestWindow(limits));
     let result: Decision;
     try {
       result = await call;
@@ -332,17 +336,35 @@ async function decide(
   }
 }
 
-/** Ties a lease call to its key's entry: keeps the lease, and clears the in-flight mark either way. */
-function settle(entry: KeyLeases, call: Promise<Decision>, sentAt: number): Promise<void> {
-  return call.then(
-    (d) => {
-      if (d.lease) leases.add(entry, d.lease, sentAt, d.limits, d.limitsOverride ?? null);
-      entry.inflight = null;
-    },
-    () => {
-      entry.inflight = null;
-    },
-  );
+function shortestWindow(limits: readonly Limit[]): number {
+  return Math.min(...limits.map((l) => l.windowMs));
+}
+
+/** The least a request waits for its key's lease call in flight (ms), however fast recent calls were. */
+const WAIT_FLOOR_MS = 5;
+
+/** Marks the key's lease call as out, and ties it to the entry: keeps the lease, then clears the mark. */
+function settle(entry: KeyLeases, call: Promise<Decision>, sentAt: number, quietMs: number): Promise<void> {
+  entry.inflightSince = sentAt;
+  const done = () => {
+    if (entry.inflightSince === sentAt) entry.inflightSince = null;
+  };
+  return call.then((d) => {
+    if (d.lease) leases.add(entry, d.lease, sentAt, d.limits, d.limitsOverride ?? null);
+    // No lease (the key is near or at its limit): ask for none for a while, so that requests
+    // neither wait on lease calls nor make them while the object decides per request.
+    else entry.quietUntil = sentAt + quietMs;
+    done();
+  }, done);
+}
+
+/**
+ * Whether the key's lease call is still out. A mark older than the object deadline is cleared: the
+ * request that made the call may have been cancelled before its answer could clear it.
+ */
+function inFlight(entry: KeyLeases, now: number, config: Config): boolean {
+  if (entry.inflightSince !== null && now - entry.inflightSince >= config.objectTimeoutMs) entry.inflightSince = null;
+  return entry.inflightSince !== null;
 }
 
 /** Asks for the next lease in the background when the held ones run low (off the request's path). */
@@ -355,10 +377,10 @@ function refill(
   now: number,
   hooks: Hooks,
 ): void {
-  const want = leases.want(entry, plan.leaseMs, config.leases.maxUnits);
-  if (!leases.needsRefill(entry, now, want, plan.leaseMs)) return;
+  const want = leases.want(entry, plan.leaseMs, config.leases.maxUnits, now);
+  if (inFlight(entry, now, config) || !leases.needsRefill(entry, now, want)) return;
   const call = ask(env, config, name, plan.limits ?? [], { cost: 0, leaseUnits: want, leaseMs: plan.leaseMs });
-  entry.inflight = settle(entry, call, now);
+  const settled = settle(entry, call, now, shortestWindow(plan.limits ?? []));
   call.then(
     (d) => {
       remember(name, d, 1, now, true);
@@ -368,7 +390,7 @@ function refill(
     },
     (e) => console.error(JSON.stringify({ event: "lease_refill_failed", key: redact(name), message: errorName(e) })),
   );
-  background(hooks, entry.inflight);
+  background(hooks, settled);
 }
 
 /**

@@ -67,8 +67,11 @@ export class KeyLog {
   readonly maxLeaseUnits: number;
   readonly #places: readonly Place[];
   readonly #minLimit: number;
+  readonly #shortestWindow: number;
   /** The latest time decided at: decisions never go back in time. */
   #clock = Number.NEGATIVE_INFINITY;
+  /** The last time a request that could ever fit was refused: no leases for a shortest window after it. */
+  #refusedAt = Number.NEGATIVE_INFINITY;
 
   /** @throws RangeError naming the bad field */
   constructor(specs: readonly LimitSpec[]) {
@@ -89,6 +92,7 @@ export class KeyLog {
     });
     this.#places = places;
     this.#minLimit = Math.min(...this.limits.map((l) => l.limit));
+    this.#shortestWindow = Math.min(...this.limits.map((l) => l.windowMs));
   }
 
   /**
@@ -156,7 +160,8 @@ export class KeyLog {
    * Decides a request of `ask.cost` at `now` and, when every limit allows it, records it —
    * together with up to `ask.leaseUnits` more units leased ahead when the key is far from every
    * limit. A lease takes at most half of what is left under each limit and at most 1/16 of each
-   * limit, so leases shrink near the limit and vanish there: then this is the per-request path.
+   * limit, so leases shrink near the limit and vanish there, and none for a shortest window after a
+   * refusal: then this is the per-request path.
    *
    * @param now integer milliseconds (fractions are floored; a time before the clock counts as the clock)
    * @throws RangeError for a cost, lease or `now` out of range
@@ -174,11 +179,16 @@ export class KeyLog {
     if (cost === 0 && leaseUnits === 0) throw new RangeError("cost: 0 asks for nothing; ask for a cost or lease units");
     const t = this.#advance(now);
     const allowed = this.rings.every((r) => r.fits(cost));
-    if (!allowed) return { decision: this.#decision(t, cost, false, null), writes: [] };
+    if (!allowed) {
+      if (cost <= this.#minLimit) this.#refusedAt = t;
+      return { decision: this.#decision(t, cost, false, null), writes: [] };
+    }
 
     const lifetime = Math.min(leaseMs, this.maxLeaseMs);
     let extra = 0;
-    if (leaseUnits > 0 && lifetime > 0) {
+    // A key refused within its shortest window is at its limit: leases there would hold units
+    // others are waiting for, so it gets the per-request path until the pressure is gone.
+    if (leaseUnits > 0 && lifetime > 0 && t - this.#refusedAt >= this.#shortestWindow) {
       let room = Number.POSITIVE_INFINITY;
       for (let i = 0; i < this.limits.length; i++) room = Math.min(room, this.#remaining(i) - cost);
       extra = Math.min(leaseUnits, Math.floor(room / 2), this.maxLeaseUnits);

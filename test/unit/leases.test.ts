@@ -43,17 +43,22 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
     const rare = table.touch("rare", SPECS, 0, unused);
-    expect(table.want(rare, 1000, 1000)).toBe(0);
+    expect(table.want(rare, 1000, 1000, 0)).toBe(0);
     table.touch("rare", SPECS, 5000, unused);
-    expect(table.want(rare, 1000, 1000)).toBe(0);
+    expect(table.want(rare, 1000, 1000, 0)).toBe(0);
     // 100 requests in 100 ms: about 100 per second, decayed.
     let hot = table.touch("hot", SPECS, 0, unused);
     for (let t = 1; t < 100; t++) hot = table.touch("hot", SPECS, t, unused);
-    const want = table.want(hot, 1000, 10_000);
-    expect(want).toBeGreaterThan(100);
-    expect(want).toBeLessThan(150);
-    expect(table.want(hot, 1000, 20)).toBe(20);
-    expect(table.want(hot, 5, 1000)).toBe(0); // under one unit expected in 5 ms at ~95/s
+    // One lifetime's worth at that rate.
+    const want = table.want(hot, 1000, 10_000, 0);
+    expect(want).toBeGreaterThan(80);
+    expect(want).toBeLessThanOrEqual(100);
+    expect(table.want(hot, 1000, 20, 0)).toBe(20);
+    expect(table.want(hot, 5, 1000, 0)).toBe(0); // under one unit expected in 5 ms at ~95/s
+    // While the object has no lease to give, none is asked for.
+    hot.quietUntil = 500;
+    expect(table.want(hot, 1000, 10_000, 499)).toBe(0);
+    expect(table.want(hot, 1000, 10_000, 500)).toBeGreaterThan(0);
   });
 
   it("asks for no lease whose lifetime is under four recent round trips to the object", () => {
@@ -61,29 +66,32 @@ describe("LeaseTable", () => {
     const unused: Unused[] = [];
     let hot = table.touch("hot", SPECS, 0, unused);
     for (let t = 1; t < 100; t++) hot = table.touch("hot", SPECS, t, unused);
-    expect(table.want(hot, 50, 1000)).toBeGreaterThan(0);
+    expect(table.want(hot, 50, 1000, 0)).toBeGreaterThan(0);
     table.observeRtt(20);
     expect(table.rttMs).toBe(20);
-    expect(table.want(hot, 50, 1000)).toBe(0); // a 50 ms lease would arrive 20 ms into its life
-    expect(table.want(hot, 80, 1000)).toBeGreaterThan(0);
+    expect(table.want(hot, 50, 1000, 0)).toBe(0); // a 50 ms lease would arrive 20 ms into its life
+    expect(table.want(hot, 80, 1000, 0)).toBeGreaterThan(0);
     for (let i = 0; i < 40; i++) table.observeRtt(2);
     expect(table.rttMs).toBeLessThan(3);
-    expect(table.want(hot, 50, 1000)).toBeGreaterThan(0);
+    expect(table.want(hot, 50, 1000, 0)).toBeGreaterThan(0);
   });
 
-  it("asks for a refill when the held units or time run below half, and never with a call in flight", () => {
+  it("asks for a refill when the held units or time would run out within two round trips, never with a call out", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
-    const e = table.touch("k", SPECS, 0, unused);
-    expect(table.needsRefill(e, 0, 10, 100)).toBe(true);
-    table.add(e, lease(10), 0, LIMITS);
-    expect(table.needsRefill(e, 0, 10, 100)).toBe(false);
-    expect(table.needsRefill(e, 60, 10, 100)).toBe(true); // 38 ms left of a 100 ms lease
-    table.spend(e, 6, 1, unused);
-    expect(table.needsRefill(e, 1, 10, 100)).toBe(true); // 4 of 10 left
-    e.inflight = Promise.resolve();
-    expect(table.needsRefill(e, 1, 10, 100)).toBe(false);
-    expect(table.needsRefill(table.touch("cold", SPECS, 0, unused), 0, 0, 100)).toBe(false);
+    const e = table.touch("k", SPECS, 0, unused); // about 1 request per second: 1 unit in the 10 ms lead
+    expect(table.needsRefill(e, 0, 10)).toBe(true);
+    table.add(e, lease(10), 0, LIMITS); // spendable until 97
+    expect(table.needsRefill(e, 0, 10)).toBe(false);
+    expect(table.needsRefill(e, 86, 10)).toBe(false); // 11 ms left
+    expect(table.needsRefill(e, 87, 10)).toBe(true); // 10 ms left: two round trips of at least 5 ms
+    table.spend(e, 8, 1, unused);
+    expect(table.needsRefill(e, 1, 10)).toBe(false); // 2 left
+    table.spend(e, 1, 1, unused);
+    expect(table.needsRefill(e, 1, 10)).toBe(true); // 1 left: what the lead will use
+    e.inflightSince = 1;
+    expect(table.needsRefill(e, 1, 10)).toBe(false);
+    expect(table.needsRefill(table.touch("cold", SPECS, 0, unused), 0, 0)).toBe(false);
   });
 
   it("stays bounded: the oldest key makes room, and its unused units go back to its own object", () => {

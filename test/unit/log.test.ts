@@ -273,6 +273,22 @@ describe("KeyLog edge cases", () => {
     ).toBeNull();
   });
 
+  it("grants no lease for a shortest window after a refusal: a key at its limit gets the per-request path", () => {
+    const log = new KeyLog([{ limit: 320, windowMs: 1000 }]);
+    log.take(0, { cost: 320 });
+    expect(log.take(10, { cost: 1 }).decision.allowed).toBe(false);
+    // At 1000 everything has left, but the refusal at 10 is less than a window ago.
+    expect(log.take(1000, { cost: 1, leaseUnits: 10, leaseMs: 31 }).decision).toMatchObject({
+      allowed: true,
+      lease: null,
+    });
+    expect(log.take(1010, { cost: 1, leaseUnits: 10, leaseMs: 31 }).decision.lease?.units).toBe(10);
+    // A cost that can never fit is no sign of pressure.
+    const other = new KeyLog([{ limit: 320, windowMs: 1000 }]);
+    expect(other.take(0, { cost: 321 }).decision.neverAllowed).toBe(true);
+    expect(other.take(1, { cost: 1, leaseUnits: 10, leaseMs: 31 }).decision.lease?.units).toBe(10);
+  });
+
   it("gives back unused units and drops a slot that holds nothing any more", () => {
     const log = new KeyLog([{ limit: 1000, windowMs: 1600 }]);
     const d = log.take(0, { cost: 0, leaseUnits: 10, leaseMs: 50 }).decision;

@@ -36,6 +36,8 @@ export class Model {
   /** Records per tick, sorted by time. */
   readonly records = new Map<number, Grant[]>();
   clock = Number.NEGATIVE_INFINITY;
+  /** The last refusal of a cost that could ever fit; a restart forgets it. */
+  refusedAt = Number.NEGATIVE_INFINITY;
 
   constructor(specs: readonly LimitSpec[]) {
     this.limits = normalizeLimits(specs);
@@ -66,6 +68,7 @@ export class Model {
   /** A restart: the records survive, the clock starts again at `now`. */
   restart(now: number): void {
     this.clock = Math.floor(now);
+    this.refusedAt = Number.NEGATIVE_INFINITY;
   }
 
   take(now: number, cost: number, leaseUnits = 0, leaseMs = 0): Decision {
@@ -73,6 +76,8 @@ export class Model {
     this.clock = t;
     const fits = this.limits.map((l) => this.#used(l, t) + cost <= l.limit);
     const allowed = fits.every(Boolean);
+    const shortest = Math.min(...this.limits.map((l) => l.windowMs));
+    if (!allowed && this.limits.every((l) => cost <= l.limit)) this.refusedAt = t;
     let lease: Decision["lease"] = null;
     if (allowed) {
       const lifetime = Math.min(
@@ -80,7 +85,7 @@ export class Model {
         Math.floor(Math.min(...this.limits.map((l) => l.windowMs)) / LEASE_WINDOW_DIVISOR),
       );
       let extra = 0;
-      if (leaseUnits > 0 && lifetime > 0) {
+      if (leaseUnits > 0 && lifetime > 0 && t - this.refusedAt >= shortest) {
         const room = Math.min(...this.limits.map((l) => Math.max(0, l.limit - this.#used(l, t)) - cost));
         const cap = Math.floor(Math.min(...this.limits.map((l) => l.limit)) / LEASE_LIMIT_DIVISOR);
         extra = Math.min(leaseUnits, Math.floor(room / 2), cap);
