@@ -41,6 +41,7 @@ const UTIL = { limit: 1000, windowMs: 10_000, rate: 200, durationMs: QUICK ? 12_
 /** Simulated Worker→object round trips (ms), and the fixed rate and connections of those runs. */
 const RTTS = [0, 10, 50];
 const DIST_RATE = 200;
+const DIST_SECONDS = QUICK ? 1 : 2;
 /** Published prices (BENCHMARKS.md, "Cost per million requests"): $ per Durable Object request and per row written. */
 const PRICE = { request: 0.15e-6, row: 1e-6 };
 /** Requests to one hot key when counting object calls and rows (all answered before counting). */
@@ -604,7 +605,7 @@ async function distance(u: Runtime["urls"]) {
       const o = { urls: [v.url], rate: DIST_RATE, key: v.key, headers: { "x-bench-rtt": String(v.rtt) } };
       await paced({ ...o, duration: 1 });
       if (v.far) await fetch(`${v.url}/__bench/far`);
-      const l = await paced({ ...o, duration: LATENCY_SECONDS });
+      const l = await paced({ ...o, duration: DIST_SECONDS });
       await sleep(v.rtt + 20); // returns and refills after the last answer
       if ((l.statuses[200] ?? 0) !== l.total || l.errors > 0) {
         bad += 1;
@@ -632,7 +633,7 @@ async function distance(u: Runtime["urls"]) {
   const pass = q("pass");
   const addedP50 = new Map<string, number>();
   console.log(
-    `\ndistance: one hot key at an even ${DIST_RATE} req/s (open loop), ${ROUNDS}×${LATENCY_SECONDS} s pooled per row; every object call (take, giveBack) delayed by the round trip (half before, half after); added = p50 − pass-through's p50 in the same phase:`,
+    `\ndistance: one hot key at an even ${DIST_RATE} req/s (open loop), ${ROUNDS}×${DIST_SECONDS} s pooled per row; every object call (take, giveBack) delayed by the round trip (half before, half after); added = p50 − pass-through's p50 in the same phase:`,
   );
   console.log(
     "| variant | p50 (ms) | p99 (ms) | added p50 (ms) | added p99 (ms) | object calls / allowed | decided by the object (not a lease) |",
@@ -701,7 +702,7 @@ async function utilisation(u: Runtime["urls"]) {
 /** Steady overload against each limiter at once; grants are recorded at their decision (bench/http/worker.mts). */
 async function chart(u: Runtime["urls"]): Promise<void> {
   const contenders = [
-    { name: "this limiter (sliding log in a Durable Object)", url: u.chart, key: "chart_limiter" },
+    { name: "this limiter (sliding log in a Durable Object, leases on)", url: u.chart, key: "chart_limiter" },
     { name: "token bucket in a Durable Object (capacity 100, refill 10/s)", url: u.tokenbucket, key: "chart_tb" },
     { name: "fixed window in a Durable Object (aligned 10 s windows)", url: u.fixedwindow, key: "chart_fw" },
     {
