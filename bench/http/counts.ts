@@ -4,8 +4,16 @@
 
 /** What one object's storage saw, counted at the SQL and alarm APIs. */
 export interface StorageCounts {
+  /** `take` calls (per-request decisions, with or without a lease, and lease-only refills). */
   decides: number;
+  /** `take` calls that granted a request's own cost. */
   grants: number;
+  /** `take` calls that came with a lease, and the units they leased. */
+  leases: number;
+  leasedUnits: number;
+  /** `giveBack` calls, and the units they gave back. */
+  giveBacks: number;
+  returnedUnits: number;
   /** `sql.exec` calls that wrote (INSERT/UPDATE/DELETE), and the rows they reported written. */
   writeStatements: number;
   rowsWritten: number;

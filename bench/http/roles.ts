@@ -1,4 +1,4 @@
-/** The bench Worker's roles (see bench/http/worker.mts), one Worker each in the bench's runtime. */
+/** @module The bench Worker's roles (see bench/http/worker.mts) and the Workers that run them in the bench's runtime. */
 export const BENCH_ROLES = [
   "pass",
   "floor",
@@ -9,6 +9,31 @@ export const BENCH_ROLES = [
   "fixedwindow",
   "native",
   "chart",
+  "far",
 ] as const;
 
 export type BenchRole = (typeof BENCH_ROLES)[number];
+
+/** One Worker of the bench bundle: its role, whether leases are on, and whose RateLimiter namespace it shares. */
+export interface BenchWorker {
+  readonly name: string;
+  readonly role: BenchRole;
+  /** `false`: `RATE_LIMIT.leases = false` (today's per-request path). Default: on. */
+  readonly leases?: boolean;
+  /** Share this Worker's RateLimiter objects (another isolate deciding the same keys). */
+  readonly limiterOf?: string;
+}
+
+/**
+ * One Worker per role (named after it), plus: `count-off` and `far-off` (leases off), and
+ * `chart-2`, `chart-3` (two more isolates on `chart`'s objects, for utilisation with three isolates).
+ */
+export const BENCH_WORKERS = [
+  ...BENCH_ROLES.map((role) => ({ name: role, role }) as const),
+  { name: "count-off", role: "count", leases: false },
+  { name: "far-off", role: "far", leases: false },
+  { name: "chart-2", role: "chart", limiterOf: "chart" },
+  { name: "chart-3", role: "chart", limiterOf: "chart" },
+] as const satisfies readonly BenchWorker[];
+
+export type BenchWorkerName = (typeof BENCH_WORKERS)[number]["name"];

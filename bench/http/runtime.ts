@@ -11,9 +11,17 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { convertV4MiniflareOptions, Miniflare } from "miniflare";
-import { BENCH_ROLES, type BenchRole } from "./roles.ts";
+import { BENCH_WORKERS, type BenchRole, type BenchWorker, type BenchWorkerName } from "./roles.ts";
 
-export type { BenchRole };
+export type { BenchRole, BenchWorkerName };
+
+/**
+ * The product's bundle, loaded four times: `product` (leases on, the default), `product-off`
+ * (`RATE_LIMIT.leases = false`: today's per-request path, its own objects), and `product-2`,
+ * `product-3`: two more isolates of the same bundle that share `product`'s RateLimiter namespace
+ * (Miniflare's `durableObjects.<binding>.scriptName`), so three isolates decide one key.
+ */
+export const PRODUCT_WORKERS = ["product", "product-off", "product-2", "product-3"] as const;
 
 const ROOT = resolve(import.meta.dirname, "../..");
 const COMPATIBILITY_DATE = "2026-11-17";
@@ -33,8 +41,8 @@ export interface RuntimeOptions {
 export interface Runtime {
   /** The workerd process (for its CPU time), or null when it cannot be told apart. */
   readonly pid: number | null;
-  /** Base URLs: `product` (the real bundle of src/index.ts), one per bench role, and `baseline` when asked for. */
-  readonly urls: Record<"product" | BenchRole, string> & { baseline?: string };
+  /** Base URLs: the product's Workers ({@link PRODUCT_WORKERS}), one per bench Worker, and `baseline` when asked for. */
+  readonly urls: Record<(typeof PRODUCT_WORKERS)[number] | BenchWorkerName, string> & { baseline?: string };
   dispose(): Promise<void>;
 }
 
@@ -92,56 +100,61 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
   const bench = join(build(join(ROOT, "bench/http/wrangler.toml"), join(tmp, "bench")), "worker.js");
   const socket = [{ host: "127.0.0.1", port: 0 }];
   const vars = { ORIGIN: o.origin, RATE_LIMIT: o.rateLimit as never };
-  const roles = BENCH_ROLES;
+  const leasesOff = { ORIGIN: o.origin, RATE_LIMIT: { ...(o.rateLimit as object), leases: false } as never };
+  const sqlite = (className: string, scriptName?: string) => ({
+    className,
+    useSQLite: true,
+    ...(scriptName ? { scriptName } : {}),
+  });
+  /** The product's bundle as Worker `name`; `limiterOf`: share that Worker's RateLimiter namespace (another isolate, same objects). */
+  const productWorker = (name: string, path: string, bindings: typeof vars, limiterOf?: string) => ({
+    name,
+    modules: true as const,
+    scriptPath: path,
+    modulesRoot: dirname(path),
+    compatibilityDate: COMPATIBILITY_DATE,
+    bindings,
+    durableObjects: { LIMITER: sqlite("RateLimiter", limiterOf) },
+    unsafeDirectSockets: socket,
+  });
+  const benchWorker = (w: BenchWorker) => ({
+    name: w.name,
+    modules: true as const,
+    scriptPath: bench,
+    modulesRoot: dirname(bench),
+    compatibilityDate: COMPATIBILITY_DATE,
+    bindings: {
+      ...(w.leases === false ? leasesOff : vars),
+      BENCH_ROLE: w.role,
+      CHART_LIMIT: o.chartLimit,
+      CHART_WINDOW_MS: o.chartWindowMs,
+    },
+    durableObjects: {
+      LIMITER: sqlite(w.role === "count" ? "CountingRateLimiter" : "RateLimiter", w.limiterOf),
+      TOKEN_BUCKET: sqlite("TokenBucket"),
+      FIXED_WINDOW: sqlite("FixedWindow"),
+      NOOP: sqlite("Noop"),
+    },
+    ratelimits: {
+      NATIVE: { namespace_id: `${w.name}-1`, simple: { limit: 1_000_000_000, period: 10 as const } },
+      NATIVE_CHART: { namespace_id: `${w.name}-2`, simple: { limit: o.chartLimit, period: 10 as const } },
+    },
+    unsafeDirectSockets: socket,
+  });
+  const benchWorkers = BENCH_WORKERS;
   // Miniflare 5 takes wrangler-shaped configs; its converter accepts the v4 options used here.
+  // Every Worker is its own isolate; those given `scriptName` share another Worker's objects.
   const before = workerdChildren();
   const mf = new Miniflare(
     convertV4MiniflareOptions({
       resourcePersistencePath: state,
       workers: [
-        {
-          name: "product",
-          modules: true,
-          scriptPath: product,
-          modulesRoot: dirname(product),
-          compatibilityDate: COMPATIBILITY_DATE,
-          bindings: vars,
-          durableObjects: { LIMITER: { className: "RateLimiter", useSQLite: true } },
-          unsafeDirectSockets: socket,
-        },
-        ...(baseline
-          ? [
-              {
-                name: "baseline",
-                modules: true as const,
-                scriptPath: baseline,
-                modulesRoot: dirname(baseline),
-                compatibilityDate: COMPATIBILITY_DATE,
-                bindings: vars,
-                durableObjects: { LIMITER: { className: "RateLimiter", useSQLite: true } },
-                unsafeDirectSockets: socket,
-              },
-            ]
-          : []),
-        ...roles.map((role) => ({
-          name: role,
-          modules: true as const,
-          scriptPath: bench,
-          modulesRoot: dirname(bench),
-          compatibilityDate: COMPATIBILITY_DATE,
-          bindings: { ...vars, BENCH_ROLE: role, CHART_LIMIT: o.chartLimit, CHART_WINDOW_MS: o.chartWindowMs },
-          durableObjects: {
-            LIMITER: { className: role === "count" ? "CountingRateLimiter" : "RateLimiter", useSQLite: true },
-            TOKEN_BUCKET: { className: "TokenBucket", useSQLite: true },
-            FIXED_WINDOW: { className: "FixedWindow", useSQLite: true },
-            NOOP: { className: "Noop", useSQLite: true },
-          },
-          ratelimits: {
-            NATIVE: { namespace_id: `${role}-1`, simple: { limit: 1_000_000_000, period: 10 as const } },
-            NATIVE_CHART: { namespace_id: `${role}-2`, simple: { limit: o.chartLimit, period: 10 as const } },
-          },
-          unsafeDirectSockets: socket,
-        })),
+        productWorker("product", product, vars),
+        productWorker("product-off", product, leasesOff),
+        productWorker("product-2", product, vars, "product"),
+        productWorker("product-3", product, vars, "product"),
+        ...(baseline ? [productWorker("baseline", baseline, vars)] : []),
+        ...benchWorkers.map(benchWorker),
       ],
     }),
   );
@@ -150,7 +163,8 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
   try {
     await mf.ready;
     started = workerdChildren().filter((p) => !before.includes(p));
-    for (const name of ["product", ...roles] as const) urls[name] = (await mf.unsafeGetDirectURL(name)).origin;
+    for (const name of PRODUCT_WORKERS) urls[name] = (await mf.unsafeGetDirectURL(name)).origin;
+    for (const w of benchWorkers) urls[w.name] = (await mf.unsafeGetDirectURL(w.name)).origin;
     if (baseline) urls.baseline = (await mf.unsafeGetDirectURL("baseline")).origin;
   } catch (e) {
     await mf.dispose().catch(() => {});

@@ -8,7 +8,13 @@
  *   returns what that object wrote.
  * - `tokenbucket`, `fixedwindow`: a classic Durable Object limiter in front of the same `proxy()`.
  * - `native`: Cloudflare's rate-limit binding (`env.NATIVE.limit({ key })`), as Miniflare simulates it.
- * - `chart`: the limiter's `handle()` unchanged (deny cache on), observing its decisions.
+ * - `chart`: the limiter's `handle()` unchanged (deny cache on), observing its decisions: grant
+ *   times of `chart_` keys, and every decision (time, allowed, reason) of `util_` keys
+ *   (`GET /__bench/decisions` returns them and forgets them).
+ * - `far`: the limiter's `handle()` with its LIMITER namespace wrapped so that every object call
+ *   (`take` and `giveBack`) takes a simulated Worker→object round trip longer: half of the
+ *   `x-bench-rtt` header's milliseconds before the call, half after its answer. The wrapper counts
+ *   the calls and `onDecision` the reasons (`GET /__bench/far` returns them and resets them).
  * - `floor`: one call to a Durable Object that does nothing (`Noop`), then `proxy()`: what any
  *   limiter that asks an object per request costs at least.
  * - `stand-in`: the limiter's `handle()` with an in-isolate stand-in for the object (always allows,
@@ -51,10 +57,10 @@ interface BenchEnv extends WorkerEnv {
 
 /** The limiter's object with its storage calls counted (a bench-only subclass; behaviour unchanged). */
 export class CountingRateLimiter extends RateLimiter {
-  #counts = { decides: 0, grants: 0, writeStatements: 0, rowsWritten: 0, slotRowsWritten: 0, setAlarms: 0 };
+  #counts = newCounts();
 
   constructor(ctx: DurableObjectState, env: Env) {
-    const counts = { decides: 0, grants: 0, writeStatements: 0, rowsWritten: 0, slotRowsWritten: 0, setAlarms: 0 };
+    const counts = newCounts();
     const sql = ctx.storage.sql;
     const exec = sql.exec.bind(sql);
     Object.defineProperty(sql, "exec", {
@@ -83,7 +89,17 @@ export class CountingRateLimiter extends RateLimiter {
     const result = await super.take(...args);
     this.#counts.decides += 1;
     if (result.allowed && result.cost > 0) this.#counts.grants += 1;
+    if (result.lease) {
+      this.#counts.leases += 1;
+      this.#counts.leasedUnits += result.lease.units;
+    }
     return result;
+  }
+
+  override giveBack(...args: Parameters<RateLimiter["giveBack"]>): number {
+    this.#counts.giveBacks += 1;
+    this.#counts.returnedUnits += args[2];
+    return super.giveBack(...args);
   }
 
   stats(): StorageCounts {
@@ -93,21 +109,87 @@ export class CountingRateLimiter extends RateLimiter {
   }
 }
 
+function newCounts() {
+  return {
+    decides: 0,
+    grants: 0,
+    leases: 0,
+    leasedUnits: 0,
+    giveBacks: 0,
+    returnedUnits: 0,
+    writeStatements: 0,
+    rowsWritten: 0,
+    slotRowsWritten: 0,
+    setAlarms: 0,
+  };
+}
+
 /** Bypasses the deny cache: the entry `remember()` just made is dropped before any other request can read it. */
 const noDenyCache: Hooks = { onDecision: (e) => isolateDenyCache().delete(e.name) };
 
 /** Decision times of grants to `chart_` keys, in this isolate. */
 let grants: number[] = [];
+/** Every decision on a `util_` key in this isolate: [object name, time, allowed (1/0), reason]. */
+let decisions: [string, number, number, string][] = [];
 const observeGrants: Hooks = {
   onDecision: (e) => {
     if (e.allowed && e.name.startsWith("key:chart_")) grants.push(e.at);
+    if (e.name.startsWith("key:util_")) decisions.push([e.name, e.at, e.allowed ? 1 : 0, e.reason]);
   },
 };
+
+/** The `far` role's counts in this isolate: object calls made through the delayed namespace, and decisions by reason. */
+let far = { take: 0, giveBack: 0, reasons: {} as Record<string, number> };
+const observeFar: Hooks = {
+  onDecision: (e) => {
+    far.reasons[e.reason] = (far.reasons[e.reason] ?? 0) + 1;
+  },
+};
+
+/** The hooks plus the runtime's `waitUntil`, as src/index.ts passes it (lease refills and returns run after the response). */
+function withCtx(hooks: Hooks, ctx: ExecutionContext): Hooks {
+  return { ...hooks, waitUntil: (p) => ctx.waitUntil(p) };
+}
+
+const sleep = (ms: number) => (ms > 0 ? new Promise<void>((r) => setTimeout(r, ms)) : Promise.resolve());
+
+/**
+ * The real namespace behind a simulated distance: every `take` and `giveBack` waits `rttMs / 2`
+ * before it reaches the object and `rttMs / 2` after its answer, and is counted.
+ */
+function distant(ns: WorkerEnv["LIMITER"], rttMs: number): WorkerEnv["LIMITER"] {
+  const half = rttMs / 2;
+  return {
+    getByName(name: string) {
+      const stub = ns.getByName(name);
+      return {
+        async take(...args: Parameters<RateLimiter["take"]>): Promise<Decision> {
+          far.take += 1;
+          await sleep(half);
+          const d = await stub.take(...args);
+          await sleep(half);
+          return d as Decision;
+        },
+        async giveBack(...args: Parameters<RateLimiter["giveBack"]>): Promise<number> {
+          far.giveBack += 1;
+          await sleep(half);
+          const n = await stub.giveBack(...args);
+          await sleep(half);
+          return n;
+        },
+      };
+    },
+  } as unknown as WorkerEnv["LIMITER"];
+}
+
+/** Envs with the delayed namespace, one per env and round trip (made once: spreading env is not the Worker's work). */
+const farEnvs = new WeakMap<BenchEnv, Map<number, WorkerEnv>>();
 
 /** An object namespace whose every object allows at once, in the isolate (no RPC, no storage). */
 const standInObject = {
   getByName: () => ({
-    take: (limits: readonly unknown[]): Decision => {
+    // A promise, as an RPC stub's method returns (the Worker chains `.catch` on it).
+    take: async (limits: readonly unknown[]): Promise<Decision> => {
       const now = Date.now();
       return {
         allowed: true,
@@ -129,7 +211,7 @@ const denied = () =>
   new Response('{"title":"Too Many Requests"}', { status: 429, headers: { "content-type": "application/json" } });
 
 export default {
-  async fetch(request, env): Promise<Response> {
+  async fetch(request, env, ctx): Promise<Response> {
     const config = configFor(env);
     if (config instanceof ConfigError) return new Response(config.message, { status: 500 });
     const send = (r: Request) => fetch(r);
@@ -141,9 +223,33 @@ export default {
         grants = [];
         return out;
       }
-      return handle(request, env, observeGrants);
+      if (new URL(request.url).pathname === "/__bench/decisions") {
+        const out = Response.json(decisions);
+        decisions = [];
+        return out;
+      }
+      return handle(request, env, withCtx(observeGrants, ctx));
     }
-    if (role === "nocache") return handle(request, env, noDenyCache);
+    if (role === "far") {
+      if (new URL(request.url).pathname === "/__bench/far") {
+        const out = Response.json(far);
+        far = { take: 0, giveBack: 0, reasons: {} };
+        return out;
+      }
+      const rtt = Number(request.headers.get("x-bench-rtt") ?? 0);
+      let byRtt = farEnvs.get(env);
+      if (!byRtt) {
+        byRtt = new Map();
+        farEnvs.set(env, byRtt);
+      }
+      let e = byRtt.get(rtt);
+      if (!e) {
+        e = { ...env, LIMITER: distant(env.LIMITER, rtt) };
+        byRtt.set(rtt, e);
+      }
+      return handle(request, e, withCtx(observeFar, ctx));
+    }
+    if (role === "nocache") return handle(request, env, withCtx(noDenyCache, ctx));
     if (role === "floor") {
       const key = request.headers.get("x-api-key") ?? "";
       await (env.NOOP as DurableObjectNamespace<Noop>)
@@ -158,7 +264,7 @@ export default {
         e = { ...env, LIMITER: standInObject };
         standInEnvs.set(env, e);
       }
-      return handle(request, e);
+      return handle(request, e, { waitUntil: (p) => ctx.waitUntil(p) });
     }
     if (role === "count") {
       const url = new URL(request.url);
@@ -168,7 +274,7 @@ export default {
         ) as unknown as DurableObjectStub<CountingRateLimiter>;
         return Response.json(await stub.stats());
       }
-      return handle(request, env, noDenyCache);
+      return handle(request, env, withCtx(noDenyCache, ctx));
     }
     const key = request.headers.get("x-api-key") ?? "";
     const chart = key.startsWith("chart_");
