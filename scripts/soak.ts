@@ -6,12 +6,16 @@
  *   npm run soak -- --runner wrangler              # under `wrangler dev` instead
  *   npm run soak -- --target floor                 # a no-op Durable Object per key instead of the limiter
  *
- * Starts the recording origin and the limiter's deployable bundle in workerd — by default through
- * Miniflare's API with a direct socket (bench/http/runtime.ts, no dev proxy), or under `wrangler dev`
+ * Starts the recording origin and the limiter (src/'s Worker and object, bundled with the test-only entry
+ * test/e2e/worker/lease-entry.ts that counts where grants came from) in workerd — by default through Miniflare's
+ * API with a direct socket (test/support/workers.ts, no dev proxy), or under `wrangler dev`
  * (test/support/harness.ts) — drives it with concurrent HTTP clients over a skewed key distribution (a few hot
  * keys, a long tail) on 127.0.0.1 only, samples workerd's memory every second, and judges: no unexpected status
  * (only 200 and 429), every key's sliding windows at the origin hold at most N (allowing the measured
  * send-to-arrival latency), and memory that settles and stays under its ceiling. Exits 1 if a check fails.
+ * Leases are on (the default): every other hot key has limits that lease (200/1s + 5000/1m), the rest keep
+ * 5/1s + 30/10s (under 16: never leased); the report gives, per plan, the grants spent from leases and the object
+ * calls per grant.
  *
  * Memory (scripts/soak-memory.ts): workerd settles after a number of requests, not after a fixed time, so
  * `--warmup` is the least warm-up: it goes on until memory has stopped rising, up to `--max-warmup`, and only
@@ -29,9 +33,11 @@ import { tmpdir } from "node:os";
 import { parseArgs } from "node:util";
 import { startRuntime } from "../bench/http/runtime.ts";
 import { startLimiter, tempDir } from "../test/support/harness.ts";
+import type { IsolateReport } from "../test/support/lease-report.ts";
 import { type Origin, startOrigin } from "../test/support/origin.ts";
 import { groupPids, type Memory, memoryOf, sumMemory } from "../test/support/proc.ts";
 import { judgeWindows, maxSendToArrival } from "../test/support/window.ts";
+import { buildBundle, startWorkers } from "../test/support/workers.ts";
 import { hasSettled, judgeMemory, SETTLE_WINDOW_MS } from "./soak-memory.ts";
 
 const { values } = parseArgs({
@@ -74,37 +80,84 @@ for (const [name, v, min, max] of [
     throw new Error(`${name}: an integer from ${min} to ${max}, got ${v}`);
 }
 
+/** Most keys: limits under 16, which never lease (every grant is the object's decision). */
 const LIMITS = [
   { limit: 5, windowMs: 1000 },
   { limit: 30, windowMs: 10_000 },
 ];
 /**
+ * Every other hot key (even index among the first 1%): limits that lease (a lease lives 1000/32 = 31 ms and carries
+ * at most 200/16 = 12 units). The odd hot keys keep the small limits, so overload and the deny path stay busy too.
+ */
+const HOT_LIMITS = [
+  { limit: 200, windowMs: 1000 },
+  { limit: 5000, windowMs: 60_000 },
+];
+const HOT_KEYS = Math.max(1, Math.floor(KEYS / 100));
+const leases = (key: number) => key < HOT_KEYS && key % 2 === 0;
+const keyName = (key: number) => (leases(key) ? `soak_hot_${key}` : `soak_${key}`);
+/**
  * The objects' SQLite files go on tmpfs when there is one, as in `npm run bench`: on this VM's disk, 500–1,000
  * objects writing at once stall fsync for tens of seconds (BENCHMARKS.md, "Soak memory"). `--state-dir` overrides.
  */
 const STATE_DIR = values["state-dir"] ?? (existsSync("/dev/shm") ? "/dev/shm" : tmpdir());
-const RATE_LIMIT = { limits: LIMITS.map((l) => ({ limit: l.limit, window: `${l.windowMs}ms` })) };
+const asConfig = (limits: typeof LIMITS) => limits.map((l) => ({ limit: l.limit, window: `${l.windowMs}ms` }));
+const RATE_LIMIT = {
+  limits: asConfig(LIMITS),
+  plans: [{ name: "hot", key_prefix: "soak_hot_", limits: asConfig(HOT_LIMITS) }],
+};
+/**
+ * The product's Worker and object (src/), bundled with the test-only entry test/e2e/worker/lease-entry.ts, which
+ * counts each isolate's decisions by reason and its object calls (`GET /__lease-test/stats`): how many grants were
+ * spent from leases. `--target floor|pass` run the bench's Workers instead.
+ */
+const LEASES_CONFIG = "test/e2e/worker/wrangler.leases.toml";
 /** Key index with a skew: half the traffic on the first 1% of keys, the rest spread over all. */
 function pickKey(): number {
-  const hot = Math.max(1, Math.floor(KEYS / 100));
-  return Math.random() < 0.5 ? Math.floor(Math.random() * hot) : Math.floor(Math.random() * KEYS);
+  return Math.random() < 0.5 ? Math.floor(Math.random() * HOT_KEYS) : Math.floor(Math.random() * KEYS);
 }
 
 /** The limiter running somewhere: its URL, workerd's memory, and how to stop it. */
 interface Target {
   url: string;
+  /** What the Worker logged (empty when not captured). */
+  logs(): string;
   memory(): Memory;
   stop(): Promise<void>;
 }
 
 async function startTarget(origin: string, persistTo: string): Promise<Target> {
   if (RUNNER === "wrangler") {
-    const limiter = await startLimiter({ origin, rateLimit: RATE_LIMIT, persistTo });
+    const limiter = await startLimiter({ origin, rateLimit: RATE_LIMIT, persistTo, config: LEASES_CONFIG });
     return {
       url: limiter.url,
+      logs: () => limiter.output(),
       memory: () => sumMemory(groupPids(limiter.pgid, "workerd").map(memoryOf)),
       stop: () => limiter.stop(),
     };
+  }
+  if (TARGET === "product") {
+    const bundle = await buildBundle(LEASES_CONFIG);
+    try {
+      const workers = await startWorkers({ bundle, count: 1, origin, rateLimit: RATE_LIMIT, persistTo });
+      const pid = workers.pid;
+      if (pid === null) {
+        await workers.stop();
+        throw new Error("cannot tell the workerd process apart");
+      }
+      return {
+        url: workers.urls[0] as string,
+        logs: () => workers.output(),
+        memory: () => memoryOf(pid),
+        stop: async () => {
+          await workers.stop();
+          await bundle.cleanup();
+        },
+      };
+    } catch (e) {
+      await bundle.cleanup();
+      throw e;
+    }
   }
   const runtime = await startRuntime({
     origin,
@@ -116,10 +169,39 @@ async function startTarget(origin: string, persistTo: string): Promise<Target> {
   const pid = runtime.pid;
   if (pid === null) throw new Error("cannot tell the workerd process apart");
   return {
-    url: runtime.urls[TARGET as "product" | "floor" | "pass"],
+    url: runtime.urls[TARGET as "floor" | "pass"],
+    logs: () => "",
     memory: () => memoryOf(pid),
     stop: () => runtime.dispose(),
   };
+}
+
+/** Where the grants came from, per plan: the isolate's decisions by reason and its object calls. */
+async function leaseReport(url: string) {
+  const r = await fetch(`${url}/__lease-test/stats`);
+  if (r.status !== 200) throw new Error(`lease stats: ${r.status}`);
+  const { plans } = (await r.json()) as IsolateReport;
+  return Object.fromEntries(
+    Object.entries(plans).map(([plan, p]) => {
+      const grants = (p.reasons.leased ?? 0) + (p.reasons.granted ?? 0);
+      const calls = p.takes + p.giveBacks;
+      return [
+        plan,
+        {
+          keys: p.keys,
+          grants,
+          from_leases: p.reasons.leased ?? 0,
+          from_leases_share: grants ? Number(((p.reasons.leased ?? 0) / grants).toFixed(3)) : null,
+          object_calls: calls,
+          object_calls_per_grant: grants ? Number((calls / grants).toFixed(3)) : null,
+          leases: p.leases,
+          largest_lease: p.largestLease,
+          units_given_back: p.givenBackUnits,
+          reasons: p.reasons,
+        },
+      ];
+    }),
+  );
 }
 
 interface Sent {
@@ -165,6 +247,7 @@ async function main(): Promise<number> {
 
     const sent: Sent[] = [];
     const errors = new Map<string, number>();
+    const unexpectedSamples: string[] = [];
     let next = 0;
     const idle = running.memory();
     const start = Date.now();
@@ -195,10 +278,13 @@ async function main(): Promise<number> {
         try {
           // A deadline, so that a hung runtime ends the soak (as client errors) instead of holding it open.
           const r = await fetch(`${url}/soak?id=${id}`, {
-            headers: { "x-api-key": `soak_${key}` },
+            headers: { "x-api-key": keyName(key) },
             signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
           });
-          await r.arrayBuffer();
+          const body = await r.text();
+          if (r.status !== 200 && r.status !== 429 && unexpectedSamples.length < 5) {
+            unexpectedSamples.push(`${r.status} ${body.slice(0, 300)}`);
+          }
           sent.push({ key, id, sentAt, status: r.status, ms: Date.now() - sentAt });
         } catch (e) {
           const m = (e as Error).message;
@@ -234,7 +320,8 @@ async function main(): Promise<number> {
     let violations = 0;
     if (TARGET === "product") {
       for (const list of byKey.values()) {
-        for (const w of judgeWindows(sent, list, LIMITS, jitter).windows) if (w.max > w.limit) violations += 1;
+        const limits = list[0]?.key.startsWith("soak_hot_") ? HOT_LIMITS : LIMITS;
+        for (const w of judgeWindows(sent, list, limits, jitter).windows) if (w.max > w.limit) violations += 1;
       }
     }
 
@@ -246,6 +333,7 @@ async function main(): Promise<number> {
       settled,
     });
     const last = samples.at(-1);
+    const leaseFigures = TARGET === "product" ? await leaseReport(url) : "not measured (not the limiter)";
 
     const report = {
       seconds: Number(elapsed.toFixed(1)),
@@ -254,6 +342,12 @@ async function main(): Promise<number> {
       requests_per_s: Math.round(sent.length / elapsed),
       statuses: Object.fromEntries(byStatus),
       client_errors: Object.fromEntries(errors),
+      unexpected_samples: unexpectedSamples,
+      worker_errors: running
+        .logs()
+        .split("\n")
+        .filter((l) => /"event":"(internal_error|limiter_unavailable|lease_return_failed|lease_refill_failed)"/.test(l))
+        .slice(0, 5),
       keys_used: new Set(sent.map((s) => s.key)).size,
       keys_granted: byKey.size,
       origin_arrivals: origin.arrivals.length,
@@ -262,6 +356,8 @@ async function main(): Promise<number> {
       max_send_to_arrival_ms: jitter,
       slowest_answer_ms: sent.reduce((m, x) => Math.max(m, x.ms), 0),
       window_violations: TARGET === "product" ? violations : "not judged (not the limiter)",
+      leasing_keys: Math.ceil(HOT_KEYS / 2),
+      by_plan: leaseFigures,
       warm_up_s: Math.round((judgedFrom ?? 0) / 1000),
       warm_up_settled: settled,
       workerd_rss_mib: {

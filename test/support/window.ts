@@ -82,17 +82,24 @@ export interface Timed {
  * one limit held N grants in (d − W, d]; a grant g was decided in [g.sentAt, g.receivedAt]. When, for every
  * limit, fewer than N grants could possibly lie in such a window, the denial was wrong whatever the
  * scheduling — an exact limiter never gives one. (Every request costs 1.) Returns those denials.
+ *
+ * `slackMs` widens each window backwards: with leases a unit is recorded at the object up to one lease
+ * lifetime after it is spent (DESIGN.md, "Future-dated grants"), so it may still count for that long after
+ * leaving a window of use times; pass the lease lifetime to judge a leasing limiter by what it promises.
  */
 export function unjustifiedDenials(
   requests: readonly Timed[],
   limits: readonly { limit: number; windowMs: number }[],
+  slackMs = 0,
 ): Timed[] {
   const grants = requests.filter((r) => r.status === 200);
   return requests.filter(
     (d) =>
       d.status === 429 &&
       limits.every(
-        (l) => grants.filter((g) => g.sentAt <= d.receivedAt && g.receivedAt > d.sentAt - l.windowMs).length < l.limit,
+        (l) =>
+          grants.filter((g) => g.sentAt <= d.receivedAt && g.receivedAt > d.sentAt - l.windowMs - slackMs).length <
+          l.limit,
       ),
   );
 }
