@@ -177,7 +177,8 @@ function exactGrants(sent: readonly Sent[], specs: readonly Spec[]): number {
 
 /**
  * Sustained overload on one key: strict at the origin, only 200 and 429, the origin saw exactly the grants, the
- * accounting identity holds, and most grants were spent from leases (far fewer object calls than grants).
+ * accounting identity holds, and leases carried grants until the key reached its limit (then the object grants
+ * none for a shortest window after each refusal: at the limit it is the per-request path, for utilisation).
  */
 async function overload(urls: readonly string[], clientsPerUrl: number, label: string) {
   const k = key("hot");
@@ -198,8 +199,7 @@ async function overload(urls: readonly string[], clientsPerUrl: number, label: s
   expect(s.arrivals + s.held).toBe(2000 - s.left);
   // Where the grants came from: every 200 is either spent from a lease or decided by the object itself.
   expect((t.reasons.leased ?? 0) + (t.reasons.granted ?? 0)).toBe(grants);
-  expect(t.reasons.leased ?? 0).toBeGreaterThan(grants / 2);
-  expect(t.takes + t.giveBacks).toBeLessThan(grants);
+  expect(t.reasons.leased ?? 0).toBeGreaterThan(0);
   expect(t.largestLease).toBeLessThanOrEqual(HOT_LEASE_UNITS);
   return { k, sent, grants };
 }
@@ -236,7 +236,7 @@ describe("one isolate", () => {
     limiter = { url: workers.urls[0] as string };
   });
 
-  it("sustained overload from 8 clients on one key: strict, exact accounting, most grants from leases", async () => {
+  it("sustained overload from 8 clients on one key: strict, exact accounting, leases until the limit", async () => {
     await overload([limiter.url], 8, "one isolate, overload");
   });
 
@@ -310,7 +310,7 @@ describe("several isolates (Workers of one bundle in one workerd, one object nam
     expect(reports.map((r) => r.remaining[1])).toEqual([1997, 1997, 1997]);
   });
 
-  it("overload spread across the isolates: strict over all arrivals together, exact accounting, most grants from leases", async () => {
+  it("overload spread across the isolates: strict over all arrivals together, exact accounting, leases until the limit", async () => {
     await overload(workers.urls, 4, "three isolates, overload");
   });
 
@@ -403,20 +403,14 @@ describe("several isolates (Workers of one bundle in one workerd, one object nam
   });
 });
 
-// PRODUCT BUG, reproduced here and by `npm run soak` (scripts/soak.ts) with leases on; marked `it.fails` until fixed.
-// The product's own bundle (src/index.ts, wrangler.toml) in one isolate, 32 clients for 20 s, half the traffic on a
-// leasing key (200/1s + 5000/1m) and one small key, the rest on 198 small keys (5/1s + 30/10s, never leased). After
-// ~13 s workerd starts answering `500 Internal Server Error` (plain text: an uncaught exception, not the Worker's
-// problem+json) — ~200 of ~8,000 requests, leasing and small keys alike — and logs "Cannot perform I/O on behalf of a
-// different request … (I/O type: ReadableStreamSource)", "The Workers runtime canceled this request because it
-// detected that your Worker's code had hung", and "A promise was resolved or rejected from a different request
-// context … Continuations for that request … have been canceled". Some of those requests had reached the origin
-// (the soak: 29,410 arrivals for 28,305 grants). Suspect: requests awaiting the key's single in-flight lease call
-// (`entry.inflight` in src/worker.ts `decide()`), a promise created by another request's handler (or its
-// waitUntil refill); workerd cancels such continuations once the creating request ends, and runs others in the
-// wrong request's I/O context. The 4 s tests above do not run long enough to hit it.
+// Found by this test and by `npm run soak` with leases on: after ~13 s of mixed load workerd answered plain `500`s
+// and logged "Cannot perform I/O on behalf of a different request" / "A promise was resolved or rejected from a
+// different request context": requests awaited the key's in-flight lease call, a promise another request made.
+// src/worker.ts now waits on each request's own timer instead. The product's own bundle (src/index.ts,
+// wrangler.toml) in one isolate, 32 clients for 20 s, half the traffic on a leasing key (200/1s + 5000/1m) and one
+// small key, the rest on 198 small keys (5/1s + 30/10s, never leased).
 describe("long mixed load on the product's own bundle", () => {
-  it.fails("only 200 and 429 over 20 s of mixed load with leases on", async () => {
+  it("only 200 and 429 over 20 s of mixed load with leases on", async () => {
     const product = await buildBundle("wrangler.toml");
     cleanups.push(product.cleanup);
     const state = await tempDir("limiter-leases-mixed-", STATE_BASE);
