@@ -1,61 +1,13 @@
 // What operators set on a key, inside the object: status without consuming or storing anything,
 // reset, block and per-key overrides, and how they meet leases, eviction and the idle alarm. Time is
 // the object's `clock()` seam (no sleeping).
-import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { env } from "cloudflare:workers";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec, NamedLimit } from "../../src/core/index.ts";
 import type { KeyStatus, RateLimiter } from "../../src/limiter.ts";
+import { object, perSecond, T0 } from "./object.ts";
 
-const T0 = 1_800_000_000_000;
-const perSecond: LimitSpec[] = [{ limit: 3, windowMs: 1000, tickMs: 1 }];
 const bigger: NamedLimit[] = [{ limit: 10, windowMs: 1000, tickMs: 1, name: "vip" }];
-
-async function object(name = crypto.randomUUID()) {
-  const stub = env.LIMITER.getByName(name);
-  let now = T0;
-  const install = () =>
-    runInDurableObject(stub, (instance: RateLimiter) => {
-      instance.clock = () => now;
-    });
-  await install();
-  return {
-    stub,
-    take: (limits: readonly LimitSpec[], cost: number, lease: { leaseUnits?: number; leaseMs?: number } = {}) =>
-      stub.take(limits, { cost, ...lease }) as Promise<Decision>,
-    status: (limits: readonly LimitSpec[] = perSecond, buckets = 10) =>
-      stub.status(limits, buckets) as Promise<KeyStatus>,
-    at(t: number) {
-      now = t;
-    },
-    async evict() {
-      await evictDurableObject(stub);
-      await install();
-    },
-    /** The grants rows, or [] when the object has no tables. */
-    rows: () =>
-      runInDurableObject(stub, (_: RateLimiter, state) => {
-        const sql = state.storage.sql;
-        if (sql.exec("SELECT name FROM sqlite_master WHERE name = 'grants'").toArray().length === 0) return [];
-        return sql.exec("SELECT ring, ts, cost FROM grants ORDER BY ring, ts").toArray();
-      }),
-    /** Every table, every meta row and the alarm: what the key stores. */
-    stored: () =>
-      runInDurableObject(stub, async (_: RateLimiter, state) => {
-        const sql = state.storage.sql;
-        const tables = sql.exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table'").toArray();
-        const meta = tables.some((t) => t.name === "meta")
-          ? sql.exec("SELECT k, v FROM meta ORDER BY k").toArray()
-          : [];
-        return {
-          tables: tables.map((t) => t.name),
-          meta,
-          alarm: await state.storage.getAlarm(),
-          size: sql.databaseSize,
-        };
-      }),
-  };
-}
 
 describe("status", () => {
   it("of a key never seen creates no stored state: no table, no row, no alarm", async () => {
@@ -77,7 +29,7 @@ describe("status", () => {
     const o = await object();
     o.at(T0 + 100);
     await o.take(perSecond, 2);
-    const rows = await o.rows();
+    const rows = await o.slots();
     const before = await o.stored();
     o.at(T0 + 200);
     for (let i = 0; i < 5; i++) expect((await o.status()).decision.limits[0]?.remaining).toBe(1);
@@ -85,7 +37,7 @@ describe("status", () => {
     // Other limits than stored: a take would rewrite the rows; status must not.
     const s = await o.status([{ limit: 5, windowMs: 2000, tickMs: 10 }]);
     expect(s.decision.limits[0]?.remaining).toBe(3);
-    expect(await o.rows()).toEqual(rows);
+    expect(await o.slots()).toEqual(rows);
     expect(await o.stored()).toEqual(before);
     expect((await o.take(perSecond, 1)).limits[0]?.remaining).toBe(0);
   });
@@ -130,7 +82,7 @@ describe("reset", () => {
     const s = (await o.stub.reset(limits, 10)) as KeyStatus;
     // The lease (21 units at T0 + 70) still counts; the 10 at T0 + 10 are gone, in memory and in storage.
     expect(s.decision.limits[0]?.remaining).toBe(979);
-    expect(await o.rows()).toEqual([{ ring: 1, ts: T0 + 70, cost: 21 }]);
+    expect(await o.slots()).toEqual([{ ring: 1, ts: T0 + 70, cost: 21 }]);
     await o.evict();
     expect((await o.take(limits, 1)).limits[0]?.remaining).toBe(978);
   });
@@ -155,7 +107,7 @@ describe("block", () => {
   it("refuses every request until its end, exactly, and records nothing", async () => {
     const o = await object();
     await o.take(perSecond, 1);
-    const rows = await o.rows();
+    const rows = await o.slots();
     await o.stub.block(T0 + 5000);
     o.at(T0 + 1000);
     const d = await o.take(perSecond, 1);
@@ -169,7 +121,7 @@ describe("block", () => {
     });
     // A lease asked ahead of any request is refused too.
     expect(await o.take(perSecond, 0, { leaseUnits: 5, leaseMs: 50 })).toMatchObject({ allowed: false, lease: null });
-    expect(await o.rows()).toEqual(rows);
+    expect(await o.slots()).toEqual(rows);
     o.at(T0 + 4999);
     expect((await o.take(perSecond, 1)).retryAfterMs).toBe(1);
     o.at(T0 + 5000);

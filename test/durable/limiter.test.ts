@@ -5,59 +5,8 @@ import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "c
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
-import type { Ask } from "../../src/core/log.ts";
 import type { RateLimiter } from "../../src/limiter.ts";
-
-const T0 = 1_800_000_000_000;
-
-/** A fresh object with a controllable clock; `at(t)` moves it (survives only until eviction). */
-async function object(name = crypto.randomUUID()) {
-  const stub = env.LIMITER.getByName(name);
-  let now = T0;
-  const install = () =>
-    runInDurableObject(stub, (instance: RateLimiter) => {
-      instance.clock = () => now;
-    });
-  await install();
-  return {
-    stub,
-    /** One RPC to the object, as the Worker makes it. */
-    take(limits: readonly LimitSpec[], cost: number, lease: Omit<Ask, "cost"> = {}): Promise<Decision> {
-      return stub.take(limits, { cost, ...lease }) as Promise<Decision>;
-    },
-    giveBack(limits: readonly LimitSpec[], recordedAt: readonly number[], units: number): Promise<number> {
-      return stub.giveBack(limits, recordedAt, units) as Promise<number>;
-    },
-    at(t: number) {
-      now = t;
-    },
-    /** Evicts the instance (storage kept), proves the old instance is gone, and installs the clock in the new one. */
-    async evict() {
-      await runInDurableObject(stub, (instance: RateLimiter) => {
-        (instance as unknown as { marker: string }).marker = "old instance";
-      });
-      await evictDurableObject(stub);
-      await runInDurableObject(stub, (instance: RateLimiter) => {
-        expect((instance as unknown as { marker?: string }).marker).toBeUndefined();
-      });
-      await install();
-    },
-    /** The grants rows; [] when the object has no tables (a key with no state has none). */
-    rows: () =>
-      runInDurableObject(stub, (_: RateLimiter, state) => {
-        const sql = state.storage.sql;
-        if (sql.exec("SELECT name FROM sqlite_master WHERE name = 'grants'").toArray().length === 0) return [];
-        return sql
-          .exec<{ ring: number; key: number; ts: number; cost: number }>(
-            "SELECT ring, key, ts, cost FROM grants ORDER BY ring, ts",
-          )
-          .toArray();
-      }),
-    alarm: () => runInDurableObject(stub, (_: RateLimiter, state) => state.storage.getAlarm()),
-  };
-}
-
-const perSecond: LimitSpec[] = [{ limit: 3, windowMs: 1000, tickMs: 1 }];
+import { object, perSecond, T0 } from "./object.ts";
 
 describe("take", () => {
   it("grants up to N in a window, then refuses with the exact wait", async () => {

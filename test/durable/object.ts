@@ -1,0 +1,83 @@
+// Shared by the Durable Object tests: a fresh RateLimiter with its `clock()` seam under the test's control (no
+// sleeping), its RPC calls as the Worker makes them, a proven eviction, and what it stores.
+import { evictDurableObject, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { expect } from "vitest";
+import type { Decision, LimitSpec } from "../../src/core/index.ts";
+import type { Ask } from "../../src/core/log.ts";
+import type { KeyStatus, RateLimiter } from "../../src/limiter.ts";
+
+/** The time every test object starts at (ms). */
+export const T0 = 1_800_000_000_000;
+
+/** 3 per second at 1ms ticks. */
+export const perSecond: LimitSpec[] = [{ limit: 3, windowMs: 1000, tickMs: 1 }];
+
+/** A fresh object with a controllable clock; `at(t)` moves it (survives only until eviction). */
+export async function object(name = crypto.randomUUID()) {
+  const stub = env.LIMITER.getByName(name);
+  let now = T0;
+  const install = () =>
+    runInDurableObject(stub, (instance: RateLimiter) => {
+      instance.clock = () => now;
+    });
+  await install();
+  return {
+    stub,
+    /** One RPC to the object, as the Worker makes it. */
+    take(limits: readonly LimitSpec[], cost: number, lease: Omit<Ask, "cost"> = {}): Promise<Decision> {
+      return stub.take(limits, { cost, ...lease }) as Promise<Decision>;
+    },
+    giveBack(limits: readonly LimitSpec[], recordedAt: readonly number[], units: number): Promise<number> {
+      return stub.giveBack(limits, recordedAt, units) as Promise<number>;
+    },
+    status(limits: readonly LimitSpec[] = perSecond, buckets = 10): Promise<KeyStatus> {
+      return stub.status(limits, buckets) as Promise<KeyStatus>;
+    },
+    at(t: number) {
+      now = t;
+    },
+    /** Evicts the instance (storage kept), proves the old instance is gone, and installs the clock in the new one. */
+    async evict() {
+      await runInDurableObject(stub, (instance: RateLimiter) => {
+        (instance as unknown as { marker: string }).marker = "old instance";
+      });
+      await evictDurableObject(stub);
+      await runInDurableObject(stub, (instance: RateLimiter) => {
+        expect((instance as unknown as { marker?: string }).marker).toBeUndefined();
+      });
+      await install();
+    },
+    /** The grants rows with their storage keys; [] when the object has no tables (a key with no state has none). */
+    rows: () =>
+      runInDurableObject(stub, (_: RateLimiter, state) => {
+        const sql = state.storage.sql;
+        if (sql.exec("SELECT name FROM sqlite_master WHERE name = 'grants'").toArray().length === 0) return [];
+        return sql
+          .exec<{ ring: number; key: number; ts: number; cost: number }>(
+            "SELECT ring, key, ts, cost FROM grants ORDER BY ring, ts",
+          )
+          .toArray();
+      }),
+    /** The grants rows without their storage keys. */
+    async slots() {
+      return (await this.rows()).map(({ ring, ts, cost }) => ({ ring, ts, cost }));
+    },
+    alarm: () => runInDurableObject(stub, (_: RateLimiter, state) => state.storage.getAlarm()),
+    /** Every table, every meta row and the alarm: what the key stores. */
+    stored: () =>
+      runInDurableObject(stub, async (_: RateLimiter, state) => {
+        const sql = state.storage.sql;
+        const tables = sql.exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table'").toArray();
+        const meta = tables.some((t) => t.name === "meta")
+          ? sql.exec("SELECT k, v FROM meta ORDER BY k").toArray()
+          : [];
+        return {
+          tables: tables.map((t) => t.name),
+          meta,
+          alarm: await state.storage.getAlarm(),
+          size: sql.databaseSize,
+        };
+      }),
+  };
+}
