@@ -406,7 +406,7 @@ async function main(): Promise<void> {
     console.log(`\ntargets:`);
     const hotMinuteRatio = r("(3) allowed, hot key, 1 min limit / (2) pass-through");
     console.log(
-      `  hot key with leases >= 0.9x pass-through: ${fmt(hotRatio, 2)} (1 s + 1 min limits, lease 50 ms) ${verdict(hotRatio >= 0.9)}; 1 min limit (lease 1 s): ${fmt(hotMinuteRatio, 2)} ${verdict(hotMinuteRatio >= 0.9)}; 3 isolates: ${fmt(r("(3) allowed, hot key, 3 isolates / (2) pass-through"), 2)}`,
+      `  hot key with leases >= 0.9x pass-through: ${fmt(hotRatio, 2)} (1 s + 1 min limits, lease 31 ms) ${verdict(hotRatio >= 0.9)}; 1 min limit (lease 1 s): ${fmt(hotMinuteRatio, 2)} ${verdict(hotMinuteRatio >= 0.9)}; 3 isolates: ${fmt(r("(3) allowed, hot key, 3 isolates / (2) pass-through"), 2)}`,
     );
     console.log(
       `  object calls and rows written per allowed request, hot key <= 0.05: calls ${fmt(hotCalls, 4)}, rows ${fmt(hotRows, 4)} ${verdict(hotCalls <= 0.05 && hotRows <= 0.05)} (per-minute limits: calls ${fmt(storage.on.hotMinute.callsPerAllowed, 4)}, rows ${fmt(storage.on.hotMinute.rowsPerAllowed, 4)})`,
@@ -520,7 +520,7 @@ async function countStorage(u: Runtime["urls"]) {
   );
   console.log("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
   const loads = [
-    ["hot", `one hot key, ${HOT_AMOUNT} requests, 1 s + 1 min limits (lease 50 ms)`],
+    ["hot", `one hot key, ${HOT_AMOUNT} requests, 1 s + 1 min limits (lease 31 ms)`],
     ["hotMinute", `one hot key, ${HOT_AMOUNT} requests, 1 min limit (lease 1 s)`],
     ["many", `${keys} keys, 20 requests each`],
   ] as const;
@@ -591,7 +591,7 @@ async function distance(u: Runtime["urls"]) {
   }
   variants.push({
     id: "on 1s 50",
-    label: "leases on, 1 s + 1 min limits (lease 50 ms), +50 ms",
+    label: "leases on, 1 s + 1 min limits (lease 31 ms), +50 ms",
     url: u.far,
     key: "far1s50",
     rtt: 50,
