@@ -54,8 +54,11 @@ function ideal(limits: LimitSpec[], sentAt: number[]): number {
   return granted;
 }
 
+// The last column: the least share of an exact limiter's grants. Leased units count from the end of their lease (up
+// to 62 ms here), so in a run of only ~1.25 windows the key's second window starts up to a lifetime late; over long
+// runs leases cost ≤ ~3% (the bench and test/e2e/leases.test.ts measure 97–100%).
 describe.each([
-  ["50/500ms", [{ limit: 50, window: "500ms" }], [{ limit: 50, windowMs: 500 }]],
+  ["50/500ms", [{ limit: 50, window: "500ms" }], [{ limit: 50, windowMs: 500 }], 0.95],
   // Long enough windows for leases (lifetime 62 ms, up to 25 units): most grants come from them.
   [
     "400/2s + 2000/10s",
@@ -67,6 +70,7 @@ describe.each([
       { limit: 400, windowMs: 2000 },
       { limit: 2000, windowMs: 10_000 },
     ],
+    0.9,
   ],
   [
     "20/200ms + 60/1s",
@@ -78,8 +82,9 @@ describe.each([
       { limit: 20, windowMs: 200 },
       { limit: 60, windowMs: 1000 },
     ],
+    0.95,
   ],
-])("sweep under overload, %s", (_, limits, specs) => {
+])("sweep under overload, %s", (_, limits, specs, share) => {
   // The run lasts at least 2.5 s by design; the bound is generous for a loaded machine.
   it("never exceeds any window, loses nothing, and grants what the limit allows", { timeout: 60_000 }, async () => {
     const key = freshKey();
@@ -95,11 +100,11 @@ describe.each([
     expect(sweepViolation(run.grants, specs)).toBeNull();
     // Nothing lost, nothing doubled: the origin saw exactly the grants.
     expect(await arrivalsFor(key)).toHaveLength(ok);
-    // Utilisation: at least 95% of what an exact limiter grants for the same request times.
+    // Utilisation: at least `share` of what an exact limiter grants for the same request times.
     const best = ideal(specs, run.sentAt);
     console.info(
       `sweep: ${run.sentAt.length} requests, ${ok} granted (${run.leased} from leases), exact limiter ${best}`,
     );
-    expect(ok).toBeGreaterThanOrEqual(Math.floor(0.95 * best));
+    expect(ok).toBeGreaterThanOrEqual(Math.floor(share * best));
   });
 });
