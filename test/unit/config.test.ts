@@ -1421,3 +1421,72 @@ describe("properties", () => {
     );
   });
 });
+
+describe("parseConfig: settings at their edges", () => {
+  it("refuses an ORIGIN with a user name alone, without echoing it", () => {
+    const e = configError(() => parse(MINIMUM, "https://someone@x.com/api"));
+    expect(e.message).toBe(
+      'ORIGIN: must not carry a user name or password (fetch refuses such URLs), got "https://***@x.com/api"',
+    );
+  });
+
+  it("refuses an admin.path that does not start with /", () => {
+    expect(configError(() => parse({ ...MINIMUM, admin: { path: "ops/limiter/" } })).message).toMatch(
+      /^RATE_LIMIT\.admin\.path: expected a path prefix like "\/__limiter\/".*got "ops\/limiter\/"$/,
+    );
+  });
+
+  it("leases: true is the defaults, false turns them off (no plan gets a lease lifetime)", () => {
+    expect(parse({ ...MINIMUM, leases: true }).leases).toEqual(DEFAULTS.leases);
+    const off = parse({ ...MINIMUM, leases: false });
+    expect(off.leases).toEqual({ ...DEFAULTS.leases, enabled: false });
+    expect(off.defaultPlan?.leaseMs).toBe(0);
+    expect(parse({ ...MINIMUM, leases: { enabled: false } }).defaultPlan?.leaseMs).toBe(0);
+  });
+
+  it("leases: max_units from 1, max_lifetime defaulted on its own, enabled named in its error", () => {
+    expect(parse({ ...MINIMUM, leases: { max_units: 1 } }).leases).toEqual({
+      enabled: true,
+      maxUnits: 1,
+      maxLifetimeMs: 1000,
+    });
+    expect(configError(() => parse({ ...MINIMUM, leases: { enabled: "yes" } })).message).toBe(
+      'RATE_LIMIT.leases.enabled: expected true or false, got "yes"',
+    );
+  });
+
+  it("a plan with neither limits nor unlimited says how to fix it", () => {
+    expect(configError(() => parse(rl({ plans: [{ name: "p", key_prefix: "p_" }] }))).message).toBe(
+      "RATE_LIMIT.plans[0].limits: required (or set unlimited = true)",
+    );
+  });
+
+  it("accepts a tick of exactly the window", () => {
+    expect(parse({ limits: [{ limit: 5, window: "1s", tick: "1s" }] }).defaultPlan?.limits).toEqual([
+      { limit: 5, windowMs: 1000, tickMs: 1000, name: "per-second" },
+    ]);
+  });
+
+  it("names both rules when a rule for any method can never apply", () => {
+    expect(
+      configError(() =>
+        parse(
+          rl({
+            costs: [
+              { path: "/", cost: 2 },
+              { path: "/x", cost: 3 },
+            ],
+          }),
+        ),
+      ).message,
+    ).toBe(
+      'RATE_LIMIT.costs[1]: any method "/x" never applies, every such request already matches RATE_LIMIT.costs[0] (any method "/") and the first match wins; put the more specific rule first',
+    );
+  });
+
+  it("lists the settings it knows in an unknown setting's error", () => {
+    expect(configError(() => parse({ ...MINIMUM, admin: { paths: "/x/" } })).message).toBe(
+      "RATE_LIMIT.admin.paths: unknown setting; expected one of path",
+    );
+  });
+});
