@@ -10,7 +10,6 @@ import { join } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { unstable_readConfig } from "wrangler";
 import {
   type Config,
   ConfigError,
@@ -62,17 +61,22 @@ function configError(f: () => unknown): ConfigError {
   return thrown as ConfigError;
 }
 
-/** Reads `[vars]` from a wrangler.toml the way wrangler does. */
-function varsOf(configPath: string): { ORIGIN?: unknown; RATE_LIMIT?: unknown } {
+/**
+ * Reads `[vars]` from a wrangler.toml the way wrangler does. Wrangler is imported here, by the few tests that read
+ * TOML, not by the file: importing it takes seconds, and a mutation run (npm run test:mutation) loads this file once
+ * per mutant.
+ */
+async function varsOf(configPath: string): Promise<{ ORIGIN?: unknown; RATE_LIMIT?: unknown }> {
+  const { unstable_readConfig } = await import("wrangler");
   return unstable_readConfig({ config: configPath }).vars as { ORIGIN?: unknown; RATE_LIMIT?: unknown };
 }
 
-function varsOfToml(toml: string): { ORIGIN?: unknown; RATE_LIMIT?: unknown } {
+async function varsOfToml(toml: string): Promise<{ ORIGIN?: unknown; RATE_LIMIT?: unknown }> {
   const dir = mkdtempSync(join(tmpdir(), "config-test-"));
   try {
     const file = join(dir, "wrangler.toml");
     writeFileSync(file, `name = "t"\ncompatibility_date = "2026-11-02"\n${toml}`);
-    return varsOf(file);
+    return await varsOf(file);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -124,8 +128,8 @@ describe("parseConfig: valid configs", () => {
     expect(policyHeader(config.defaultPlan as Plan)).toBe(MINIMUM_POLICY);
   });
 
-  it("parses wrangler.toml's [vars] as wrangler reads them", () => {
-    const vars = varsOf("wrangler.toml");
+  it("parses wrangler.toml's [vars] as wrangler reads them", async () => {
+    const vars = await varsOf("wrangler.toml");
     expect(plain(parseConfig(vars))).toEqual({
       ...minimumConfig,
       origin: "http://127.0.0.1:8788/",
@@ -140,8 +144,8 @@ describe("parseConfig: valid configs", () => {
     });
   });
 
-  it("parses the DESIGN.md minimum as TOML through wrangler", () => {
-    const vars = varsOfToml(`[vars]
+  it("parses the DESIGN.md minimum as TOML through wrangler", async () => {
+    const vars = await varsOfToml(`[vars]
 ORIGIN = "https://api.example.com"       # allowed requests go to ORIGIN + path + query
 
 [vars.RATE_LIMIT]
@@ -153,7 +157,7 @@ limits = [
     expect(plain(parseConfig(vars))).toEqual(minimumConfig);
   });
 
-  it("accepts every TOML example in README's configuration reference", () => {
+  it("accepts every TOML example in README's configuration reference", async () => {
     const readme = readFileSync("README.md", "utf8");
     const start = readme.indexOf("## Configuration reference");
     const section = readme.slice(start, readme.indexOf("\n## ", start + 1));
@@ -167,7 +171,8 @@ limits = [
         toml = `[vars.RATE_LIMIT]\nlimits = [ { limit = 1, window = "1s" } ]\n${toml}`;
       }
       if (!toml.includes("ORIGIN =")) toml = `[vars]\nORIGIN = "${ORIGIN}"\n${toml}`;
-      expect(() => parseConfig(varsOfToml(toml)), block).not.toThrow();
+      const vars = await varsOfToml(toml);
+      expect(() => parseConfig(vars), block).not.toThrow();
       checked.push(block);
     }
     expect(checked.length).toBeGreaterThanOrEqual(4);
@@ -233,10 +238,11 @@ limits = [
   });
 
   it.each([
-    ["the minimum", MINIMUM, minimumConfig.origin],
-    ["every setting", full, fullConfig.origin],
-    ["wrangler.toml", varsOf("wrangler.toml").RATE_LIMIT, "http://127.0.0.1:8788/"],
-  ])("reads %s given as JSON strings exactly as given as objects", (_, rateLimit, origin) => {
+    ["the minimum", async () => MINIMUM, minimumConfig.origin],
+    ["every setting", async () => full, fullConfig.origin],
+    ["wrangler.toml", async () => (await varsOf("wrangler.toml")).RATE_LIMIT, "http://127.0.0.1:8788/"],
+  ])("reads %s given as JSON strings exactly as given as objects", async (_, read, origin) => {
+    const rateLimit = await read();
     const fromObjects = plain(parse(rateLimit, origin));
     expect(plain(parse(JSON.stringify(rateLimit), origin))).toEqual(fromObjects);
     expect(plain(parse(JSON.stringify(rateLimit), JSON.stringify(origin)))).toEqual(fromObjects);
@@ -1177,8 +1183,10 @@ describe("planForKey", () => {
     { name: "test_long", key_prefix: "test_long_", limits: [{ limit: 1, window: "1s" }] },
     { name: "test", key_prefix: "test_", limits: [{ limit: 10, window: "1m" }] },
   ];
-  const withDefault = parse({ ...MINIMUM, plans });
-  const withoutDefault = parse({ plans });
+  // Parsed inside each test, never while the file is collected: code run then counts as run by every test, and a
+  // mutation run (npm run test:mutation) would run every test for each of its mutants.
+  const withDefault = () => parse({ ...MINIMUM, plans });
+  const withoutDefault = () => parse({ plans });
 
   it.each([
     ["live_abc", "live"],
@@ -1191,7 +1199,7 @@ describe("planForKey", () => {
     ["xlive_abc", "default"],
     ["abc", "default"],
   ])("key %j gets plan %j (first matching prefix, else the default)", (key, name) => {
-    expect(planForKey(withDefault, key)?.name).toBe(name);
+    expect(planForKey(withDefault(), key)?.name).toBe(name);
   });
 
   it.each([
@@ -1201,27 +1209,30 @@ describe("planForKey", () => {
     ["other", null],
     ["test", null],
   ])("without default limits, key %j gets %j", (key, name) => {
-    expect(planForKey(withoutDefault, key)?.name ?? null).toBe(name);
+    expect(planForKey(withoutDefault(), key)?.name ?? null).toBe(name);
   });
 
   it("returns the plan objects themselves: unlimited has no limits and no policy", () => {
-    expect(planForKey(withDefault, "live_1")).toBe(withDefault.plans[0]);
-    expect(planForKey(withDefault, "live_1")).toMatchObject({ limits: null, leaseMs: 0 });
-    expect(planForKey(withDefault, "zzz")).toBe(withDefault.defaultPlan);
+    const config = withDefault();
+    expect(planForKey(config, "live_1")).toBe(config.plans[0]);
+    expect(planForKey(config, "live_1")).toMatchObject({ limits: null, leaseMs: 0 });
+    expect(planForKey(config, "zzz")).toBe(config.defaultPlan);
   });
 });
 
 describe("costFor", () => {
-  const config = parse(
-    rl({
-      costs: [
-        { path: "/health", cost: 0 },
-        { method: "post", path: "/v1/search", cost: 5 },
-        { path: "/v1/search", cost: 2 },
-        { method: "GET", path: "/v1", cost: 3 },
-      ],
-    }),
-  );
+  // Parsed inside each test (see planForKey).
+  const config = () =>
+    parse(
+      rl({
+        costs: [
+          { path: "/health", cost: 0 },
+          { method: "post", path: "/v1/search", cost: 5 },
+          { path: "/v1/search", cost: 2 },
+          { method: "GET", path: "/v1", cost: 3 },
+        ],
+      }),
+    );
 
   it.each([
     ["GET", "/health", 0],
@@ -1239,7 +1250,7 @@ describe("costFor", () => {
     ["GET", "/", 1],
     ["DELETE", "/V1/search", 1], // paths are case-sensitive
   ])("%s %s costs %i (first matching rule, else 1)", (method, path, cost) => {
-    expect(costFor(config, method, path)).toBe(cost);
+    expect(costFor(config(), method, path)).toBe(cost);
   });
 
   it("costs 1 without rules", () => {
@@ -1352,38 +1363,42 @@ describe("properties", () => {
       origin_timeout: "30s",
     },
   });
-  const junk = fc.oneof(
-    fc.anything({
-      withBigInt: true,
-      withBoxedValues: true,
-      withDate: true,
-      withMap: true,
-      withSet: true,
-      withNullPrototype: true,
-      withObjectString: true,
-      withSparseArray: true,
-      withTypedArray: true,
-      withUnicodeString: true,
-    }),
-    fc.json(),
-    fc.constantFrom<unknown>(
-      Symbol("junk"),
-      () => 1,
-      10n,
-      Number.NaN,
-      Number.NEGATIVE_INFINITY,
-      -0,
-      "",
-      " ",
-      "1s",
-      "open",
-      "/",
-      "__proto__",
-      [],
-      {},
-      Object.create(null),
-    ),
-  );
+  // Built by the first test that needs it, not while the file is collected: building it takes over a second, and a
+  // mutation run (npm run test:mutation) loads this file once per mutant.
+  let junkArb: fc.Arbitrary<unknown> | undefined;
+  const junk = () =>
+    (junkArb ??= fc.oneof(
+      fc.anything({
+        withBigInt: true,
+        withBoxedValues: true,
+        withDate: true,
+        withMap: true,
+        withSet: true,
+        withNullPrototype: true,
+        withObjectString: true,
+        withSparseArray: true,
+        withTypedArray: true,
+        withUnicodeString: true,
+      }),
+      fc.json(),
+      fc.constantFrom<unknown>(
+        Symbol("junk"),
+        () => 1,
+        10n,
+        Number.NaN,
+        Number.NEGATIVE_INFINITY,
+        -0,
+        "",
+        " ",
+        "1s",
+        "open",
+        "/",
+        "__proto__",
+        [],
+        {},
+        Object.create(null),
+      ),
+    ));
 
   it("the valid base parses", () => {
     expect(() => parseConfig(base())).not.toThrow();
@@ -1391,7 +1406,7 @@ describe("properties", () => {
 
   it.each(PATHS.map((p) => [p.join("."), p] as const))("junk at %s parses or throws a ConfigError", (_, path) => {
     fc.assert(
-      fc.property(junk, (value) => {
+      fc.property(junk(), (value) => {
         const vars: Record<string | number, unknown> = base();
         let at = vars;
         for (const k of path.slice(0, -1)) at = at[k] as Record<string | number, unknown>;
@@ -1403,6 +1418,75 @@ describe("properties", () => {
           expect((e as Error).message).toMatch(/^(ORIGIN|RATE_LIMIT)[.[:]/);
         }
       }),
+    );
+  });
+});
+
+describe("parseConfig: settings at their edges", () => {
+  it("refuses an ORIGIN with a user name alone, without echoing it", () => {
+    const e = configError(() => parse(MINIMUM, "https://someone@x.com/api"));
+    expect(e.message).toBe(
+      'ORIGIN: must not carry a user name or password (fetch refuses such URLs), got "https://***@x.com/api"',
+    );
+  });
+
+  it("refuses an admin.path that does not start with /", () => {
+    expect(configError(() => parse({ ...MINIMUM, admin: { path: "ops/limiter/" } })).message).toMatch(
+      /^RATE_LIMIT\.admin\.path: expected a path prefix like "\/__limiter\/".*got "ops\/limiter\/"$/,
+    );
+  });
+
+  it("leases: true is the defaults, false turns them off (no plan gets a lease lifetime)", () => {
+    expect(parse({ ...MINIMUM, leases: true }).leases).toEqual(DEFAULTS.leases);
+    const off = parse({ ...MINIMUM, leases: false });
+    expect(off.leases).toEqual({ ...DEFAULTS.leases, enabled: false });
+    expect(off.defaultPlan?.leaseMs).toBe(0);
+    expect(parse({ ...MINIMUM, leases: { enabled: false } }).defaultPlan?.leaseMs).toBe(0);
+  });
+
+  it("leases: max_units from 1, max_lifetime defaulted on its own, enabled named in its error", () => {
+    expect(parse({ ...MINIMUM, leases: { max_units: 1 } }).leases).toEqual({
+      enabled: true,
+      maxUnits: 1,
+      maxLifetimeMs: 1000,
+    });
+    expect(configError(() => parse({ ...MINIMUM, leases: { enabled: "yes" } })).message).toBe(
+      'RATE_LIMIT.leases.enabled: expected true or false, got "yes"',
+    );
+  });
+
+  it("a plan with neither limits nor unlimited says how to fix it", () => {
+    expect(configError(() => parse(rl({ plans: [{ name: "p", key_prefix: "p_" }] }))).message).toBe(
+      "RATE_LIMIT.plans[0].limits: required (or set unlimited = true)",
+    );
+  });
+
+  it("accepts a tick of exactly the window", () => {
+    expect(parse({ limits: [{ limit: 5, window: "1s", tick: "1s" }] }).defaultPlan?.limits).toEqual([
+      { limit: 5, windowMs: 1000, tickMs: 1000, name: "per-second" },
+    ]);
+  });
+
+  it("names both rules when a rule for any method can never apply", () => {
+    expect(
+      configError(() =>
+        parse(
+          rl({
+            costs: [
+              { path: "/", cost: 2 },
+              { path: "/x", cost: 3 },
+            ],
+          }),
+        ),
+      ).message,
+    ).toBe(
+      'RATE_LIMIT.costs[1]: any method "/x" never applies, every such request already matches RATE_LIMIT.costs[0] (any method "/") and the first match wins; put the more specific rule first',
+    );
+  });
+
+  it("lists the settings it knows in an unknown setting's error", () => {
+    expect(configError(() => parse({ ...MINIMUM, admin: { paths: "/x/" } })).message).toBe(
+      "RATE_LIMIT.admin.paths: unknown setting; expected one of path",
     );
   });
 });

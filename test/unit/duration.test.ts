@@ -47,3 +47,13 @@ describe("parseDuration", () => {
     expect(formatDuration(1_500)).toBe("1500ms");
   });
 });
+
+describe("parseDuration messages", () => {
+  it("names the field 'duration' when none is given, and says what a duration looks like for a non-string", () => {
+    expect(() => parseDuration("soon")).toThrow(/^duration: expected a duration like "250ms"/);
+    expect(() => parseDuration(true, "f")).toThrow(
+      new RangeError('f: expected a duration like "1s" or a number of milliseconds, got true'),
+    );
+    expect(() => parseDuration([1], "f")).toThrow(/^f: expected a duration like "1s" .*got an array$/);
+  });
+});

@@ -1,8 +1,8 @@
 /** @module The isolate's lease table: spending inside a lease's lifetime, sizing, refills, returns, bounds. */
 
 import { describe, expect, it } from "vitest";
-import type { Lease, LimitStatus } from "../../src/core/index.ts";
-import { LeaseTable, leaseMargin, type Unused } from "../../src/leases.ts";
+import type { Lease, LimitStatus, NamedLimit } from "../../src/core/index.ts";
+import { LeaseTable, leaseMargin, sameLimits, type Unused } from "../../src/leases.ts";
 
 const LIMITS: LimitStatus[] = [{ remaining: 50, resetMs: 1000, exceeded: false }];
 const SPECS = [{ limit: 1000, windowMs: 1000 }];
@@ -110,10 +110,153 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
     const e = table.touch("k", SPECS, 0, unused);
+    table.add(e, lease(1, 100, [8]), 0, LIMITS);
     table.add(e, lease(4, 100, [9]), 0, LIMITS);
-    table.spend(e, 1, 0, unused);
+    table.spend(e, 1, 0, unused); // the 1-unit lease is used up: nothing of it to hand back
+    table.spend(e, 1, 0, unused); // the 4-unit lease pays
     table.drop("k", unused);
     expect(table.get("k")).toBeUndefined();
     expect(unused).toEqual([{ name: "k", limits: SPECS, recordedAt: [9], units: 3 }]);
+  });
+
+  it("keeps a margin of 1 ms plus 1/50 of the lifetime, floored", () => {
+    expect([0, 1, 49, 50, 99, 100, 1000].map(leaseMargin)).toEqual([1, 1, 1, 2, 2, 3, 21]);
+    const table = new LeaseTable();
+    const e = table.touch("k", SPECS, 0, []);
+    table.add(e, lease(1, 1000), 5000, LIMITS);
+    expect(e.held[0]?.expiresAt).toBe(5000 + 1000 - 21);
+  });
+
+  it("estimates the key's rate per second: +1 per request, decayed by e^(−Δt/1 s), never grown by a clock going back", () => {
+    const table = new LeaseTable();
+    const e = table.touch("k", SPECS, 1000, []);
+    expect([e.score, e.seenAt]).toEqual([1, 1000]);
+    table.touch("k", SPECS, 1000, []);
+    expect(e.score).toBe(2);
+    table.touch("k", SPECS, 2000, []);
+    expect(e.score).toBeCloseTo(2 * Math.exp(-1) + 1, 12);
+    expect(e.seenAt).toBe(2000);
+    const before = e.score;
+    table.touch("k", SPECS, 1500, []); // an earlier local time: no decay, and no growth either
+    expect(e.score).toBeCloseTo(before + 1, 12);
+    expect(e.seenAt).toBe(1500);
+  });
+
+  it("asks for 1.5 lifetimes of units at the key's rate from two requests per second on, within the bounds", () => {
+    const table = new LeaseTable();
+    const e = table.touch("k", SPECS, 0, []);
+    expect(table.want(e, 1000, 1000)).toBe(0); // score 1: rare
+    table.touch("k", SPECS, 0, []);
+    expect(e.score).toBe(2);
+    expect(table.want(e, 1000, 1000)).toBe(3); // 2/s × 1.5 s
+    expect(table.want(e, 1000, 2)).toBe(2);
+    expect(table.want(e, 400, 1000)).toBe(1); // 2/s × 0.6 s = 1.2
+    expect(table.want(e, 300, 1000)).toBe(0); // 0.9: under one unit
+    expect(table.want(e, 0, 1000)).toBe(0);
+    expect(table.want(e, -1000, 1000)).toBe(0);
+  });
+
+  it("refills when under half of want is left or under half a lifetime, counting only leases not yet expired", () => {
+    const table = new LeaseTable();
+    const e = table.touch("k", SPECS, 0, []);
+    table.add(e, lease(5, 100), 0, LIMITS); // expires at 97
+    expect(table.needsRefill(e, 0, 10, 100)).toBe(false); // exactly half of want left
+    expect(table.needsRefill(e, 0, 11, 100)).toBe(true);
+    expect(table.needsRefill(e, 47, 10, 100)).toBe(false); // exactly half a lifetime left
+    expect(table.needsRefill(e, 48, 10, 100)).toBe(true);
+    // A big lease that has just expired counts for nothing, whatever its units.
+    const f = table.touch("f", SPECS, 0, []);
+    table.add(f, lease(100, 100), 0, LIMITS); // expires at 97
+    table.add(f, lease(1, 200), 0, LIMITS); // expires at 195
+    expect(table.needsRefill(f, 96, 10, 100)).toBe(false);
+    expect(table.needsRefill(f, 97, 10, 100)).toBe(true);
+  });
+
+  it("spends leases that expire at the same time in the order they came", () => {
+    const table = new LeaseTable();
+    const unused: Unused[] = [];
+    const e = table.touch("k", SPECS, 0, unused);
+    table.add(e, lease(1, 100, [1]), 0, LIMITS);
+    table.add(e, lease(1, 100, [2]), 0, LIMITS);
+    table.add(e, lease(1, 100, [3]), 0, LIMITS);
+    expect([1, 2, 3].map(() => table.spend(e, 1, 0, unused)?.recordedAt[0])).toEqual([1, 2, 3]);
+  });
+
+  it("hands back every lease that expired, and their limits are the key's latest", () => {
+    const table = new LeaseTable();
+    const unused: Unused[] = [];
+    const e = table.touch("k", SPECS, 0, unused);
+    table.add(e, lease(2, 100, [1]), 0, LIMITS);
+    table.add(e, lease(3, 100, [2]), 10, LIMITS);
+    table.add(e, lease(4, 200, [3]), 0, LIMITS);
+    const later = [{ limit: 500, windowMs: 1000 }];
+    table.touch("k", later, 150, unused);
+    expect(e.limits).toBe(later);
+    expect(table.spend(e, 1, 150, unused)?.recordedAt).toEqual([3]);
+    expect(unused).toEqual([
+      { name: "k", limits: later, recordedAt: [1], units: 2 },
+      { name: "k", limits: later, recordedAt: [2], units: 3 },
+    ]);
+    // A lease spent to the last unit expires without anything to hand back.
+    table.spend(e, 3, 150, unused);
+    expect(table.spend(e, 1, 400, unused)).toBeNull();
+    expect(unused).toHaveLength(2);
+    expect(e.held).toEqual([]);
+  });
+
+  it("makes room by dropping the oldest key with no call in flight", () => {
+    const table = new LeaseTable(2);
+    const unused: Unused[] = [];
+    const busy = table.touch("busy", SPECS, 0, unused);
+    busy.inflight = Promise.resolve();
+    table.touch("idle", SPECS, 0, unused);
+    table.touch("new", SPECS, 0, unused);
+    expect([table.get("busy"), table.get("idle"), table.get("new")].map((e) => e?.name)).toEqual([
+      "busy",
+      undefined,
+      "new",
+    ]);
+    expect(table.size).toBe(2);
+  });
+
+  it("drop and dropOthers on an unknown key do nothing", () => {
+    const table = new LeaseTable();
+    const unused: Unused[] = [];
+    table.drop("nobody", unused);
+    table.dropOthers("nobody", null, unused);
+    expect([table.size, unused]).toEqual([0, []]);
+  });
+
+  it("dropOthers keeps the leases granted under the limits now applied and hands back the others' unused units", () => {
+    const table = new LeaseTable();
+    const unused: Unused[] = [];
+    const vip: NamedLimit[] = [{ limit: 500, windowMs: 1000, tickMs: 1, name: "vip" }];
+    const e = table.touch("k", SPECS, 0, unused);
+    table.add(e, lease(2, 100, [1]), 0, LIMITS); // the plan's
+    table.add(e, lease(3, 100, [2]), 0, LIMITS, vip);
+    table.add(e, lease(4, 100, [3]), 0, LIMITS); // the plan's
+    table.add(e, lease(5, 100, [4]), 0, LIMITS, [{ ...(vip[0] as NamedLimit) }]); // equal to vip
+    table.spend(e, 2, 0, unused); // the first plan lease is used up
+    table.dropOthers("k", vip, unused);
+    expect(e.held.map((h) => h.recordedAt[0])).toEqual([2, 4]);
+    expect(unused).toEqual([{ name: "k", limits: SPECS, recordedAt: [3], units: 4 }]);
+    table.dropOthers("k", null, unused);
+    expect(e.held).toEqual([]);
+    expect(unused.map((u) => u.units)).toEqual([4, 5, 3]);
+    expect(table.get("k")).toBe(e); // the key itself stays
+  });
+
+  it("sameLimits compares override lists field by field (null: the plan's)", () => {
+    const a: NamedLimit = { limit: 10, windowMs: 1000, tickMs: 1, name: "x" };
+    expect(sameLimits(null, null)).toBe(true);
+    expect(sameLimits([a], [{ ...a }])).toBe(true);
+    expect(sameLimits([a], null)).toBe(false);
+    expect(sameLimits(null, [a])).toBe(false);
+    expect(sameLimits([a], [a, a])).toBe(false);
+    expect(sameLimits([a, a], [a])).toBe(false);
+    expect(sameLimits([], [])).toBe(true);
+    for (const change of [{ limit: 11 }, { windowMs: 2000 }, { tickMs: 2 }, { name: "y" }]) {
+      expect(sameLimits([a], [{ ...a, ...change }]), JSON.stringify(change)).toBe(false);
+    }
   });
 });

@@ -484,3 +484,150 @@ describe("operators: refuse, history, forget", () => {
     expect(() => log.history(1, 1000, 4)).toThrow(RangeError);
   });
 });
+
+describe("restore: stored rows as the object finds them", () => {
+  const row = (ring: number, key: number, ts: number, cost: number): SlotRow => ({ ring, key, ts, cost });
+  const slots = (log: KeyLog) => log.rows().map((r) => [r.ring, r.ts, r.cost]);
+
+  it("ignores rows that hold nothing (given back) or are not whole numbers", () => {
+    const limits = [{ limit: 5, windowMs: 100 }];
+    const { log, rewrite } = KeyLog.restore(
+      limits,
+      [row(1, 0, 10, 0), row(1, 1, 20, 1.5), row(1, 2, Number.NaN, 1), row(1, 3, 30, -1), row(1, 4, 40, 2)],
+      50,
+    );
+    expect(rewrite).toBe(false);
+    expect(slots(log)).toEqual([[1, 40, 2]]);
+    expect(log.peek(50).limits[0]?.remaining).toBe(3);
+  });
+
+  it("leaves out rows that have left the window, and needs no rewrite for them", () => {
+    const { log, rewrite } = KeyLog.restore([{ limit: 5, windowMs: 100 }], [row(1, 0, 0, 1), row(1, 1, 50, 1)], 100);
+    expect([rewrite, slots(log)]).toEqual([false, [[1, 50, 1]]]);
+  });
+
+  it("rewrites when a stored ring no longer exists, even when none of its rows still counts", () => {
+    const { log, rewrite } = KeyLog.restore([{ limit: 5, windowMs: 100, tickMs: 10 }], [row(1, 0, 5, 1)], 500);
+    expect([rewrite, slots(log)]).toEqual([true, []]);
+  });
+
+  it("rewrites when a new ring is seeded while the old one stays", () => {
+    const before = [{ limit: 5, windowMs: 1000 }];
+    const after = [...before, { limit: 50, windowMs: 10_000, tickMs: 100 }];
+    const { log, rewrite } = KeyLog.restore(after, [row(1, 0, 10, 1), row(1, 1, 20, 2)], 30);
+    expect(rewrite).toBe(true);
+    expect(slots(log)).toEqual([
+      [1, 10, 1],
+      [1, 20, 2],
+      [100, 100, 3],
+    ]);
+  });
+
+  it("seeds a new tick from the stored ring that holds the most units, rows in any order, merged when they round together", () => {
+    const after = [{ limit: 100, windowMs: 10_000, tickMs: 1000 }];
+    const rows = [
+      row(1, 2, 2500, 4), // newest first: restore takes rows in any order
+      row(1, 1, 1500, 2),
+      row(1, 0, 1001, 3),
+      row(10, 0, 1010, 1),
+    ];
+    for (const given of [rows, [...rows].reverse()]) {
+      const { log, rewrite } = KeyLog.restore(after, given, 3000);
+      expect(rewrite).toBe(true);
+      expect(slots(log)).toEqual([
+        [1000, 2000, 5],
+        [1000, 3000, 4],
+      ]);
+      expect(log.rows().map((r) => r.key)).toEqual([0, 1]);
+    }
+    // Rows that left the new window are not seeded.
+    expect(slots(KeyLog.restore(after, rows, 11_600).log)).toEqual([[1000, 3000, 4]]);
+  });
+
+  it("renumbers rows whose keys or times do not fit the ring, and keeps the newest when there are too many", () => {
+    const limits = [{ limit: 3, windowMs: 1000 }];
+    const cases: [SlotRow[], number[][]][] = [
+      [
+        [row(1, 0, 10, 1), row(1, 0, 20, 1)],
+        [
+          [1, 10, 1],
+          [1, 20, 1],
+        ],
+      ], // a key twice
+      [[row(1, 5, 10, 1)], [[1, 10, 1]]], // a key beyond the capacity
+      [[row(1, -1, 10, 1)], [[1, 10, 1]]], // a negative key
+      [[row(1, 0, 10, 1), row(1, 1, 10, 2)], [[1, 10, 3]]], // one time twice: merged
+    ];
+    for (const [rows, expected] of cases) {
+      const { log, rewrite } = KeyLog.restore(limits, rows, 30);
+      expect(rewrite, JSON.stringify(rows)).toBe(true);
+      expect(slots(log)).toEqual(expected);
+      expect(log.rows().map((r) => r.key)).toEqual(expected.map((_, k) => k));
+    }
+    const ticked = KeyLog.restore([{ limit: 3, windowMs: 1000, tickMs: 10 }], [row(10, 0, 15, 1)], 30);
+    expect([ticked.rewrite, slots(ticked.log)]).toEqual([true, [[10, 20, 1]]]);
+    const many = [0, 1, 2, 3, 4].map((k) => row(1, k, 10 + k, 1));
+    expect(slots(KeyLog.restore([{ limit: 2, windowMs: 1000 }], many, 30).log)).toEqual([
+      [1, 13, 1],
+      [1, 14, 1],
+    ]);
+  });
+
+  it("idleAt counts each ring's own longest window", () => {
+    const log = new KeyLog([
+      { limit: 10, windowMs: 1000, tickMs: 1 },
+      { limit: 100, windowMs: 100_000, tickMs: 100 },
+    ]);
+    log.take(50, { cost: 1 });
+    expect(log.rows().map((r) => r.ts)).toEqual([50, 100]);
+    expect(log.idleAt).toBe(100 + 100_000);
+    const short = new KeyLog([{ limit: 10, windowMs: 1000 }]);
+    short.take(50, { cost: 1 });
+    expect(short.idleAt).toBe(1050);
+  });
+});
+
+describe("KeyLog: asks at their edges", () => {
+  it("rejects negative costs and lease lifetimes, and give-backs of no or part units", () => {
+    const log = new KeyLog([{ limit: 64, windowMs: 1000 }]);
+    expect(() => log.take(0, { cost: -1 })).toThrow(/^cost: expected a whole number ≥ 0, got -1$/);
+    expect(() => log.take(0, { cost: 1, leaseUnits: 1, leaseMs: -1 })).toThrow(/^leaseMs: .*got -1$/);
+    expect(() => log.giveBack([0], 0)).toThrow(/^units: expected a positive integer, got 0$/);
+    expect(() => log.giveBack([0], 1.5)).toThrow(/^units: .*got 1.5$/);
+  });
+
+  it("grants no lease with a lifetime of 0, and records nothing for a lease-only ask it cannot grant", () => {
+    const log = new KeyLog([{ limit: 64, windowMs: 1000 }]);
+    const out = log.take(0, { cost: 1, leaseUnits: 3, leaseMs: 0 });
+    expect(out.decision.lease).toBeNull();
+    expect(out.writes).toEqual([expect.objectContaining({ ts: 0, cost: 1 })]);
+    log.take(0, { cost: 62 });
+    // 1 unit left: half of it, floored, is 0.
+    const none = log.take(1, { cost: 0, leaseUnits: 3, leaseMs: 10 });
+    expect(none).toEqual({ decision: expect.objectContaining({ allowed: true, cost: 0, lease: null }), writes: [] });
+  });
+
+  it("peek is an allowed decision of cost 0", () => {
+    const log = new KeyLog([{ limit: 1, windowMs: 1000 }]);
+    log.take(0, { cost: 1 });
+    expect(log.peek(10)).toMatchObject({ allowed: true, neverAllowed: false, cost: 0, retryAfterMs: 0, now: 10 });
+  });
+
+  it("refuse: a cost of exactly the limit can pass once the block and the window allow it", () => {
+    const log = new KeyLog([{ limit: 3, windowMs: 1000 }]);
+    log.take(0, { cost: 1 });
+    expect(log.refuse(100, 3, 500)).toMatchObject({ neverAllowed: false, retryAfterMs: 900, blockedUntil: 500 });
+    // A block that outlasts the window: every limit reports the block's end.
+    expect(log.refuse(100, 1, 5000).limits).toEqual([{ remaining: 0, resetMs: 4900, exceeded: false }]);
+  });
+
+  it("history: a slot at the window's start is out, one at now is in the last bucket, bucket ends are inclusive", () => {
+    const log = new KeyLog([{ limit: 10, windowMs: 1000 }]);
+    for (const t of [0, 250, 251, 1000]) log.take(t, { cost: 1 });
+    expect(log.history(0, 1000, 4)).toEqual({ startMs: 0, bucketMs: 250, counts: [1, 1, 0, 1], ahead: 0 });
+    expect(log.history(0, 1000, 1).counts).toEqual([3]);
+    expect(() => log.history(1, 1000, 4)).toThrow(/^limit: expected an index below 1, got 1$/);
+    expect(() => log.history(0, 1000, 0)).toThrow(/^buckets: expected a positive integer, got 0$/);
+    expect(() => log.history(0, 1000, 1.5)).toThrow(/^buckets: /);
+  });
+});

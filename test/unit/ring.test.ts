@@ -1,0 +1,146 @@
+/** @module Rings through the key log: memory growth, storage keys, lease give-backs and forgetting, at their edges. */
+
+import { describe, expect, it } from "vitest";
+import { KeyLog, type SlotRow } from "../../src/core/index.ts";
+
+/** Decisions of cost 1 at each time, as allowed/denied. */
+const allowed = (log: KeyLog, times: number[]) => times.map((t) => log.take(t, { cost: 1 }).decision.allowed);
+
+describe("Ring memory", () => {
+  it("allocates at most 16 slots up front, a power of two no larger than needed, and doubles as slots arrive", () => {
+    expect(new KeyLog([{ limit: 1, windowMs: 1000 }]).rings[0]?.allocated).toBe(1);
+    expect(new KeyLog([{ limit: 3, windowMs: 1000 }]).rings[0]?.allocated).toBe(4);
+    expect(new KeyLog([{ limit: 4, windowMs: 1000 }]).rings[0]?.allocated).toBe(4);
+    const log = new KeyLog([{ limit: 1_000_000, windowMs: 1000 }]);
+    const ring = log.rings[0];
+    expect(ring?.capacity).toBe(1033);
+    expect(ring?.allocated).toBe(16);
+    for (let t = 0; t < 100; t++) log.take(t, { cost: 1 });
+    expect([ring?.size, ring?.allocated]).toEqual([100, 128]);
+  });
+
+  it("keeps every slot and its order through growth while the ring wraps", () => {
+    const log = new KeyLog([{ limit: 40, windowMs: 100 }]);
+    // Fill to 10 slots, let 8 leave, then grow past 16 with the ring's start in the middle of its arrays.
+    for (let t = 0; t < 10; t++) log.take(t, { cost: 1 });
+    for (let t = 108; t < 140; t++) log.take(t, { cost: 1 });
+    const rows = log.rows();
+    expect(rows.map((r) => r.ts)).toEqual(Array.from({ length: 32 }, (_, i) => 108 + i));
+    expect(new Set(rows.map((r) => r.key)).size).toBe(32);
+    // (40, 140]: the 32 slots from 108 count; 8 more fit, then the oldest must leave first.
+    expect(log.peek(140).limits[0]).toEqual({ remaining: 8, resetMs: 68, exceeded: false });
+    const d = log.take(140, { cost: 9 }).decision;
+    expect([d.allowed, d.retryAfterMs]).toEqual([false, 68]);
+  });
+});
+
+describe("storage keys", () => {
+  it("after a restore, hands out exactly the keys no stored row holds (key 0 too)", () => {
+    const limits = [{ limit: 3, windowMs: 1000 }];
+    const rows: SlotRow[] = [
+      { ring: 1, key: 1, ts: 10, cost: 1 },
+      { ring: 1, key: 2, ts: 20, cost: 1 },
+    ];
+    const { log, rewrite } = KeyLog.restore(limits, rows, 30);
+    expect(rewrite).toBe(false);
+    expect(log.take(30, { cost: 1 }).writes).toEqual([{ ring: 1, key: 0, ts: 30, cost: 1 }]);
+    const again = KeyLog.restore(limits, [rows[0] as SlotRow, { ring: 1, key: 0, ts: 20, cost: 1 }], 30).log;
+    expect(again.take(30, { cost: 1 }).writes).toEqual([{ ring: 1, key: 2, ts: 30, cost: 1 }]);
+  });
+
+  it("a lease given back in full frees its slot and its key: leasing and giving back forever never runs out", () => {
+    const log = new KeyLog([{ limit: 1000, windowMs: 40 }]);
+    const capacity = log.rings[0]?.capacity as number;
+    for (let t = 0; t < 3 * capacity; t++) {
+      const lease = log.take(t, { cost: 0, leaseUnits: 5, leaseMs: 1 }).decision.lease;
+      expect(lease?.units).toBe(5);
+      expect(log.giveBack(lease?.recordedAt ?? [], 5)).toEqual([expect.objectContaining({ cost: 0 })]);
+    }
+    expect(log.rings[0]?.size).toBe(0);
+  });
+});
+
+describe("giving back a lease", () => {
+  it("removes the slot from the middle of the ring and keeps the others, oldest first", () => {
+    const log = new KeyLog([{ limit: 1000, windowMs: 1000 }]);
+    log.take(0, { cost: 1 });
+    log.take(5, { cost: 2 });
+    const lease = log.take(10, { cost: 0, leaseUnits: 7, leaseMs: 20 }).decision.lease;
+    expect(lease?.recordedAt).toEqual([30]);
+    log.take(11, { cost: 3 }); // recorded at the newest slot's time: shares the lease's slot
+    expect(log.giveBack([30], 7)).toEqual([expect.objectContaining({ ts: 30, cost: 3 })]);
+    const second = log.take(40, { cost: 0, leaseUnits: 4, leaseMs: 20 }).decision.lease;
+    log.take(41, { cost: 1 });
+    expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([
+      [0, 1],
+      [5, 2],
+      [30, 3],
+      [60, 5],
+    ]);
+    log.giveBack(second?.recordedAt ?? [], 4); // leaves the 1 unit spent per request
+    log.giveBack([30], 3); // an unknown give-back can only take what the slot holds
+    expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([
+      [0, 1],
+      [5, 2],
+      [60, 1],
+    ]);
+    expect(log.peek(50).limits[0]?.remaining).toBe(1000 - 4);
+  });
+
+  it("takes units back only from the limits whose window still holds the slot", () => {
+    // One ring, two windows: by 200 the slot at 3 has left the 100 ms window but not the 10 s one.
+    const log = new KeyLog([
+      { limit: 32, windowMs: 100 },
+      { limit: 1000, windowMs: 10_000 },
+    ]);
+    const lease = log.take(0, { cost: 0, leaseUnits: 2, leaseMs: 3 }).decision.lease;
+    expect(lease).toEqual({ units: 2, lifetimeMs: 3, recordedAt: [3] });
+    log.take(150, { cost: 30 });
+    expect(log.peek(200).limits.map((l) => l.remaining)).toEqual([2, 968]);
+    log.giveBack([3], 2);
+    expect(log.peek(200).limits.map((l) => l.remaining)).toEqual([2, 970]);
+    expect(allowed(log, [200, 200, 200])).toEqual([true, true, false]);
+    // The short window's oldest slot is now the one at 150: it leaves at 250.
+    expect(log.take(249, { cost: 1 }).decision.retryAfterMs).toBe(1);
+  });
+
+  it("removes a slot that is the oldest of a short window, with an older slot kept by a long one", () => {
+    const log = new KeyLog([
+      { limit: 32, windowMs: 100 },
+      { limit: 1000, windowMs: 10_000 },
+    ]);
+    log.take(0, { cost: 1 }); // at 0: only the long window holds it from 100 on
+    const lease = log.take(150, { cost: 0, leaseUnits: 2, leaseMs: 3 }).decision.lease;
+    expect(lease?.recordedAt).toEqual([153]);
+    log.take(160, { cost: 5 }); // at 160: a slot after the lease's
+    log.giveBack([153], 2);
+    expect(log.peek(200).limits.map((l) => l.remaining)).toEqual([27, 994]);
+    // The slot at 0 never counts for the short window again, even once the slot at 160 has left it.
+    expect(log.peek(255).limits.map((l) => l.remaining)).toEqual([27, 994]);
+    expect(log.peek(260).limits.map((l) => l.remaining)).toEqual([32, 994]);
+  });
+});
+
+describe("forget (an operator's reset)", () => {
+  it("drops slots at or before now (at now too), keeps later ones, and frees their keys", () => {
+    const log = new KeyLog([{ limit: 3, windowMs: 1000 }]);
+    expect(allowed(log, [0, 10, 20, 20])).toEqual([true, true, true, false]);
+    expect(log.forget(20)).toBe(20);
+    expect(log.rows()).toEqual([]);
+    expect(log.peek(20).limits[0]).toEqual({ remaining: 3, resetMs: 0, exceeded: false });
+    // The ring can fill to its capacity again: every key came back.
+    expect(allowed(log, [21, 22, 23, 24])).toEqual([true, true, true, false]);
+    expect(new Set(log.rows().map((r) => r.key))).toEqual(new Set([0, 1, 2]));
+  });
+
+  it("keeps a future slot, and the limits still count it", () => {
+    const log = new KeyLog([{ limit: 64, windowMs: 1000 }]);
+    log.take(0, { cost: 10 });
+    log.take(5, { cost: 1, leaseUnits: 4, leaseMs: 31 }); // recorded at 36
+    log.forget(35);
+    expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([[36, 5]]);
+    expect(log.peek(35).limits[0]?.remaining).toBe(59);
+    log.forget(36);
+    expect(log.peek(36).limits[0]?.remaining).toBe(64);
+  });
+});
