@@ -142,34 +142,39 @@ describe("LeaseTable", () => {
     expect(e.seenAt).toBe(1500);
   });
 
-  it("asks for 1.5 lifetimes of units at the key's rate from two requests per second on, within the bounds", () => {
+  it("asks for one lifetime of units at the key's rate from two requests per second on, within the bounds", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
-    expect(table.want(e, 1000, 1000)).toBe(0); // score 1: rare
+    expect(table.want(e, 1000, 1000, 0)).toBe(0); // score 1: rare
     table.touch("k", SPECS, 0, []);
     expect(e.score).toBe(2);
-    expect(table.want(e, 1000, 1000)).toBe(3); // 2/s × 1.5 s
-    expect(table.want(e, 1000, 2)).toBe(2);
-    expect(table.want(e, 400, 1000)).toBe(1); // 2/s × 0.6 s = 1.2
-    expect(table.want(e, 300, 1000)).toBe(0); // 0.9: under one unit
-    expect(table.want(e, 0, 1000)).toBe(0);
-    expect(table.want(e, -1000, 1000)).toBe(0);
+    expect(table.want(e, 1000, 1000, 0)).toBe(2); // 2/s × 1 s
+    expect(table.want(e, 1000, 1, 0)).toBe(1);
+    expect(table.want(e, 600, 1000, 0)).toBe(1); // 2/s × 0.6 s = 1.2
+    expect(table.want(e, 400, 1000, 0)).toBe(0); // 0.8: under one unit
+    expect(table.want(e, 0, 1000, 0)).toBe(0);
+    expect(table.want(e, -1000, 1000, 0)).toBe(0);
   });
 
-  it("refills when under half of want is left or under half a lifetime, counting only leases not yet expired", () => {
+  it("refills two round trips (at least 5 ms each) before the held units or time run out, counting only leases not yet expired", () => {
     const table = new LeaseTable();
-    const e = table.touch("k", SPECS, 0, []);
-    table.add(e, lease(5, 100), 0, LIMITS); // expires at 97
-    expect(table.needsRefill(e, 0, 10, 100)).toBe(false); // exactly half of want left
-    expect(table.needsRefill(e, 0, 11, 100)).toBe(true);
-    expect(table.needsRefill(e, 47, 10, 100)).toBe(false); // exactly half a lifetime left
-    expect(table.needsRefill(e, 48, 10, 100)).toBe(true);
+    const e = table.touch("k", SPECS, 0, []); // score 1: 1 unit in the 10 ms lead
+    table.add(e, lease(2, 100), 0, LIMITS); // expires at 97
+    expect(table.needsRefill(e, 0, 10)).toBe(false);
+    table.spend(e, 1, 0, []);
+    expect(table.needsRefill(e, 0, 10)).toBe(true); // 1 left: what the lead uses
+    const g = table.touch("g", SPECS, 0, []);
+    table.add(g, lease(50, 100), 0, LIMITS); // expires at 97
+    expect(table.needsRefill(g, 86, 10)).toBe(false); // 11 ms left
+    expect(table.needsRefill(g, 87, 10)).toBe(true); // 10 ms left
     // A big lease that has just expired counts for nothing, whatever its units.
     const f = table.touch("f", SPECS, 0, []);
     table.add(f, lease(100, 100), 0, LIMITS); // expires at 97
-    table.add(f, lease(1, 200), 0, LIMITS); // expires at 195
-    expect(table.needsRefill(f, 96, 10, 100)).toBe(false);
-    expect(table.needsRefill(f, 97, 10, 100)).toBe(true);
+    table.add(f, lease(5, 200), 0, LIMITS); // expires at 195
+    expect(table.needsRefill(f, 96, 10)).toBe(false);
+    expect(table.needsRefill(f, 185, 10)).toBe(true);
+    table.observeRtt(50); // slower round trips: a longer lead
+    expect(table.needsRefill(f, 96, 10)).toBe(true);
   });
 
   it("spends leases that expire at the same time in the order they came", () => {
@@ -208,7 +213,7 @@ describe("LeaseTable", () => {
     const table = new LeaseTable(2);
     const unused: Unused[] = [];
     const busy = table.touch("busy", SPECS, 0, unused);
-    busy.inflight = Promise.resolve();
+    busy.inflightSince = 0;
     table.touch("idle", SPECS, 0, unused);
     table.touch("new", SPECS, 0, unused);
     expect([table.get("busy"), table.get("idle"), table.get("new")].map((e) => e?.name)).toEqual([
