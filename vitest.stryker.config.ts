@@ -7,6 +7,8 @@ export default defineConfig({
     name: "unit",
     environment: "node",
     include: ["test/unit/**/*.test.ts"],
+    // One worker reused across Stryker's many small runs (its runner already limits Vitest to one worker); the
+    // unit tests pass this way, and static mutants were killed the same with isolation on.
     isolate: false,
   },
 });

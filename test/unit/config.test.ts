@@ -1488,5 +1488,14 @@ describe("parseConfig: settings at their edges", () => {
     expect(configError(() => parse({ ...MINIMUM, admin: { paths: "/x/" } })).message).toBe(
       "RATE_LIMIT.admin.paths: unknown setting; expected one of path",
     );
+    expect(configError(() => parse({ ...MINIMUM, leases: { units: 5 } })).message).toBe(
+      "RATE_LIMIT.leases.units: unknown setting; expected one of enabled, max_units, max_lifetime",
+    );
+  });
+
+  it("refuses a fractional leases.max_units", () => {
+    expect(configError(() => parse({ ...MINIMUM, leases: { max_units: 1.5 } })).message).toBe(
+      "RATE_LIMIT.leases.max_units: expected a positive integer, got 1.5",
+    );
   });
 });

@@ -70,6 +70,15 @@ describe("normalizeLimits", () => {
     );
   });
 
+  it("suggests the smallest tick that fits", () => {
+    // 3970 ms + a 124 ms lease: 2049 slots at 2 ms, 1366 at 3 ms.
+    expect(() => normalizeLimits([{ limit: 1_000_000, windowMs: 3970, tickMs: 1 }])).toThrow(
+      /needs up to 4096 slots per key, more than 2048; use a tick of at least 3ms$/,
+    );
+    expect(() => normalizeLimits([{ limit: 1_000_000, windowMs: 3970, tickMs: 2 }])).toThrow(/at least 3ms$/);
+    expect(normalizeLimits([{ limit: 1_000_000, windowMs: 3970, tickMs: 3 }])[0]?.tickMs).toBe(3);
+  });
+
   it("accepts exactly 4096 slots per key, and says how many more it would need", () => {
     const limits = [
       { limit: 1_000_000, windowMs: 1984, tickMs: 1 }, // 2048 slots

@@ -501,6 +501,21 @@ describe("restore: stored rows as the object finds them", () => {
     expect(log.peek(50).limits[0]?.remaining).toBe(3);
   });
 
+  it("takes its own rows in any order", () => {
+    const limits = [{ limit: 5, windowMs: 100 }];
+    const rows = [row(1, 2, 60, 1), row(1, 0, 20, 1), row(1, 1, 40, 2)];
+    const { log, rewrite } = KeyLog.restore(limits, rows, 100);
+    expect(rewrite).toBe(false);
+    expect(slots(log)).toEqual([
+      [1, 20, 1],
+      [1, 40, 2],
+      [1, 60, 1],
+    ]);
+    // The slot at 20 leaves first: at 120 one unit comes back.
+    expect(log.take(100, { cost: 2 }).decision).toMatchObject({ allowed: false, retryAfterMs: 20 });
+    expect(log.clock).toBe(100);
+  });
+
   it("leaves out rows that have left the window, and needs no rewrite for them", () => {
     const { log, rewrite } = KeyLog.restore([{ limit: 5, windowMs: 100 }], [row(1, 0, 0, 1), row(1, 1, 50, 1)], 100);
     expect([rewrite, slots(log)]).toEqual([false, [[1, 50, 1]]]);
@@ -540,8 +555,11 @@ describe("restore: stored rows as the object finds them", () => {
       ]);
       expect(log.rows().map((r) => r.key)).toEqual([0, 1]);
     }
-    // Rows that left the new window are not seeded.
+    // Rows that left the new window are not seeded, even one that rounding up would bring back into it.
     expect(slots(KeyLog.restore(after, rows, 11_600).log)).toEqual([[1000, 3000, 4]]);
+    expect(slots(KeyLog.restore(after, [row(1, 0, 1600, 1), row(1, 1, 2500, 4)], 11_600).log)).toEqual([
+      [1000, 3000, 4],
+    ]);
   });
 
   it("renumbers rows whose keys or times do not fit the ring, and keeps the newest when there are too many", () => {
@@ -555,6 +573,13 @@ describe("restore: stored rows as the object finds them", () => {
         ],
       ], // a key twice
       [[row(1, 5, 10, 1)], [[1, 10, 1]]], // a key beyond the capacity
+      [
+        [row(1, 1, 10, 1), row(1, 3, 20, 1)],
+        [
+          [1, 10, 1],
+          [1, 20, 1],
+        ],
+      ], // a key of exactly the capacity
       [[row(1, -1, 10, 1)], [[1, 10, 1]]], // a negative key
       [[row(1, 0, 10, 1), row(1, 1, 10, 2)], [[1, 10, 3]]], // one time twice: merged
     ];
@@ -581,6 +606,13 @@ describe("restore: stored rows as the object finds them", () => {
     log.take(50, { cost: 1 });
     expect(log.rows().map((r) => r.ts)).toEqual([50, 100]);
     expect(log.idleAt).toBe(100 + 100_000);
+    // The coarse ring's newest slot is the later one, but only its own 1 s window counts for it.
+    const coarse = new KeyLog([
+      { limit: 10, windowMs: 1000, tickMs: 1000 },
+      { limit: 100, windowMs: 100_000, tickMs: 1 },
+    ]);
+    coarse.take(50, { cost: 1 });
+    expect(coarse.idleAt).toBe(50 + 100_000);
     const short = new KeyLog([{ limit: 10, windowMs: 1000 }]);
     short.take(50, { cost: 1 });
     expect(short.idleAt).toBe(1050);
@@ -627,6 +659,14 @@ describe("KeyLog: asks at their edges", () => {
     expect(log.history(0, 1000, 4)).toEqual({ startMs: 0, bucketMs: 250, counts: [1, 1, 0, 1], ahead: 0 });
     expect(log.history(0, 1000, 1).counts).toEqual([3]);
     expect(() => log.history(1, 1000, 4)).toThrow(/^limit: expected an index below 1, got 1$/);
+    // A short window sharing a ring with a long one: the ring still holds slots the short window no longer counts.
+    const shared = new KeyLog([
+      { limit: 10, windowMs: 100 },
+      { limit: 100, windowMs: 1000 },
+    ]);
+    for (const t of [0, 50, 150]) shared.take(t, { cost: 1 });
+    expect(shared.history(0, 150, 1)).toEqual({ startMs: 50, bucketMs: 100, counts: [1], ahead: 0 });
+    expect(shared.history(0, 150, 2)).toEqual({ startMs: 50, bucketMs: 50, counts: [0, 1], ahead: 0 });
     expect(() => log.history(0, 1000, 0)).toThrow(/^buckets: expected a positive integer, got 0$/);
     expect(() => log.history(0, 1000, 1.5)).toThrow(/^buckets: /);
   });

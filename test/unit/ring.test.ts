@@ -15,7 +15,11 @@ describe("Ring memory", () => {
     const ring = log.rings[0];
     expect(ring?.capacity).toBe(1033);
     expect(ring?.allocated).toBe(16);
-    for (let t = 0; t < 100; t++) log.take(t, { cost: 1 });
+    for (let t = 0; t < 16; t++) log.take(t, { cost: 1 });
+    expect(ring?.allocated).toBe(16); // full, not grown
+    log.take(16, { cost: 1 });
+    expect(ring?.allocated).toBe(32);
+    for (let t = 17; t < 100; t++) log.take(t, { cost: 1 });
     expect([ring?.size, ring?.allocated]).toEqual([100, 128]);
   });
 
