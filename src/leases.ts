@@ -134,8 +134,9 @@ export class LeaseTable {
       const gone = e.held.shift() as HeldLease;
       if (gone.left > 0) unused.push(unusedOf(e, gone));
     }
+    // `held` is sorted by expiry and the expired ones are gone: every lease left is valid at `now`.
     for (const h of e.held) {
-      if (now < h.expiresAt && h.left >= cost) {
+      if (h.left >= cost) {
         h.left -= cost;
         return h;
       }

@@ -318,8 +318,7 @@ export class KeyLog {
     }));
     const neverAllowed = cost > this.#minLimit;
     let blockedUntil = t;
-    for (const p of this.#places)
-      if (!p.ring.isEmpty(p.j)) blockedUntil = Math.max(blockedUntil, p.ring.freeAt(p.j, t, 1));
+    for (const p of this.#places) blockedUntil = Math.max(blockedUntil, p.ring.freeAt(p.j, t, 1));
     return {
       allowed,
       neverAllowed,

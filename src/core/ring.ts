@@ -223,11 +223,6 @@ export class Ring {
     return Math.max(this.freeAt(j, t, 1), oldestLeaves) - t;
   }
 
-  /** Whether the `j`th limit has anything in its window. */
-  isEmpty(j: number): boolean {
-    return (this.#members[j] as Member).head === this.#end;
-  }
-
   // ------------------------------------------------------------------ changes
 
   /**
