@@ -58,9 +58,11 @@ async function admin(e: WorkerEnv, path: string, body: unknown): Promise<Record<
 /** A LIMITER namespace that records every method called on any of its objects (and forwards to the real one). */
 /** Whether this isolate holds a lease with units left for `key`. */
 function holdsLease(key: string): boolean {
-  return isolateLeases()
-    .get(`key:${key}`)
-    ?.held.some((h) => h.left > 0) === true;
+  return (
+    isolateLeases()
+      .get(`key:${key}`)
+      ?.held.some((h) => h.left > 0) === true
+  );
 }
 
 /**
