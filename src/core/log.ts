@@ -121,10 +121,11 @@ export class KeyLog {
       if (own) {
         slots = own.filter((r) => r.ts > t - window).sort((a, b) => a.ts - b.ts);
       } else {
-        // A new tick: every ring records every grant, so seed it from the stored ring that holds
-        // the most units (the most history), rounded up to the new tick (later is safe).
+        // A new tick (no stored ring has it): every ring records every grant, so seed it from the
+        // stored ring that holds the most units (the most history), rounded up to the new tick
+        // (later is safe).
         let seed: SlotRow[] = [];
-        for (const [tick, list] of byRing) if (tick !== ring.tickMs && total(list) > total(seed)) seed = list;
+        for (const list of byRing.values()) if (total(list) > total(seed)) seed = list;
         slots = seed
           .filter((r) => r.ts > t - window)
           .map((r) => ({ ...r, ts: roundUp(r.ts, ring.tickMs) }))

@@ -177,6 +177,35 @@ describe("LeaseTable", () => {
     expect(table.needsRefill(f, 96, 10)).toBe(true);
   });
 
+  it("sizes the refill's unit lead from the key's rate: a hot key refills while it still holds units", () => {
+    const table = new LeaseTable();
+    let e = table.touch("hot", SPECS, 0, []);
+    for (let i = 1; i < 1000; i++) e = table.touch("hot", SPECS, 0, []); // 1000 requests a second
+    table.add(e, lease(50, 1000), 0, LIMITS); // expires at 979: time is no reason to refill
+    table.spend(e, 39, 0, []);
+    // The 10 ms lead uses 1000 × 10 / 1000 = 10 units at this rate.
+    expect(table.needsRefill(e, 0, 10)).toBe(false); // 11 left
+    table.spend(e, 1, 0, []);
+    expect(table.needsRefill(e, 0, 10)).toBe(true); // 10 left
+  });
+
+  it("counts no units of a lease expiring at exactly now, even with a live one that holds few", () => {
+    const table = new LeaseTable();
+    const e = table.touch("k", SPECS, 0, []); // score 1: 1 unit in the 10 ms lead
+    table.add(e, lease(100, 100), 0, LIMITS); // expires at 97
+    table.add(e, lease(1, 1000), 0, LIMITS); // expires at 979
+    expect(table.needsRefill(e, 96, 10)).toBe(false);
+    expect(table.needsRefill(e, 97, 10)).toBe(true); // only the live lease's 1 unit counts
+  });
+
+  it("averages round trips: each new one moves the estimate an eighth of the way", () => {
+    const table = new LeaseTable();
+    table.observeRtt(10);
+    expect(table.rttMs).toBe(10);
+    table.observeRtt(90);
+    expect(table.rttMs).toBe(20);
+  });
+
   it("spends leases that expire at the same time in the order they came", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];

@@ -283,6 +283,20 @@ describe("KeyLog edge cases", () => {
       lease: null,
     });
     expect(log.take(1010, { cost: 1, leaseUnits: 10, leaseMs: 31 }).decision.lease?.units).toBe(10);
+    // A cost of exactly the smallest limit, refused because some is used, is pressure too.
+    const whole = new KeyLog([{ limit: 320, windowMs: 1000 }]);
+    whole.take(0, { cost: 1 });
+    expect(whole.take(1, { cost: 320 }).decision.allowed).toBe(false);
+    expect(whole.take(2, { cost: 1, leaseUnits: 10, leaseMs: 31 }).decision.lease).toBeNull();
+    // The quiet time is the shortest window, not the longest.
+    const two = new KeyLog([
+      { limit: 320, windowMs: 1000 },
+      { limit: 10_000, windowMs: 60_000 },
+    ]);
+    two.take(0, { cost: 320 });
+    expect(two.take(10, { cost: 1 }).decision.allowed).toBe(false);
+    expect(two.take(1009, { cost: 1, leaseUnits: 10, leaseMs: 31 }).decision.lease).toBeNull();
+    expect(two.take(1010, { cost: 1, leaseUnits: 10, leaseMs: 31 }).decision.lease?.units).toBe(10);
     // A cost that can never fit is no sign of pressure.
     const other = new KeyLog([{ limit: 320, windowMs: 1000 }]);
     expect(other.take(0, { cost: 321 }).decision.neverAllowed).toBe(true);

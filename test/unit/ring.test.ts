@@ -62,6 +62,27 @@ describe("storage keys", () => {
     }
     expect(log.rings[0]?.size).toBe(0);
   });
+
+  it("a lease given back while an older slot stays frees its key too: the ring never runs out of keys", () => {
+    const log = new KeyLog([{ limit: 1000, windowMs: 60_000 }]);
+    const capacity = log.rings[0]?.capacity as number;
+    log.take(0, { cost: 1 }); // counts for the whole test: the ring is never empty
+    for (let t = 1; t < 3 * capacity; t++) {
+      const lease = log.take(t, { cost: 0, leaseUnits: 5, leaseMs: 1 }).decision.lease;
+      expect(log.giveBack(lease?.recordedAt ?? [], 5)).toEqual([expect.objectContaining({ cost: 0 })]);
+    }
+    expect(log.rows().map((r) => [r.key, r.ts])).toEqual([[0, 0]]);
+    expect(log.take(3 * capacity, { cost: 1 }).writes[0]?.key).toBeLessThan(capacity);
+  });
+
+  it("a ring whose slots have all left goes back to its initial memory, and its keys start again from 0", () => {
+    const log = new KeyLog([{ limit: 1000, windowMs: 100 }]);
+    for (let t = 0; t < 100; t++) log.take(t, { cost: 1 });
+    expect(log.rings[0]?.allocated).toBe(128);
+    expect(log.peek(300).limits[0]?.remaining).toBe(1000);
+    expect([log.rings[0]?.size, log.rings[0]?.allocated]).toEqual([0, 16]);
+    expect(log.take(300, { cost: 1 }).writes[0]?.key).toBe(0);
+  });
 });
 
 describe("giving back a lease", () => {
@@ -122,6 +143,25 @@ describe("giving back a lease", () => {
     // The slot at 0 never counts for the short window again, even once the slot at 160 has left it.
     expect(log.peek(255).limits.map((l) => l.remaining)).toEqual([27, 994]);
     expect(log.peek(260).limits.map((l) => l.remaining)).toEqual([32, 994]);
+  });
+});
+
+describe("giving back many leases", () => {
+  it("finds each lease's slot wherever it is, keeps the rest intact, and shrinks once the last is gone", () => {
+    const log = new KeyLog([{ limit: 1000, windowMs: 60_000 }]); // a 1 ms tick
+    const leases = Array.from({ length: 20 }, (_, t) => {
+      const lease = log.take(t, { cost: 0, leaseUnits: 3, leaseMs: 1 }).decision.lease;
+      return lease?.recordedAt ?? [];
+    });
+    expect([log.rings[0]?.size, log.rings[0]?.allocated]).toEqual([20, 32]);
+    // Every other one from the second (left of the first midpoint), then the rest.
+    for (let i = 1; i < 20; i += 2) expect(log.giveBack(leases[i] as number[], 3)).toHaveLength(1);
+    const left = log.rows();
+    expect(left.map((r) => r.ts)).toEqual(Array.from({ length: 10 }, (_, i) => 2 * i + 1));
+    expect(new Set(left.map((r) => r.key)).size).toBe(10);
+    expect(log.rings[0]?.allocated).toBe(32);
+    for (let i = 0; i < 20; i += 2) expect(log.giveBack(leases[i] as number[], 3)).toHaveLength(1);
+    expect([log.rings[0]?.size, log.rings[0]?.allocated]).toEqual([0, 16]);
   });
 });
 
