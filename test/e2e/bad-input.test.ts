@@ -10,7 +10,7 @@ import { type Limiter, startLimiter, tempDir, waitForOutput } from "../support/h
 import { type DigestEcho, type Origin, startOrigin } from "../support/origin.ts";
 import { type Problem, problemOfParts } from "../support/problem.ts";
 import { groupPids, memoryOf } from "../support/proc.ts";
-import { partsOf, type RawResponse, rawRequest, sendRaw } from "./raw-http.ts";
+import { type Header, latin1, partsOf, type RawResponse, rawTo } from "./raw-http.ts";
 
 let origin: Origin;
 let limiter: Limiter;
@@ -36,16 +36,9 @@ const key = () => `k_${crypto.randomUUID()}`;
 /** A fresh path, so a test can tell which arrivals at the origin are its own. */
 const path = () => `/bad-input/${crypto.randomUUID()}`;
 const arrivals = (p: string) => origin.arrivals.filter((a) => new URL(a.url, "http://x").pathname === p);
-const latin1 = (s: string) => Buffer.from(s, "latin1");
-
-type Header = [name: string, value: string | Buffer];
-
-/** One request on its own connection, written byte for byte. */
-function raw(method: string, target: string, headers: Header[], body?: Buffer, port = limiter.port) {
-  const all: Header[] = [["host", `127.0.0.1:${port}`], ["connection", "close"], ...headers];
-  if (body) all.push(["content-length", String(body.length)]);
-  return sendRaw(port, rawRequest(method, target, all, body));
-}
+/** One request to the limiter on its own connection, written byte for byte. */
+const raw = (method: string, target: string, headers: Header[], body?: Buffer, port = limiter.port) =>
+  rawTo(port, method, target, headers, body);
 
 /** Asserts the limiter's own problem+json answer (test/support/problem.ts) and returns it. */
 const problemOf = (r: RawResponse, status: number): Problem => problemOfParts(partsOf(r), status);

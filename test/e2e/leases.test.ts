@@ -23,6 +23,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KeyLog } from "../../src/core/index.ts";
 import { tempDir } from "../support/harness.ts";
 import type { KeyReport } from "../support/lease-report.ts";
+import { arrivalsOf as arrivalsAt, burst, granted, load, type Sent, send } from "../support/load.ts";
 import { type Origin, startOrigin } from "../support/origin.ts";
 import { judgeWindows, unjustifiedDenials } from "../support/window.ts";
 import { type Bundle, buildBundle, startWorkers, type Workers } from "../support/workers.ts";
@@ -74,47 +75,8 @@ afterAll(async () => {
 
 const key = (prefix: string) => `${prefix}_${crypto.randomUUID()}`;
 
-interface Sent {
-  id: number;
-  sentAt: number;
-  receivedAt: number;
-  status: number;
-}
-
-let nextId = 0;
-
-/** One request on `k` to `url`; each request has a unique id the origin records. */
-async function send(url: string, k: string): Promise<Sent> {
-  const id = nextId++;
-  const sentAt = Date.now();
-  const r = await fetch(`${url}/lease?id=${id}`, { headers: { "x-api-key": k } });
-  await r.arrayBuffer();
-  return { id, sentAt, receivedAt: Date.now(), status: r.status };
-}
-
-/** `clients` concurrent loops per URL on `k` for `durationMs`. */
-async function load(urls: readonly string[], k: string, clients: number, durationMs: number): Promise<Sent[]> {
-  const sent: Sent[] = [];
-  const end = Date.now() + durationMs;
-  const client = async (url: string) => {
-    while (Date.now() < end) sent.push(await send(url, k));
-  };
-  await Promise.all(urls.flatMap((url) => Array.from({ length: clients }, () => client(url))));
-  return sent;
-}
-
-/** `perUrl` requests on `k` to every URL, all at once. */
-async function burst(urls: readonly string[], k: string, perUrl: number): Promise<Sent[]> {
-  return Promise.all(urls.flatMap((url) => Array.from({ length: perUrl }, () => send(url, k))));
-}
-
-function arrivalsOf(k: string) {
-  return origin.arrivals
-    .filter((a) => a.headers["x-api-key"] === k)
-    .map((a) => ({ id: Number(new URL(a.url, "http://x").searchParams.get("id")), at: a.at }));
-}
-
-const granted = (sent: readonly Sent[]) => sent.filter((s) => s.status === 200).length;
+/** The requests on `k` that reached this file's origin. */
+const arrivalsOf = (k: string) => arrivalsAt(origin, k);
 
 async function report(url: string, k: string): Promise<KeyReport> {
   const r = await fetch(`${url}/__lease-test/stats?key=${encodeURIComponent(k)}`);

@@ -31,13 +31,14 @@ export function partsOf(r: RawResponse): ResponseParts {
   };
 }
 
+/** One header line; a Buffer value is sent as it is (any bytes). */
+export type Header = [name: string, value: string | Buffer];
+
+/** `s` as Latin-1 bytes: one byte per code point below 256. */
+export const latin1 = (s: string): Buffer => Buffer.from(s, "latin1");
+
 /** Builds an HTTP/1.1 request byte for byte; header values may be Buffers (any bytes, sent as they are). */
-export function rawRequest(
-  method: string,
-  target: string,
-  headers: readonly [name: string, value: string | Buffer][],
-  body?: Buffer,
-): Buffer {
+export function rawRequest(method: string, target: string, headers: readonly Header[], body?: Buffer): Buffer {
   const parts: Buffer[] = [Buffer.from(`${method} ${target} HTTP/1.1\r\n`, "latin1")];
   for (const [name, value] of headers) {
     parts.push(Buffer.from(`${name}: `, "latin1"), typeof value === "string" ? Buffer.from(value, "latin1") : value);
@@ -99,4 +100,14 @@ function dechunk(data: Buffer): Buffer {
     at = lineEnd + 2 + size + 2;
   }
   return Buffer.concat(out);
+}
+
+/**
+ * One request to `127.0.0.1:port` on its own connection, written byte for byte: `Host` and
+ * `Connection: close` first, then `headers`, and `Content-Length` when there is a body.
+ */
+export function rawTo(port: number, method: string, target: string, headers: readonly Header[], body?: Buffer) {
+  const all: Header[] = [["host", `127.0.0.1:${port}`], ["connection", "close"], ...headers];
+  if (body) all.push(["content-length", String(body.length)]);
+  return sendRaw(port, rawRequest(method, target, all, body));
 }

@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KeyLog } from "../../src/core/index.ts";
 import { type Limiter, startLimiter, tempDir } from "../support/harness.ts";
+import { arrivalsOf, granted, load, type Sent } from "../support/load.ts";
 import { type Origin, startOrigin } from "../support/origin.ts";
 import { judgeWindows, unjustifiedDenials } from "../support/window.ts";
 
@@ -53,42 +54,15 @@ afterAll(async () => {
 
 const key = (prefix: string) => `${prefix}_${crypto.randomUUID()}`;
 
-interface Sent {
-  id: number;
-  sentAt: number;
-  receivedAt: number;
-  status: number;
-}
-
-/** Sends requests on `k` from `clients` concurrent loops for `durationMs`; each request has a unique id. */
-async function load(k: string, clients: number, durationMs: number): Promise<Sent[]> {
-  const sent: Sent[] = [];
-  let next = 0;
-  const end = Date.now() + durationMs;
-  const client = async () => {
-    while (Date.now() < end) {
-      const id = next++;
-      const sentAt = Date.now();
-      const response = await fetch(`${limiter.url}/load?id=${id}`, { headers: { "x-api-key": k } });
-      await response.arrayBuffer();
-      sent.push({ id, sentAt, receivedAt: Date.now(), status: response.status });
-    }
-  };
-  await Promise.all(Array.from({ length: clients }, client));
-  return sent;
-}
-
 /** Judges a load run at the origin (test/support/window.ts) and counts what an exact limiter grants for the same send times. */
-function judge(k: string, sent: Sent[], specs: { limit: number; windowMs: number }[]) {
-  const arrivals = origin.arrivals
-    .filter((a) => a.headers["x-api-key"] === k)
-    .map((a) => ({ id: Number(new URL(a.url, "http://x").searchParams.get("id")), at: a.at }));
+function judge(k: string, sent: readonly Sent[], specs: { limit: number; windowMs: number }[]) {
+  const arrivals = arrivalsOf(origin, k);
   const { jitter, windows } = judgeWindows(sent, arrivals, specs);
   const exact = new KeyLog(specs);
   let ideal = 0;
   for (const s of [...sent].sort((x, y) => x.sentAt - y.sentAt))
     if (exact.take(s.sentAt, { cost: 1 }).decision.allowed) ideal += 1;
-  return { arrivals: arrivals.length, granted: sent.filter((s) => s.status === 200).length, jitter, ideal, windows };
+  return { arrivals: arrivals.length, granted: granted(sent), jitter, ideal, windows };
 }
 
 describe("strictness at the origin", () => {
@@ -99,7 +73,7 @@ describe("strictness at the origin", () => {
     "%s: no window over N, no denial an exact limiter would not give",
     async (label, prefix, clients, specs) => {
       const k = key(prefix);
-      const sent = await load(k, clients, 4000);
+      const sent = await load([limiter.url], k, clients, 4000);
       const j = judge(k, sent, [...specs]);
       console.info(label, JSON.stringify({ requests: sent.length, ...j }));
       expect(sent.every((s) => s.status === 200 || s.status === 429)).toBe(true);

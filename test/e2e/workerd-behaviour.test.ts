@@ -15,7 +15,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Limiter, startLimiter, tempDir, waitForOutput } from "../support/harness.ts";
 import { type Origin, startOrigin } from "../support/origin.ts";
-import { rawRequest, sendRaw } from "./raw-http.ts";
+import { type Header, latin1, rawTo } from "./raw-http.ts";
 
 let origin: Origin;
 let limiter: Limiter;
@@ -40,15 +40,8 @@ const key = () => `k_${crypto.randomUUID()}`;
 /** A fresh path, so a test can tell which arrivals at the origin are its own. */
 const path = () => `/workerd/${crypto.randomUUID()}`;
 const arrivals = (p: string) => origin.arrivals.filter((a) => new URL(a.url, "http://x").pathname === p);
-const latin1 = (s: string) => Buffer.from(s, "latin1");
-
-type Header = [name: string, value: string | Buffer];
-
-/** One request on its own connection, written byte for byte. */
-function raw(method: string, target: string, headers: Header[]) {
-  const all: Header[] = [["host", `127.0.0.1:${limiter.port}`], ["connection", "close"], ...headers];
-  return sendRaw(limiter.port, rawRequest(method, target, all));
-}
+/** One request to the limiter on its own connection, written byte for byte. */
+const raw = (method: string, target: string, headers: Header[]) => rawTo(limiter.port, method, target, headers);
 
 describe("header bytes", () => {
   it.each([
