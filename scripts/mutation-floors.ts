@@ -1,0 +1,72 @@
+/**
+ * @module The mutation score each mutated file must keep (README, "Mutation testing"): read from
+ * Stryker's JSON report (mutation-testing-report-schema), judged per file, so a run narrowed to
+ * one file (`--mutate src/leases.ts`) is judged on that file alone. Runtime-neutral and pure.
+ */
+
+/** The least score (%) per file: the last full run's, rounded down, less one point of slack. */
+export const FLOORS: Readonly<Record<string, number>> = {
+  "src/config.ts": 97,
+  "src/core/duration.ts": 99,
+  "src/core/limits.ts": 98,
+  "src/core/log.ts": 95,
+  "src/core/ring.ts": 93,
+  "src/deny-cache.ts": 96,
+  "src/leases.ts": 97,
+};
+
+/** What the report holds of one mutant that matters here. */
+interface Mutant {
+  readonly status: string;
+}
+
+export interface Report {
+  readonly files: Readonly<Record<string, { readonly mutants: readonly Mutant[] }>>;
+}
+
+export interface FileScore {
+  readonly file: string;
+  /** Mutants that count: killed, timed out, survived or not covered (compile and runtime errors and ignored ones do not). */
+  readonly mutants: number;
+  /** Killed or timed out. */
+  readonly detected: number;
+  /** `detected / mutants` in % (100 when no mutant counts). */
+  readonly score: number;
+  /** The file's floor, or undefined when it has none. */
+  readonly floor: number | undefined;
+}
+
+const DETECTED = new Set(["Killed", "Timeout"]);
+const UNDETECTED = new Set(["Survived", "NoCoverage"]);
+
+/** The score of every file in `report`, in the report's order. */
+export function scores(report: Report, floors: Readonly<Record<string, number>> = FLOORS): FileScore[] {
+  return Object.entries(report.files).map(([file, { mutants }]) => {
+    const detected = mutants.filter((m) => DETECTED.has(m.status)).length;
+    const counted = detected + mutants.filter((m) => UNDETECTED.has(m.status)).length;
+    return {
+      file,
+      mutants: counted,
+      detected,
+      score: counted === 0 ? 100 : (100 * detected) / counted,
+      floor: floors[file],
+    };
+  });
+}
+
+/**
+ * What is wrong with `report`: a file below its floor, or a mutated file with no floor (a new file
+ * must be given one). Empty when every file keeps its score.
+ */
+export function problems(report: Report, floors: Readonly<Record<string, number>> = FLOORS): string[] {
+  const out: string[] = [];
+  for (const s of scores(report, floors)) {
+    if (s.floor === undefined) out.push(`${s.file}: no floor in scripts/mutation-floors.ts; give it one`);
+    else if (s.score < s.floor) {
+      out.push(
+        `${s.file}: ${s.score.toFixed(2)}% (${s.detected} of ${s.mutants} mutants detected) is below its floor of ${s.floor}%`,
+      );
+    }
+  }
+  return out;
+}

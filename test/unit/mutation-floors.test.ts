@@ -1,0 +1,56 @@
+/** @module The mutation gate's judgement (scripts/mutation-floors.ts): per file, from Stryker's JSON report. */
+
+import { describe, expect, it } from "vitest";
+import { FLOORS, problems, type Report, scores } from "../../scripts/mutation-floors.ts";
+
+const mutants = (counts: Record<string, number>) =>
+  Object.entries(counts).flatMap(([status, n]) => Array.from({ length: n }, () => ({ status })));
+
+describe("mutation floors", () => {
+  it("scores killed and timed-out mutants against all that count; errors and ignored ones do not count", () => {
+    const report: Report = {
+      files: {
+        "src/a.ts": {
+          mutants: mutants({ Killed: 90, Timeout: 5, Survived: 4, NoCoverage: 1, CompileError: 7, Ignored: 3 }),
+        },
+        "src/empty.ts": { mutants: mutants({ RuntimeError: 2 }) },
+      },
+    };
+    expect(scores(report, { "src/a.ts": 95 })).toEqual([
+      { file: "src/a.ts", mutants: 100, detected: 95, score: 95, floor: 95 },
+      { file: "src/empty.ts", mutants: 0, detected: 0, score: 100, floor: undefined },
+    ]);
+  });
+
+  it("fails a file below its floor, passes one at it, and names a mutated file without one", () => {
+    const report: Report = {
+      files: {
+        "src/at.ts": { mutants: mutants({ Killed: 19, Survived: 1 }) },
+        "src/below.ts": { mutants: mutants({ Killed: 18, Survived: 2 }) },
+        "src/new.ts": { mutants: mutants({ Killed: 1 }) },
+      },
+    };
+    expect(problems(report, { "src/at.ts": 95, "src/below.ts": 95 })).toEqual([
+      "src/below.ts: 90.00% (18 of 20 mutants detected) is below its floor of 95%",
+      "src/new.ts: no floor in scripts/mutation-floors.ts; give it one",
+    ]);
+  });
+
+  it("has a floor for every file stryker.config.mjs mutates that has code, and only for those", async () => {
+    const configFile = new URL("../../stryker.config.mjs", import.meta.url).href; // plain JS: imported untyped
+    const { default: config } = (await import(configFile)) as { default: { mutate: string[] } };
+    const { readdirSync } = await import("node:fs");
+    const mutated = config.mutate.flatMap((pattern) => {
+      if (pattern.startsWith("!")) return [];
+      if (!pattern.includes("*")) return [pattern];
+      const dir = pattern.slice(0, pattern.lastIndexOf("/"));
+      return readdirSync(dir)
+        .filter((f) => f.endsWith(".ts"))
+        .map((f) => `${dir}/${f}`);
+    });
+    const excluded = new Set(config.mutate.filter((p) => p.startsWith("!")).map((p) => p.slice(1)));
+    const withoutFloor = mutated.filter((f) => !excluded.has(f) && FLOORS[f] === undefined);
+    expect(withoutFloor).toEqual(["src/core/decision.ts"]); // types only: no mutants
+    for (const f of Object.keys(FLOORS)) expect(mutated, f).toContain(f);
+  });
+});
