@@ -2,7 +2,7 @@
 
 import { describe, expect, it } from "vitest";
 import type { Lease, LimitStatus, NamedLimit } from "../../src/core/index.ts";
-import { LeaseTable, leaseMargin, sameLimits, type Unused } from "../../src/leases.ts";
+import { LeaseTable, leaseMargin, MIN_LEASE_UNITS, sameLimits, type Unused } from "../../src/leases.ts";
 
 const LIMITS: LimitStatus[] = [{ remaining: 50, resetMs: 1000, exceeded: false }];
 const SPECS = [{ limit: 1000, windowMs: 1000 }];
@@ -142,16 +142,17 @@ describe("LeaseTable", () => {
     expect(e.seenAt).toBe(1500);
   });
 
-  it("asks for one lifetime of units at the key's rate from two requests per second on, within the bounds", () => {
+  it("asks for one lifetime of units at the key's rate once that is at least two units, within the bounds", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
-    expect(table.want(e, 1000, 1000, 0)).toBe(0); // score 1: rare
+    expect(table.want(e, 10_000, 1000, 0)).toBe(0); // score 1: rare, however long the lease
     table.touch("k", SPECS, 0, []);
     expect(e.score).toBe(2);
+    expect(MIN_LEASE_UNITS).toBe(2);
     expect(table.want(e, 1000, 1000, 0)).toBe(2); // 2/s × 1 s
-    expect(table.want(e, 1000, 1, 0)).toBe(1);
-    expect(table.want(e, 600, 1000, 0)).toBe(1); // 2/s × 0.6 s = 1.2
-    expect(table.want(e, 400, 1000, 0)).toBe(0); // 0.8: under one unit
+    expect(table.want(e, 999, 1000, 0)).toBe(0); // 1.998: one unit costs a call, as asking per request does
+    expect(table.want(e, 5000, 1000, 0)).toBe(10); // 2/s × 5 s
+    expect(table.want(e, 5000, 1, 0)).toBe(1); // the isolate's bound (max_units)
     expect(table.want(e, 0, 1000, 0)).toBe(0);
     expect(table.want(e, -1000, 1000, 0)).toBe(0);
   });
