@@ -1,5 +1,6 @@
 /** @module The isolate's lease table: spending inside a lease's lifetime, sizing, refills, returns, bounds. */
 
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { Lease, LimitStatus, NamedLimit } from "../../src/core/index.ts";
 import { LeaseTable, leaseMargin, MIN_LEASE_UNITS, sameLimits, type Unused } from "../../src/leases.ts";
@@ -293,5 +294,67 @@ describe("LeaseTable", () => {
     for (const change of [{ limit: 11 }, { windowMs: 2000 }, { tickMs: 2 }, { name: "y" }]) {
       expect(sameLimits([a], [{ ...a, ...change }]), JSON.stringify(change)).toBe(false);
     }
+  });
+});
+
+describe("LeaseTable, property: never spends a unit at or after its lease's expiry, and loses none", () => {
+  /** One step: time moves on by `dt`, then a lease arrives (sent `delay` ms ago) or a request spends `cost`. */
+  const step = fc.oneof(
+    fc.record({
+      kind: fc.constant("add" as const),
+      dt: fc.nat(30),
+      units: fc.integer({ min: 1, max: 10 }),
+      lifetimeMs: fc.integer({ min: 1, max: 120 }),
+      delay: fc.nat(50),
+    }),
+    fc.record({ kind: fc.constant("spend" as const), dt: fc.nat(30), cost: fc.integer({ min: 1, max: 5 }) }),
+  );
+
+  it("against a model of leases by expiry, in any order of arrival", () => {
+    fc.assert(
+      fc.property(fc.array(step, { maxLength: 60 }), (steps) => {
+        const table = new LeaseTable();
+        const unused: Unused[] = [];
+        const e = table.touch("k", SPECS, 0, unused);
+        // The model: every lease by id (its recordedAt), with what it still holds and when it expires.
+        const model = new Map<number, { left: number; expiresAt: number }>();
+        let now = 0;
+        let added = 0;
+        let spent = 0;
+        for (const [id, s] of steps.entries()) {
+          now += s.dt;
+          if (s.kind === "add") {
+            const sentAt = now - s.delay;
+            table.add(e, lease(s.units, s.lifetimeMs, [id]), sentAt, LIMITS);
+            model.set(id, { left: s.units, expiresAt: sentAt + s.lifetimeMs - leaseMargin(s.lifetimeMs) });
+            added += s.units;
+            continue;
+          }
+          const held = table.spend(e, s.cost, now, unused);
+          const spendable = [...model.values()].some((m) => now < m.expiresAt && m.left >= s.cost);
+          expect(held !== null).toBe(spendable);
+          if (!held) continue;
+          const m = model.get(held.recordedAt[0] as number);
+          expect(m).toBeDefined();
+          expect(now).toBeLessThan(m?.expiresAt as number);
+          // The lease spent is one that expires first among those that could pay.
+          for (const other of model.values())
+            if (now < other.expiresAt && other.left >= s.cost)
+              expect(m?.expiresAt).toBeLessThanOrEqual(other.expiresAt);
+          (m as { left: number }).left -= s.cost;
+          spent += s.cost;
+        }
+        // Every unit was spent, is still held, or was handed back as unused, once, after its lease expired.
+        for (const u of unused) {
+          const m = model.get(u.recordedAt[0] as number);
+          expect(m && m.expiresAt <= now && m.left === u.units).toBe(true);
+        }
+        const held = e.held.reduce((sum, h) => sum + h.left, 0);
+        const returned = unused.reduce((sum, u) => sum + u.units, 0);
+        expect(spent + held + returned).toBe(added);
+        expect(e.held.every((h) => h.left >= 0)).toBe(true);
+      }),
+      { numRuns: 500 },
+    );
   });
 });
