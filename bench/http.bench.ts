@@ -19,7 +19,7 @@ import { KeyLog } from "../src/core/index.ts";
 import { cpuMs } from "../test/support/proc.ts";
 import { maxInWindow } from "../test/support/window.ts";
 import { grantsSvg } from "./http/chart.ts";
-import type { StorageCounts } from "./http/counts.ts";
+import { emptyCounts, type StorageCounts } from "./http/counts.ts";
 import { type LoadResult, load, loadAll, paced, quantile } from "./http/load.ts";
 import { type BenchOrigin, startBenchOrigin } from "./http/origin.ts";
 import { type Runtime, startRuntime } from "./http/runtime.ts";
@@ -442,21 +442,7 @@ async function stats(countUrl: string, name: string): Promise<StorageCounts> {
 }
 
 function sum(xs: StorageCounts[]): StorageCounts {
-  const out: StorageCounts = {
-    decides: 0,
-    grants: 0,
-    leases: 0,
-    leasedUnits: 0,
-    giveBacks: 0,
-    returnedUnits: 0,
-    writeStatements: 0,
-    rowsWritten: 0,
-    slotRowsWritten: 0,
-    setAlarms: 0,
-    slotRows: 0,
-    metaRows: 0,
-    databaseSize: 0,
-  };
+  const out = emptyCounts();
   for (const x of xs) for (const k of Object.keys(out) as (keyof StorageCounts)[]) out[k] += x[k];
   return out;
 }

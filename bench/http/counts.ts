@@ -25,3 +25,22 @@ export interface StorageCounts {
   metaRows: number;
   databaseSize: number;
 }
+
+/** Every count at zero: an object's start, and the start of a sum. */
+export function emptyCounts(): StorageCounts {
+  return {
+    decides: 0,
+    grants: 0,
+    leases: 0,
+    leasedUnits: 0,
+    giveBacks: 0,
+    returnedUnits: 0,
+    writeStatements: 0,
+    rowsWritten: 0,
+    slotRowsWritten: 0,
+    setAlarms: 0,
+    slotRows: 0,
+    metaRows: 0,
+    databaseSize: 0,
+  };
+}

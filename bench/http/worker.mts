@@ -33,7 +33,7 @@ import type { Decision } from "../../src/core/index.ts";
 import { proxy } from "../../src/http.ts";
 import { RateLimiter } from "../../src/limiter.ts";
 import { configFor, type Hooks, handle, isolateDenyCache, type WorkerEnv } from "../../src/worker.ts";
-import type { StorageCounts } from "./counts.ts";
+import { emptyCounts, type StorageCounts } from "./counts.ts";
 import type { FixedWindow, Noop, TokenBucket } from "./objects.mts";
 import type { BenchRole } from "./roles.ts";
 
@@ -57,10 +57,10 @@ interface BenchEnv extends WorkerEnv {
 
 /** The limiter's object with its storage calls counted (a bench-only subclass; behaviour unchanged). */
 export class CountingRateLimiter extends RateLimiter {
-  #counts = newCounts();
+  #counts = emptyCounts();
 
   constructor(ctx: DurableObjectState, env: Env) {
-    const counts = newCounts();
+    const counts = emptyCounts();
     const sql = ctx.storage.sql;
     const exec = sql.exec.bind(sql);
     Object.defineProperty(sql, "exec", {
@@ -107,21 +107,6 @@ export class CountingRateLimiter extends RateLimiter {
     const count = (table: string) => Number(sql.exec<{ n: number }>(`SELECT count(*) AS n FROM ${table}`).one().n);
     return { ...this.#counts, slotRows: count("grants"), metaRows: count("meta"), databaseSize: sql.databaseSize };
   }
-}
-
-function newCounts() {
-  return {
-    decides: 0,
-    grants: 0,
-    leases: 0,
-    leasedUnits: 0,
-    giveBacks: 0,
-    returnedUnits: 0,
-    writeStatements: 0,
-    rowsWritten: 0,
-    slotRowsWritten: 0,
-    setAlarms: 0,
-  };
 }
 
 /** Bypasses the deny cache: the entry `remember()` just made is dropped before any other request can read it. */

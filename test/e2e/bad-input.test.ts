@@ -5,31 +5,24 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { type Limiter, startLimiter, tempDir, waitForOutput } from "../support/harness.ts";
-import { type DigestEcho, type Origin, startOrigin } from "../support/origin.ts";
+import type { DigestEcho, Origin } from "../support/origin.ts";
 import { type Problem, problemOfParts } from "../support/problem.ts";
 import { groupPids, memoryOf } from "../support/proc.ts";
+import { limiterForFile } from "./fixture.ts";
 import { type Header, latin1, partsOf, type RawResponse, rawTo } from "./raw-http.ts";
 
 let origin: Origin;
 let limiter: Limiter;
-let state: Awaited<ReturnType<typeof tempDir>>;
 
 // One instance for the file: keys from the header, Bearer and `?api_key`, a limit no test reaches.
 const LIMIT = 1000;
 const RATE_LIMIT = { limits: [{ limit: LIMIT, window: "1m" }], key: { query: "api_key" } };
 
-beforeAll(async () => {
-  origin = await startOrigin();
-  state = await tempDir("limiter-bad-input-");
-  limiter = await startLimiter({ origin: origin.url, rateLimit: RATE_LIMIT, persistTo: state.path });
-});
-
-afterAll(async () => {
-  await limiter?.stop();
-  await origin?.close();
-  await state?.cleanup();
+limiterForFile({ rateLimit: RATE_LIMIT, statePrefix: "limiter-bad-input-" }, (o, l) => {
+  origin = o;
+  limiter = l;
 });
 
 const key = () => `k_${crypto.randomUUID()}`;

@@ -3,16 +3,16 @@
 // send-to-arrival latency), no request is denied that an exact limiter would have granted whatever the timing,
 // bursts grant exactly N, keys are isolated, and Retry-After is honest. No assertion depends on how fast this
 // machine schedules (test/support/window.ts).
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { KeyLog } from "../../src/core/index.ts";
-import { type Limiter, startLimiter, tempDir } from "../support/harness.ts";
+import type { Limiter } from "../support/harness.ts";
 import { arrivalsOf, granted, load, type Sent } from "../support/load.ts";
-import { type Origin, startOrigin } from "../support/origin.ts";
+import type { Origin } from "../support/origin.ts";
 import { judgeWindows, unjustifiedDenials } from "../support/window.ts";
+import { limiterForFile } from "./fixture.ts";
 
 let origin: Origin;
 let limiter: Limiter;
-let state: Awaited<ReturnType<typeof tempDir>>;
 
 // One config for the file; each test uses its own plan (by key prefix) and fresh keys.
 const RATE_LIMIT = {
@@ -40,16 +40,9 @@ const SPECS = {
   conc: [{ limit: 20, windowMs: 1000 }],
 };
 
-beforeAll(async () => {
-  origin = await startOrigin();
-  state = await tempDir("limiter-e2e-");
-  limiter = await startLimiter({ origin: origin.url, rateLimit: RATE_LIMIT, persistTo: state.path });
-});
-
-afterAll(async () => {
-  await limiter?.stop();
-  await origin?.close();
-  await state?.cleanup();
+limiterForFile({ rateLimit: RATE_LIMIT, statePrefix: "limiter-e2e-" }, (o, l) => {
+  origin = o;
+  limiter = l;
 });
 
 const key = (prefix: string) => `${prefix}_${crypto.randomUUID()}`;

@@ -12,29 +12,25 @@
 //   `get`) gets `501` text/plain `ERROR: Unrecognized request method.`; `CONNECT` goes to a `connect()` handler the
 //   Worker does not export: `500` text/plain `Internal Server Error` and an "Uncaught exception … Handler does not
 //   export a connect() function" log line.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Limiter, startLimiter, tempDir, waitForOutput } from "../support/harness.ts";
-import { type Origin, startOrigin } from "../support/origin.ts";
+import { describe, expect, it } from "vitest";
+import { type Limiter, waitForOutput } from "../support/harness.ts";
+import type { Origin } from "../support/origin.ts";
+import { limiterForFile } from "./fixture.ts";
 import { type Header, latin1, rawTo } from "./raw-http.ts";
 
 let origin: Origin;
 let limiter: Limiter;
-let state: Awaited<ReturnType<typeof tempDir>>;
 
 const RATE_LIMIT = { limits: [{ limit: 1000, window: "1m" }] };
 
-beforeAll(async () => {
-  // An origin that accepts heads up to 4 MiB, so what workerd lets through arrives intact.
-  origin = await startOrigin({ maxHeaderSize: 4 << 20 });
-  state = await tempDir("limiter-workerd-");
-  limiter = await startLimiter({ origin: origin.url, rateLimit: RATE_LIMIT, persistTo: state.path });
-});
-
-afterAll(async () => {
-  await limiter?.stop();
-  await origin?.close();
-  await state?.cleanup();
-});
+// An origin that accepts heads up to 4 MiB, so what workerd lets through arrives intact.
+limiterForFile(
+  { rateLimit: RATE_LIMIT, statePrefix: "limiter-workerd-", origin: { maxHeaderSize: 4 << 20 } },
+  (o, l) => {
+    origin = o;
+    limiter = l;
+  },
+);
 
 const key = () => `k_${crypto.randomUUID()}`;
 /** A fresh path, so a test can tell which arrivals at the origin are its own. */

@@ -24,6 +24,21 @@ export interface Counts {
   givenBackUnits: number;
 }
 
+/** Nothing counted yet, for a key of `plan`. */
+export function emptyCounts(plan = ""): Counts {
+  return {
+    plan,
+    reasons: {},
+    takes: 0,
+    leaseAsks: 0,
+    leases: 0,
+    leasedUnits: 0,
+    largestLease: 0,
+    giveBacks: 0,
+    givenBackUnits: 0,
+  };
+}
+
 /** `GET /__lease-test/stats?key=<key>`. */
 export interface KeyReport {
   /** Drawn once per isolate: tells isolates apart. */

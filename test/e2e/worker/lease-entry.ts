@@ -18,7 +18,7 @@ import { ConfigError, planForKey } from "../../../src/config.ts";
 import type { Decision } from "../../../src/core/index.ts";
 import type { RateLimiter } from "../../../src/limiter.ts";
 import { configFor, handle, isolateLeases, type WorkerEnv } from "../../../src/worker.ts";
-import type { Counts, IsolateReport, KeyReport } from "../../support/lease-report.ts";
+import { type Counts, emptyCounts, type IsolateReport, type KeyReport } from "../../support/lease-report.ts";
 
 export { RateLimiter } from "../../../src/limiter.ts";
 
@@ -28,17 +28,7 @@ const perKey = new Map<string, Counts>();
 function countsOf(name: string): Counts {
   let c = perKey.get(name);
   if (!c) {
-    c = {
-      plan: "",
-      reasons: {},
-      takes: 0,
-      leaseAsks: 0,
-      leases: 0,
-      leasedUnits: 0,
-      largestLease: 0,
-      giveBacks: 0,
-      givenBackUnits: 0,
-    };
+    c = emptyCounts();
     perKey.set(name, c);
   }
   return c;
@@ -119,17 +109,8 @@ async function keyReport(env: WorkerEnv, key: string): Promise<Response> {
 function isolateReport(): Response {
   const plans: IsolateReport["plans"] = {};
   for (const c of perKey.values()) {
-    const p = plans[c.plan] ?? {
-      keys: 0,
-      reasons: {},
-      takes: 0,
-      leaseAsks: 0,
-      leases: 0,
-      leasedUnits: 0,
-      largestLease: 0,
-      giveBacks: 0,
-      givenBackUnits: 0,
-    };
+    const { plan: _, ...zero } = emptyCounts();
+    const p = plans[c.plan] ?? { keys: 0, ...zero };
     plans[c.plan] = p;
     p.keys += 1;
     for (const [r, n] of Object.entries(c.reasons)) p.reasons[r] = (p.reasons[r] ?? 0) + n;
