@@ -4,7 +4,7 @@
  * is below its floor.
  *
  *   npm run test:mutation                              # everything, one test process at a time
- *   npm run test:mutation -- --mutate src/leases.ts    # one file, judged alone
+ *   npm run test:mutation -- --mutate src/client/leases.ts    # one file, judged alone
  *   npm run test:mutation -- --concurrency 2           # as CI runs it, on a machine of its own
  */
 

@@ -3,8 +3,10 @@
  * Every error names the field; nothing invalid ever falls back to "no limit".
  */
 
+import { HEADER_FORMS, type HeaderForm } from "./client/headers.ts";
 import { describe, formatDuration, parseDuration } from "./core/duration.ts";
 import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "./core/limits.ts";
+import { KEY_CHARS } from "./key.ts";
 
 /** A limit with its tick and its header name: what the object is sent and the headers show. */
 export interface Limit extends CoreLimit {
@@ -58,10 +60,8 @@ export interface AdminSettings {
   readonly path: string;
 }
 
-export interface Config {
-  /** Base URL allowed requests go to: ORIGIN + path + query. */
-  readonly origin: URL;
-  readonly originTimeoutMs: number;
+/** What a limiter is configured with, in the proxy (`RATE_LIMIT`) and in the library (`createLimiter`). */
+export interface LimiterConfig {
   /** Deadline on every call to a key's object (ms); past it the request gets the failure mode. */
   readonly objectTimeoutMs: number;
   readonly leases: LeaseSettings;
@@ -76,7 +76,18 @@ export interface Config {
   readonly failureMode: FailureMode;
   /** Decide, log and add headers, but never reject. */
   readonly shadow: boolean;
+  /** The form of the rate-limit header fields. */
+  readonly headers: HeaderForm;
+}
+
+/** The proxy's configuration: a limiter, its origin, and the operators' API. */
+export interface Config extends LimiterConfig {
+  /** Base URL allowed requests go to: ORIGIN + path + query. */
+  readonly origin: URL;
+  readonly originTimeoutMs: number;
   readonly admin: AdminSettings;
+  /** Responses with these statuses give their request's units back (a refunded request is not counted). */
+  readonly refundStatuses: ReadonlySet<number>;
 }
 
 /** A configuration error: the message names the field. */
@@ -93,11 +104,13 @@ export const DEFAULTS = {
   leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 1_000 } as LeaseSettings,
   failureMode: "closed" as FailureMode,
   adminPath: "/__limiter/",
+  headers: "draft-11" as HeaderForm,
 };
 
 type Obj = Record<string, unknown>;
 
-const TOP_FIELDS = [
+/** The settings of a limiter, in the proxy and in the library. */
+export const LIMITER_FIELDS = [
   "limits",
   "plans",
   "anonymous",
@@ -105,81 +118,131 @@ const TOP_FIELDS = [
   "key",
   "failure_mode",
   "shadow",
-  "origin_timeout",
   "object_timeout",
   "leases",
-  "admin",
+  "headers",
 ] as const;
 
+/** The settings only the proxy reads. */
+export const PROXY_FIELDS = ["origin_timeout", "admin", "refund"] as const;
+
 /**
- * Parses the Worker's vars. Each var may be given as TOML/JSON values or as a JSON string
+ * Parses the proxy's vars. Each var may be given as TOML/JSON values or as a JSON string
  * (dashboard variables and `wrangler dev --var` deliver strings).
  *
  * @throws ConfigError naming the first bad field
  */
 export function parseConfig(vars: { ORIGIN?: unknown; RATE_LIMIT?: unknown }): Config {
   const origin = parseOrigin(vars.ORIGIN);
-  const raw = fromJsonString(vars.RATE_LIMIT, "RATE_LIMIT");
-  const rl = object(raw, "RATE_LIMIT");
-  unknownFields(rl, TOP_FIELDS, "RATE_LIMIT");
-  const key = parseKeySource(rl.key);
-  const leases = parseLeases(rl.leases);
+  const root = "RATE_LIMIT";
+  const rl = object(fromJsonString(vars.RATE_LIMIT, root), root);
+  unknownFields(rl, [...LIMITER_FIELDS, ...PROXY_FIELDS], root);
+  return {
+    ...limiterSettings(rl, root),
+    origin,
+    originTimeoutMs: parseTimeout(rl.origin_timeout, `${root}.origin_timeout`, DEFAULTS.originTimeoutMs),
+    admin: parseAdmin(rl.admin, root),
+    refundStatuses: parseRefund(rl.refund, root),
+  };
+}
 
-  const plans = optionalArray(rl.plans, "RATE_LIMIT.plans").map((p, i) =>
-    parsePlan(p, `RATE_LIMIT.plans[${i}]`, key.maxLength, leases),
+/**
+ * Parses a limiter's settings as the library takes them: the shape of `RATE_LIMIT` without the
+ * proxy's own settings. Errors name the field from `root` (e.g. `createLimiter.limits[0].window`).
+ *
+ * @throws ConfigError naming the first bad field
+ */
+export function parseLimiterConfig(value: unknown, root: string): LimiterConfig {
+  const rl = object(value, root);
+  for (const k of Object.keys(rl)) {
+    if ((PROXY_FIELDS as readonly string[]).includes(k)) {
+      throw new ConfigError(`${root}.${k}: only the proxy reads this setting (RATE_LIMIT in its wrangler.toml)`);
+    }
+  }
+  unknownFields(rl, LIMITER_FIELDS, root);
+  return limiterSettings(rl, root);
+}
+
+function limiterSettings(rl: Obj, root: string): LimiterConfig {
+  const key = parseKeySource(rl.key, root);
+  const leases = parseLeases(rl.leases, root);
+
+  const plans = optionalArray(rl.plans, `${root}.plans`).map((p, i) =>
+    parsePlan(p, `${root}.plans[${i}]`, key.maxLength, leases, root),
   );
   const names = new Set<string>();
   for (const [i, p] of plans.entries()) {
-    if (names.has(p.name))
-      throw new ConfigError(`RATE_LIMIT.plans[${i}].name: ${JSON.stringify(p.name)} is used twice`);
+    if (names.has(p.name)) throw new ConfigError(`${root}.plans[${i}].name: ${JSON.stringify(p.name)} is used twice`);
     names.add(p.name);
     const earlier = plans.findIndex((q, j) => j < i && p.keyPrefix.startsWith(q.keyPrefix));
     if (earlier !== -1) {
       throw new ConfigError(
-        `RATE_LIMIT.plans[${i}].key_prefix: ${JSON.stringify(p.keyPrefix)} can never match, every such key already matches RATE_LIMIT.plans[${earlier}] (key_prefix ${JSON.stringify(plans[earlier]?.keyPrefix)}) and the first match wins; put the longer prefix first`,
+        `${root}.plans[${i}].key_prefix: ${JSON.stringify(p.keyPrefix)} can never match, every such key already matches ${root}.plans[${earlier}] (key_prefix ${JSON.stringify(plans[earlier]?.keyPrefix)}) and the first match wins; put the longer prefix first`,
       );
     }
   }
   const defaultPlan =
-    rl.limits === undefined ? null : makePlan("default", "", parseLimits(rl.limits, "RATE_LIMIT.limits"), leases);
+    rl.limits === undefined ? null : makePlan("default", "", parseLimits(rl.limits, `${root}.limits`), leases);
   if (!defaultPlan && plans.length === 0) {
-    throw new ConfigError(
-      "RATE_LIMIT.limits: required (or give RATE_LIMIT.plans); without limits nothing would be limited",
-    );
+    throw new ConfigError(`${root}.limits: required (or give ${root}.plans); without limits nothing would be limited`);
   }
   let anonymous: Plan | null = null;
   if (rl.anonymous !== undefined) {
-    const a = object(rl.anonymous, "RATE_LIMIT.anonymous");
-    unknownFields(a, ["limits"], "RATE_LIMIT.anonymous");
-    anonymous = makePlan("anonymous", "", parseLimits(a.limits, "RATE_LIMIT.anonymous.limits"), leases);
+    const a = object(rl.anonymous, `${root}.anonymous`);
+    unknownFields(a, ["limits"], `${root}.anonymous`);
+    anonymous = makePlan("anonymous", "", parseLimits(a.limits, `${root}.anonymous.limits`), leases);
   }
 
   return {
-    origin,
-    originTimeoutMs: parseTimeout(rl.origin_timeout, "RATE_LIMIT.origin_timeout", DEFAULTS.originTimeoutMs),
-    objectTimeoutMs: parseTimeout(rl.object_timeout, "RATE_LIMIT.object_timeout", DEFAULTS.objectTimeoutMs),
+    objectTimeoutMs: parseTimeout(rl.object_timeout, `${root}.object_timeout`, DEFAULTS.objectTimeoutMs),
     leases,
     plans,
     defaultPlan,
     anonymous,
-    costs: parseCosts(rl.costs),
+    costs: parseCosts(rl.costs, root),
     key,
-    failureMode: parseFailureMode(rl.failure_mode),
-    shadow: optionalBoolean(rl.shadow, "RATE_LIMIT.shadow", false),
-    admin: parseAdmin(rl.admin),
+    failureMode: parseFailureMode(rl.failure_mode, root),
+    shadow: optionalBoolean(rl.shadow, `${root}.shadow`, false),
+    headers: parseHeaderForm(rl.headers, root),
   };
 }
 
+function parseHeaderForm(value: unknown, root: string): HeaderForm {
+  if (value === undefined) return DEFAULTS.headers;
+  if (typeof value === "string" && (HEADER_FORMS as readonly string[]).includes(value)) return value as HeaderForm;
+  throw new ConfigError(
+    `${root}.headers: expected one of ${HEADER_FORMS.map((f) => JSON.stringify(f)).join(", ")}, got ${describe(value)}`,
+  );
+}
+
+/** `refund = { status = [500, 502, 503, 504] }`: responses with these statuses give their units back. */
+function parseRefund(value: unknown, root: string): ReadonlySet<number> {
+  if (value === undefined) return new Set();
+  const r = object(value, `${root}.refund`);
+  unknownFields(r, ["status"], `${root}.refund`);
+  const list = array(r.status, `${root}.refund.status`);
+  return new Set(
+    list.map((s, i) => {
+      if (typeof s !== "number" || !Number.isInteger(s) || s < 200 || s > 599) {
+        throw new ConfigError(
+          `${root}.refund.status[${i}]: expected an HTTP status from 200 to 599, got ${describe(s)}`,
+        );
+      }
+      return s;
+    }),
+  );
+}
+
 /** `admin.path`: where the operators' API and page live; a prefix no API path of yours uses. */
-function parseAdmin(value: unknown): AdminSettings {
+function parseAdmin(value: unknown, root: string): AdminSettings {
   if (value === undefined) return { path: DEFAULTS.adminPath };
-  const a = object(value, "RATE_LIMIT.admin");
-  unknownFields(a, ["path"], "RATE_LIMIT.admin");
+  const a = object(value, `${root}.admin`);
+  unknownFields(a, ["path"], `${root}.admin`);
   if (a.path === undefined) return { path: DEFAULTS.adminPath };
-  const path = nonEmptyString(a.path, "RATE_LIMIT.admin.path");
+  const path = nonEmptyString(a.path, `${root}.admin.path`);
   if (!/^\/(?:[A-Za-z0-9._~-]+\/)+$/.test(path)) {
     throw new ConfigError(
-      `RATE_LIMIT.admin.path: expected a path prefix like "/__limiter/" (segments of letters, digits, ".", "_", "~" or "-", starting and ending with "/", not "/" alone), got ${JSON.stringify(path)}`,
+      `${root}.admin.path: expected a path prefix like "/__limiter/" (segments of letters, digits, ".", "_", "~" or "-", starting and ending with "/", not "/" alone), got ${JSON.stringify(path)}`,
     );
   }
   return { path };
@@ -231,33 +294,29 @@ function parseTimeout(value: unknown, field: string, fallback: number): number {
 }
 
 /** `leases`: `false` turns them off; a table tunes them. */
-function parseLeases(value: unknown): LeaseSettings {
+function parseLeases(value: unknown, root: string): LeaseSettings {
   const d = DEFAULTS.leases;
   if (value === undefined || value === true) return d;
   if (value === false) return { ...d, enabled: false };
-  const l = object(value, "RATE_LIMIT.leases");
-  unknownFields(l, ["enabled", "max_units", "max_lifetime"], "RATE_LIMIT.leases");
-  const enabled = optionalBoolean(l.enabled, "RATE_LIMIT.leases.enabled", d.enabled);
+  const l = object(value, `${root}.leases`);
+  unknownFields(l, ["enabled", "max_units", "max_lifetime"], `${root}.leases`);
+  const enabled = optionalBoolean(l.enabled, `${root}.leases.enabled`, d.enabled);
   let maxUnits = d.maxUnits;
   if (l.max_units !== undefined) {
     const m = l.max_units;
     if (typeof m !== "number" || !Number.isSafeInteger(m) || m < 1) {
-      throw new ConfigError(`RATE_LIMIT.leases.max_units: expected a positive integer, got ${describe(m)}`);
+      throw new ConfigError(`${root}.leases.max_units: expected a positive integer, got ${describe(m)}`);
     }
     maxUnits = m;
   }
   const maxLifetimeMs =
     l.max_lifetime === undefined
       ? d.maxLifetimeMs
-      : wrap(() => parseDuration(l.max_lifetime, "RATE_LIMIT.leases.max_lifetime"));
+      : wrap(() => parseDuration(l.max_lifetime, `${root}.leases.max_lifetime`));
   return { enabled, maxUnits, maxLifetimeMs };
 }
 
-/** What an API key may contain (see key.ts): printable ASCII without spaces. */
-/** What a key may contain (see src/key.ts): printable ASCII without spaces or commas. */
-const KEY_CHARS = /^[\x21-\x2b\x2d-\x7e]+$/;
-
-function parsePlan(value: unknown, field: string, maxKeyLength: number, leases: LeaseSettings): Plan {
+function parsePlan(value: unknown, field: string, maxKeyLength: number, leases: LeaseSettings, root: string): Plan {
   const p = object(value, field);
   unknownFields(p, ["name", "key_prefix", "limits", "unlimited"], field);
   const name = nonEmptyString(p.name, `${field}.name`);
@@ -272,7 +331,7 @@ function parsePlan(value: unknown, field: string, maxKeyLength: number, leases: 
   }
   if (keyPrefix.length > maxKeyLength) {
     throw new ConfigError(
-      `${field}.key_prefix: longer than RATE_LIMIT.key.max_length (${maxKeyLength}), so no key can start with ${JSON.stringify(keyPrefix)}`,
+      `${field}.key_prefix: longer than ${root}.key.max_length (${maxKeyLength}), so no key can start with ${JSON.stringify(keyPrefix)}`,
     );
   }
   const unlimited = optionalBoolean(p.unlimited, `${field}.unlimited`, false);
@@ -356,8 +415,8 @@ export function parseLimits(value: unknown, field: string): Limit[] {
   return limits.map((l, i) => ({ ...l, tickMs: (ticks[i] as CoreLimit).tickMs }));
 }
 
-function parseCosts(value: unknown): CostRule[] {
-  const rules = optionalArray(value, "RATE_LIMIT.costs").map((c, i) => parseCost(c, `RATE_LIMIT.costs[${i}]`));
+function parseCosts(value: unknown, root: string): CostRule[] {
+  const rules = optionalArray(value, `${root}.costs`).map((c, i) => parseCost(c, `${root}.costs[${i}]`));
   for (const [i, r] of rules.entries()) {
     const earlier = rules.findIndex(
       (q, j) => j < i && (q.method === null || q.method === r.method) && r.pathPrefix.startsWith(q.pathPrefix),
@@ -365,7 +424,7 @@ function parseCosts(value: unknown): CostRule[] {
     if (earlier !== -1) {
       const q = rules[earlier] as CostRule;
       throw new ConfigError(
-        `RATE_LIMIT.costs[${i}]: ${r.method ?? "any method"} ${JSON.stringify(r.pathPrefix)} never applies, every such request already matches RATE_LIMIT.costs[${earlier}] (${q.method ?? "any method"} ${JSON.stringify(q.pathPrefix)}) and the first match wins; put the more specific rule first`,
+        `${root}.costs[${i}]: ${r.method ?? "any method"} ${JSON.stringify(r.pathPrefix)} never applies, every such request already matches ${root}.costs[${earlier}] (${q.method ?? "any method"} ${JSON.stringify(q.pathPrefix)}) and the first match wins; put the more specific rule first`,
       );
     }
   }
@@ -398,55 +457,55 @@ function parseCost(value: unknown, field: string): CostRule {
   return { method, pathPrefix, cost };
 }
 
-function parseKeySource(value: unknown): KeySource {
+function parseKeySource(value: unknown, root: string): KeySource {
   if (value === undefined) {
     return { header: DEFAULTS.keyHeader, bearer: true, query: null, maxLength: DEFAULTS.maxKeyLength, pattern: null };
   }
-  const k = object(value, "RATE_LIMIT.key");
-  unknownFields(k, ["header", "bearer", "query", "max_length", "pattern"], "RATE_LIMIT.key");
+  const k = object(value, `${root}.key`);
+  unknownFields(k, ["header", "bearer", "query", "max_length", "pattern"], `${root}.key`);
   let header: string | null = DEFAULTS.keyHeader;
   if (k.header === false) header = null;
   else if (k.header !== undefined) {
-    header = nonEmptyString(k.header, "RATE_LIMIT.key.header").toLowerCase();
+    header = nonEmptyString(k.header, `${root}.key.header`).toLowerCase();
     if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(header) || header === "authorization") {
       throw new ConfigError(
-        `RATE_LIMIT.key.header: expected a header name other than authorization (use bearer), got ${JSON.stringify(k.header)}`,
+        `${root}.key.header: expected a header name other than authorization (use bearer), got ${JSON.stringify(k.header)}`,
       );
     }
   }
-  const query = k.query === undefined || k.query === false ? null : nonEmptyString(k.query, "RATE_LIMIT.key.query");
-  const bearer = optionalBoolean(k.bearer, "RATE_LIMIT.key.bearer", true);
+  const query = k.query === undefined || k.query === false ? null : nonEmptyString(k.query, `${root}.key.query`);
+  const bearer = optionalBoolean(k.bearer, `${root}.key.bearer`, true);
   if (header === null && !bearer && query === null) {
-    throw new ConfigError("RATE_LIMIT.key: every key source is off; enable header, bearer or query");
+    throw new ConfigError(`${root}.key: every key source is off; enable header, bearer or query`);
   }
   let maxLength = DEFAULTS.maxKeyLength;
   if (k.max_length !== undefined) {
     const m = k.max_length;
     if (typeof m !== "number" || !Number.isSafeInteger(m) || m < 1 || m > 4096) {
-      throw new ConfigError(`RATE_LIMIT.key.max_length: expected an integer from 1 to 4096, got ${describe(m)}`);
+      throw new ConfigError(`${root}.key.max_length: expected an integer from 1 to 4096, got ${describe(m)}`);
     }
     maxLength = m;
   }
-  return { header, bearer, query, maxLength, pattern: parseKeyPattern(k.pattern) };
+  return { header, bearer, query, maxLength, pattern: parseKeyPattern(k.pattern, root) };
 }
 
 /** `key.pattern`: a regular expression the whole key must match (it is anchored here). */
-function parseKeyPattern(value: unknown): RegExp | null {
+function parseKeyPattern(value: unknown, root: string): RegExp | null {
   if (value === undefined) return null;
-  const source = nonEmptyString(value, "RATE_LIMIT.key.pattern");
+  const source = nonEmptyString(value, `${root}.key.pattern`);
   try {
     return new RegExp(`^(?:${source})$`, "u");
   } catch (e) {
     throw new ConfigError(
-      `RATE_LIMIT.key.pattern: expected a regular expression, got ${JSON.stringify(source)} (${(e as Error).message})`,
+      `${root}.key.pattern: expected a regular expression, got ${JSON.stringify(source)} (${(e as Error).message})`,
     );
   }
 }
 
-function parseFailureMode(value: unknown): FailureMode {
+function parseFailureMode(value: unknown, root: string): FailureMode {
   if (value === undefined) return DEFAULTS.failureMode;
   if (value === "open" || value === "closed") return value;
-  throw new ConfigError(`RATE_LIMIT.failure_mode: expected "closed" or "open", got ${describe(value)}`);
+  throw new ConfigError(`${root}.failure_mode: expected "closed" or "open", got ${describe(value)}`);
 }
 
 function fromJsonString(value: unknown, field: string): unknown {
@@ -509,13 +568,13 @@ function wrap<T>(f: () => T): T {
 }
 
 /** The plan for a key: first plan whose prefix matches, else the default plan, else null. */
-export function planForKey(config: Config, key: string): Plan | null {
+export function planForKey(config: LimiterConfig, key: string): Plan | null {
   for (const p of config.plans) if (key.startsWith(p.keyPrefix)) return p;
   return config.defaultPlan;
 }
 
 /** The cost of a request: the first matching rule's, else 1. */
-export function costFor(config: Config, method: string, path: string): number {
+export function costFor(config: LimiterConfig, method: string, path: string): number {
   for (const r of config.costs) {
     if ((r.method === null || r.method === method) && path.startsWith(r.pathPrefix)) return r.cost;
   }

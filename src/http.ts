@@ -1,9 +1,10 @@
 /**
- * @module HTTP at the edge: problem-details errors, RateLimit headers
- * (draft-ietf-httpapi-ratelimit-headers-11) and the streaming proxy to the origin.
+ * @module HTTP at the edge: problem-details errors (RFC 9457) and the answers to a refused request,
+ * shared by the proxy and the hono middleware.
  */
 
-import type { Config, Plan } from "./config.ts";
+import { seconds } from "./client/headers.ts";
+import { type RateLimitResult, violated } from "./client/result.ts";
 
 /** An error that is an HTTP response: thrown inside the Worker, turned into JSON at the edge. */
 export class HttpError extends Error {
@@ -46,192 +47,52 @@ export function problem(
   });
 }
 
-/** One limit's state for the `RateLimit` field. */
-export interface LimitState {
-  readonly remaining: number;
-  readonly resetMs: number;
-}
-
-/** Whole seconds, rounded up (Retry-After, `t`). */
-export function seconds(ms: number): number {
-  return Math.max(0, Math.ceil(ms / 1000));
-}
-
-/** Serialises a structured-field string (RFC 9651 §4.1.6). */
-export function sfString(s: string): string {
-  return `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
-}
-
-/** What the headers of a plan need, built once per plan. */
-interface PlanHeaders {
-  /** Each limit's name as a structured-field string. */
-  readonly names: readonly string[];
-  /** `"per-second";q=100;w=1, "per-minute";q=1000;w=60` (draft-ietf-httpapi-ratelimit-headers). */
-  readonly policy: string;
-}
-
-const planHeaders = new WeakMap<Plan, PlanHeaders>();
-
-function headersFor(plan: Plan): PlanHeaders {
-  let h = planHeaders.get(plan);
-  if (!h) {
-    const limits = plan.limits ?? [];
-    const names = limits.map((l) => sfString(l.name));
-    const policy = limits.map((l, i) => `${names[i]};q=${l.limit};w=${Math.ceil(l.windowMs / 1000)}`).join(", ");
-    h = { names, policy };
-    planHeaders.set(plan, h);
+/**
+ * The answer to a request the limiter refused: `429` with `Retry-After` (exact, whole seconds) and
+ * the rate-limit headers for a limit or a block, `503` with `Retry-After: 1` when the limiter is
+ * unavailable and `failure_mode` is closed.
+ */
+export function refusal(r: RateLimitResult): Response {
+  if (r.reason === "limiter_timeout" || r.reason === "limiter_error") {
+    return problem(
+      503,
+      "Service Unavailable",
+      "The rate limiter is unavailable; retry shortly.",
+      {},
+      { "Retry-After": "1" },
+    );
   }
-  return h;
-}
-
-/** The `RateLimit-Policy` field value of a plan (empty when unlimited). */
-export function policyHeader(plan: Plan): string {
-  return headersFor(plan).policy;
-}
-
-/** `"per-second";r=42;t=1, …` — `t` omitted for a limit with nothing in its window; a null state is left out. */
-export function rateLimitHeader(plan: Plan, states: readonly (LimitState | null)[]): string {
-  const { names } = headersFor(plan);
-  let out = "";
-  for (let i = 0; i < names.length; i++) {
-    const s = states[i];
-    if (!s) continue;
-    out += `${out ? ", " : ""}${names[i]};r=${s.remaining}${s.resetMs > 0 ? `;t=${seconds(s.resetMs)}` : ""}`;
-  }
-  return out;
-}
-
-/** Adds `RateLimit-Policy` and `RateLimit` to a header set. */
-export function setRateLimitHeaders(headers: Headers, plan: Plan, states: readonly (LimitState | null)[]): void {
-  if (!plan.limits) return;
-  headers.set("RateLimit-Policy", policyHeader(plan));
-  const value = rateLimitHeader(plan, states);
-  if (value) headers.set("RateLimit", value);
-}
-
-/** The `429` for a request over a limit. `retryAfterMs` is exact; `Infinity` means never. */
-export function tooManyRequests(
-  plan: Plan,
-  states: readonly (LimitState | null)[],
-  violated: readonly string[],
-  retryAfterMs: number,
-  detail?: string,
-): Response {
-  const never = !Number.isFinite(retryAfterMs);
-  const headers = new Headers({ "content-type": "application/problem+json", "cache-control": "no-store" });
-  setRateLimitHeaders(headers, plan, states);
-  if (!never) headers.set("Retry-After", String(seconds(retryAfterMs)));
+  const never = !Number.isFinite(r.retryAfterMs);
+  const names = violated(r);
+  const headers = new Headers(r.headers);
+  headers.set("content-type", "application/problem+json");
+  headers.set("cache-control", "no-store");
+  const detail =
+    r.reason === "blocked"
+      ? `This API key is blocked by an operator; retry after ${seconds(r.retryAfterMs)} s.`
+      : never
+        ? `This request costs more than the ${names.join(", ")} limit allows; it can never pass.`
+        : `Rate limit exceeded (${names.join(", ")}); retry after ${seconds(r.retryAfterMs)} s.`;
   const body = {
     type: "about:blank",
     title: "Too Many Requests",
     status: 429,
-    detail:
-      detail ??
-      (never
-        ? `This request costs more than the ${violated.join(", ")} limit allows; it can never pass.`
-        : `Rate limit exceeded (${violated.join(", ")}); retry after ${seconds(retryAfterMs)} s.`),
-    violated_policies: violated,
-    retry_after: never ? null : seconds(retryAfterMs),
-    retry_after_ms: never ? null : retryAfterMs,
+    detail,
+    violated_policies: names,
+    retry_after: never ? null : seconds(r.retryAfterMs),
+    retry_after_ms: never ? null : r.retryAfterMs,
   };
   return new Response(JSON.stringify(body), { status: 429, headers });
 }
 
-/** Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded in either direction. */
-const HOP_BY_HOP = [
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "proxy-authenticate",
-  "proxy-authorization",
-  "te",
-  "trailer",
-  "transfer-encoding",
-  "upgrade",
-];
-
-function dropHopByHop(headers: Headers): void {
-  const listed = headers.get("connection");
-  if (listed) for (const name of listed.split(",")) headers.delete(name.trim());
-  for (const name of HOP_BY_HOP) headers.delete(name);
-}
-
-/** Where allowed requests go: a service binding when present, else the public fetch. */
-export type OriginFetcher = (request: Request) => Promise<Response>;
-
-/**
- * Sends the request to ORIGIN + path + query, bodies streamed both ways, redirects passed
- * back. Resolves (never rejects for origin failures) to a problem-details `502` when the origin
- * cannot be reached or drops the connection before its response headers, or `504` when it
- * sends no response headers within the timeout — returned rather than thrown, so the caller
- * adds `RateLimit` headers to them like to any response that spent quota. A connection dropped
- * after the headers can no longer become a `502`: the client's read of the body fails instead.
- * `incoming` is `request.url` parsed, when the caller already has it.
- */
-export async function proxy(
-  request: Request,
-  config: Config,
-  send: OriginFetcher,
-  incoming: URL = new URL(request.url),
-): Promise<Response> {
-  const target = new URL(config.origin);
-  target.pathname = joinPath(config.origin.pathname, incoming.pathname);
-  target.search = incoming.search;
-
-  const headers = new Headers(request.headers);
-  dropHopByHop(headers);
-  headers.delete("host");
-  const clientIp = request.headers.get("cf-connecting-ip");
-  if (clientIp) {
-    const prior = request.headers.get("x-forwarded-for");
-    headers.set("x-forwarded-for", prior ? `${prior}, ${clientIp}` : clientIp);
-  }
-  headers.set("x-forwarded-proto", incoming.protocol.replace(":", ""));
-  headers.set("x-forwarded-host", incoming.host);
-
-  const abort = new AbortController();
-  let timer: ReturnType<typeof setTimeout> | null = null;
-  // The signal asks the fetch to give up; the race makes the timeout hold even when the
-  // fetcher (an ORIGIN_SERVICE binding's Worker, a test double) ignores the signal.
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      abort.abort();
-      reject(abort.signal.reason);
-    }, config.originTimeoutMs);
+/** A `401` for a request without a usable key; `bearer` adds the `WWW-Authenticate` challenge. */
+export function unauthorized(detail: string, bearer: boolean): HttpError {
+  return new HttpError(401, "Unauthorized", detail, {
+    headers: bearer ? { "WWW-Authenticate": 'Bearer realm="api"' } : {},
   });
-  let response: Response;
-  try {
-    const outgoing = new Request(target, {
-      method: request.method,
-      headers,
-      body: request.body,
-      redirect: "manual",
-      signal: abort.signal,
-    });
-    response = await Promise.race([send(outgoing), timeout]);
-  } catch (e) {
-    if (abort.signal.aborted) {
-      return problem(504, "Gateway Timeout", `The origin sent no response within ${config.originTimeoutMs} ms.`);
-    }
-    // workerd's messages end with a period ("Network connection lost."): don't double it.
-    const reason = errorName(e).replace(/\.+$/, "");
-    return problem(502, "Bad Gateway", `The origin could not be reached: ${reason}.`);
-  } finally {
-    if (timer !== null) clearTimeout(timer);
-  }
-  const out = new Response(response.body, response);
-  dropHopByHop(out.headers);
-  return out;
 }
 
-/** ORIGIN's own path prefix joined with the request path: `/api` + `/v1/x` → `/api/v1/x`. */
-function joinPath(base: string, path: string): string {
-  if (base === "/" || base === "") return path;
-  return base.replace(/\/+$/, "") + path;
-}
-
-/** A short, safe description of an error for a response or a log line: no stack. */
-export function errorName(e: unknown): string {
-  if (e instanceof Error) return e.message.split("\n")[0]?.slice(0, 200) || e.name;
-  return "unknown error";
+/** Copies `from` onto `to` (a response's headers: the decision's rate-limit fields). */
+export function copyHeaders(from: Headers, to: Headers): void {
+  for (const [name, value] of from) to.set(name, value);
 }

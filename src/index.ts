@@ -1,13 +1,172 @@
 /**
- * @module Worker entry: the fetch handler and the RateLimiter Durable Object class.
+ * @module The library (package export `.`): `createLimiter` for any Worker — `limit()`, `peek()`,
+ * `refund()`, `reset()` — and the `RateLimiter` Durable Object class to bind in wrangler.toml.
+ *
+ * ```ts
+ * import { createLimiter, RateLimiter } from "strict-edge-rate-limiter";
+ * export { RateLimiter };
+ * const limiter = createLimiter({ limits: [{ limit: 10, window: "1m" }] });
+ * // in fetch(request, env, ctx):
+ * const r = await limiter.limit(env, key, { ctx });
+ * if (!r.allowed) return new Response("Too Many Requests", { status: 429, headers: r.headers });
+ * ```
  */
 
-import { handle } from "./worker.ts";
+import type { HeaderForm } from "./client/headers.ts";
+import { type Background, LimiterClient, type LimiterNamespace } from "./client/index.ts";
+import { callObject } from "./client/policy.ts";
+import type { RateLimitResult } from "./client/result.ts";
+import { ConfigError, type LimiterConfig, parseLimiterConfig } from "./config.ts";
+import type { Duration } from "./core/duration.ts";
+import { checkKey, identify } from "./key.ts";
 
-export { RateLimiter } from "./limiter.ts";
+export type { HeaderForm } from "./client/headers.ts";
+export type { Background, LimiterNamespace } from "./client/index.ts";
+export { type LimitResult, type RateLimitResult, type Reason, violated } from "./client/result.ts";
+export { ConfigError, type LimiterConfig } from "./config.ts";
+export type { Duration } from "./core/duration.ts";
+export { HttpError, refusal } from "./http.ts";
+export { RateLimiter } from "./object/index.ts";
 
-export default {
-  fetch(request, env, ctx): Promise<Response> {
-    return handle(request, env, { waitUntil: (p) => ctx.waitUntil(p) });
-  },
-} satisfies ExportedHandler<Env>;
+/** One limit: at most `limit` cost units in any window of `window`. */
+export interface LimitSetting {
+  readonly limit: number;
+  readonly window: Duration;
+  /** Records are rounded up to this (default: 1 ms where the ring fits, else a small fraction of the window). */
+  readonly tick?: Duration;
+  /** The name in `RateLimit-Policy` (default `per-second`, `per-minute`, … or `per-<window>`). */
+  readonly name?: string;
+}
+
+/** A plan chosen by key prefix: its own limits, or none (`unlimited`). */
+export interface PlanSetting {
+  readonly name: string;
+  readonly key_prefix: string;
+  readonly limits?: readonly LimitSetting[];
+  readonly unlimited?: boolean;
+}
+
+/**
+ * A limiter's settings: the shape of the proxy's `RATE_LIMIT` (README, "Configuration reference")
+ * without its proxy-only settings (`origin_timeout`, `admin`, `refund`).
+ */
+export interface LimiterSettings {
+  /** The limits of keys that match no plan; a request must fit every one. */
+  readonly limits?: readonly LimitSetting[];
+  readonly plans?: readonly PlanSetting[];
+  /** Limits for requests without a key, per client IP (the hono middleware only). */
+  readonly anonymous?: { readonly limits: readonly LimitSetting[] };
+  /** What a request costs by method and path prefix (the hono middleware, when it is given no `cost`). */
+  readonly costs?: readonly { readonly method?: string; readonly path: string; readonly cost: number }[];
+  /** Where the hono middleware reads keys when it is given no `key` function, and what a key may be. */
+  readonly key?: {
+    readonly header?: string | false;
+    readonly bearer?: boolean;
+    readonly query?: string | false;
+    readonly max_length?: number;
+    readonly pattern?: string;
+  };
+  /** When the key's object does not answer: `"closed"` (refuse, the default) or `"open"` (allow). */
+  readonly failure_mode?: "open" | "closed";
+  /** Decide and report, but let every request through (`reason: "shadow"`). */
+  readonly shadow?: boolean;
+  /** Deadline on every call to a key's object (default `"5s"`). */
+  readonly object_timeout?: Duration;
+  /** Units leased to isolates ahead of use (README, "Leases"); `false` turns them off. */
+  readonly leases?:
+    | boolean
+    | { readonly enabled?: boolean; readonly max_units?: number; readonly max_lifetime?: Duration };
+  /** The form of the rate-limit header fields (default `"draft-11"`). */
+  readonly headers?: HeaderForm;
+}
+
+/** {@link createLimiter}'s options: the settings, the binding's name, and the clock. */
+export interface LimiterOptions extends LimiterSettings {
+  /** The name of the `RateLimiter` Durable Object binding in `env` (default `"LIMITER"`). */
+  readonly binding?: string;
+  /** The clock (ms since the epoch); `Date.now` by default. */
+  readonly clock?: () => number;
+}
+
+/** A limiter: one client (its leases and deny cache) for one configuration. */
+export interface Limiter {
+  /** The parsed configuration. */
+  readonly config: LimiterConfig;
+  /** The client behind it (its lease table and deny cache are readable, for tests and measurements). */
+  readonly client: LimiterClient;
+  /**
+   * Decides one request of `cost` units (default 1) for `key`: grants and records it, or refuses
+   * it with the exact wait. Pass the runtime's `ctx` so that lease refills and give-backs outlive
+   * the response.
+   *
+   * @throws HttpError 400 for a malformed key, 401 for a key that matches no plan or `key.pattern`
+   */
+  limit(env: object, key: string, options?: { cost?: number; ctx?: Background }): Promise<RateLimitResult>;
+  /** What a request of `cost` (default 1) would get now, consuming nothing (`reason: "peek"` when it would pass). */
+  peek(env: object, key: string, options?: { cost?: number }): Promise<RateLimitResult>;
+  /**
+   * Gives back exactly what `result` was granted (once): the request is not counted. Resolves
+   * false when there was nothing to give back.
+   */
+  refund(env: object, result: RateLimitResult): Promise<boolean>;
+  /** Forgets the key's grants (units leased to isolates and not yet expired still count). */
+  reset(env: object, key: string): Promise<void>;
+}
+
+/**
+ * A limiter for these settings, validated now: a bad setting throws a {@link ConfigError} that
+ * names it (`createLimiter.limits[0].window: …`). Create it once, at module level: its leases and
+ * deny cache live as long as the isolate.
+ *
+ * @throws ConfigError naming the first bad setting
+ */
+export function createLimiter(options: LimiterOptions): Limiter {
+  const { binding = "LIMITER", clock, ...settings } = options;
+  if (typeof binding !== "string" || binding === "") {
+    throw new ConfigError(`createLimiter.binding: expected a binding name, got ${JSON.stringify(binding)}`);
+  }
+  const config = parseLimiterConfig(settings, "createLimiter");
+  const client = new LimiterClient(config, clock ? { clock } : {});
+
+  const namespace = (env: object): LimiterNamespace => namespaceOf(env, binding);
+  const keyed = (key: string) => {
+    if (typeof key !== "string" || key === "") throw new TypeError("key: expected a non-empty string");
+    checkKey(key, "key", config.key.maxLength);
+    return identify(config, key, null);
+  };
+
+  return {
+    config,
+    client,
+    async limit(env, key, { cost = 1, ctx } = {}) {
+      const ns = namespace(env);
+      const { name, plan } = keyed(key);
+      return client.limit(ns, name, plan, cost, ctx ? { waitUntil: (p) => ctx.waitUntil?.(p) } : {});
+    },
+    async peek(env, key, { cost = 1 } = {}) {
+      const ns = namespace(env);
+      const { name, plan } = keyed(key);
+      return client.peek(ns, name, plan, cost);
+    },
+    refund: async (env, result) => client.refund(namespace(env), result),
+    async reset(env, key) {
+      const ns = namespace(env);
+      const { name, plan } = keyed(key);
+      if (!plan.limits) return;
+      const limits = plan.limits;
+      await callObject(() => ns.getByName(name).reset(limits, 1) as Promise<unknown>, config.objectTimeoutMs);
+      client.forget(ns, name);
+    },
+  };
+}
+
+/** `env[binding]`, checked to be a Durable Object namespace. */
+export function namespaceOf(env: object, binding: string): LimiterNamespace {
+  const ns = (env as Record<string, unknown>)[binding] as { getByName?: unknown } | undefined;
+  if (typeof ns?.getByName !== "function") {
+    throw new ConfigError(
+      `env.${binding}: no Durable Object binding of that name; bind the RateLimiter class in wrangler.toml ([[durable_objects.bindings]] name = "${binding}", class_name = "RateLimiter") and export it from your Worker`,
+    );
+  }
+  return ns as LimiterNamespace;
+}

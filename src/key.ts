@@ -1,10 +1,11 @@
 /**
- * @module Reads and validates the API key: header, then `Authorization: Bearer`, then the
- * query parameter, as configured. Two sources that disagree are an error, never a guess.
+ * @module What a key is, and how a request's key and plan are found: header, then
+ * `Authorization: Bearer`, then the query parameter, as configured. Two sources that disagree are
+ * an error, never a guess. The proxy, the hono middleware and `limit()` use the same rule.
  */
 
-import type { KeySource } from "./config.ts";
-import { HttpError } from "./http.ts";
+import { type KeySource, type LimiterConfig, type Plan, planForKey } from "./config.ts";
+import { HttpError, unauthorized } from "./http.ts";
 
 const BEARER = /^Bearer[ \t]+(.*)$/i;
 /**
@@ -38,19 +39,50 @@ export function readKey(request: Request, source: KeySource): string | null {
   }
   const first = found[0];
   if (!first) return null;
-  for (const [where, key] of found) validate(key, where, source.maxLength);
+  for (const [where, key] of found) checkKey(key, where, source.maxLength);
   const other = found.find(([, key]) => key !== first[1]);
   if (other) throw badKey(`${first[0]} and ${other[0]} carry different keys; send one key`);
   return first[1];
 }
 
-function validate(key: string, where: string, maxLength: number): void {
+/**
+ * Checks that `key` is a key: at most `maxLength` characters of printable ASCII without spaces
+ * or commas.
+ *
+ * @throws HttpError 400 naming `where`
+ */
+export function checkKey(key: string, where: string, maxLength: number): void {
   if (key.length > maxLength) throw badKey(`the key in ${where} is longer than ${maxLength} characters`);
   if (!KEY_CHARS.test(key)) {
     throw badKey(
       `the key in ${where} may hold printable ASCII only (no spaces, commas — a repeated header arrives joined by one — or control characters)`,
     );
   }
+}
+
+/** The object name and plan of a request whose key is `key` (null: no key, limited per client IP when `anonymous` is set). */
+export interface Identity {
+  /** The key's object name: `key:<key>`, or `ip:<address>` for a request without a key. */
+  readonly name: string;
+  readonly plan: Plan;
+}
+
+/**
+ * The object name and plan for `key`, a key already read and checked (null: the request has none;
+ * then `ip`, the client's address, names its object when `anonymous` is configured).
+ *
+ * @throws HttpError 401 when a key is needed and missing, does not match `key.pattern`, or matches no plan
+ */
+export function identify(config: LimiterConfig, key: string | null, ip: string | null): Identity {
+  const bearer = config.key.bearer;
+  if (key === null) {
+    if (!config.anonymous) throw unauthorized("This API needs an API key.", bearer);
+    return { name: `ip:${ip ?? "unknown"}`, plan: config.anonymous };
+  }
+  if (config.key.pattern && !config.key.pattern.test(key)) throw unauthorized("This API key is not valid.", bearer);
+  const plan = planForKey(config, key);
+  if (!plan) throw unauthorized("This API key matches no plan.", bearer);
+  return { name: `key:${key}`, plan };
 }
 
 function badKey(detail: string): HttpError {

@@ -5,20 +5,13 @@
  * object name (`key:<key>`, or `ip:<address>` for anonymous requests).
  */
 
-/** What telemetry needs of a decision (the Worker's `DecisionEvent`). */
-export interface DecisionRecord {
-  /** The object's name: `key:<key>` or `ip:<address>`. */
-  readonly name: string;
-  readonly plan: string;
-  readonly cost: number;
-  readonly reason: string;
-  readonly allowed: boolean;
-  /** When it was decided (ms). */
-  readonly at: number;
-  /** The exact wait when refused (`Infinity`: never). */
-  readonly retryAfterMs: number;
-  readonly violated: readonly string[];
-}
+import { type RateLimitResult, violated } from "./client/result.ts";
+
+/** What telemetry reads of a decision (a {@link RateLimitResult}). */
+export type DecisionRecord = Pick<
+  RateLimitResult,
+  "plan" | "cost" | "reason" | "allowed" | "at" | "retryAfterMs" | "limits"
+>;
 
 /** One data point, as Analytics Engine's `writeDataPoint` takes it. */
 export interface DataPoint {
@@ -71,43 +64,50 @@ export function logEvent(
 }
 
 /**
- * The data point of one decision. `index1`: key_id. Blobs: reason, plan, `"allowed"`/`"denied"`,
- * the refusing limits' names joined by `,`, the key kind (`key`/`ip`). Doubles: cost, 1 when
- * allowed else 0, the exact wait in ms (0 when allowed, −1 when it can never pass).
+ * The data point of one decision. `index1`: key_id. Blobs: reason, plan, `"allowed"`/`"denied"`
+ * (whether the request was served), the refusing limits' names joined by `,`, the key kind
+ * (`key`/`ip`). Doubles: cost, 1 when allowed else 0, the exact wait in ms (0 when the limits
+ * fit, −1 when it can never pass).
  */
-export function dataPoint(e: DecisionRecord, id: string): DataPoint {
-  const retry = e.allowed ? 0 : Number.isFinite(e.retryAfterMs) ? e.retryAfterMs : -1;
+export function dataPoint(name: string, e: DecisionRecord, id: string): DataPoint {
+  const retry = Number.isFinite(e.retryAfterMs) ? e.retryAfterMs : -1;
   return {
     indexes: [id],
     blobs: [
       e.reason,
       e.plan,
       e.allowed ? "allowed" : "denied",
-      e.violated.join(","),
-      e.name.slice(0, e.name.indexOf(":")),
+      violated(e).join(","),
+      name.slice(0, name.indexOf(":")),
     ],
     doubles: [e.cost, e.allowed ? 1 : 0, retry],
   };
 }
 
-/** Logs a denial worth a line and writes the decision's data point; does nothing else (no hashing) otherwise. */
-export async function recordDecision(env: TelemetryEnv, e: DecisionRecord): Promise<void> {
-  const log = !e.allowed && e.reason !== "limiter_timeout" && e.reason !== "limiter_error" && shouldLog(e.name, e.at);
+/**
+ * Logs a decision worth a line — a refusal, or a shadow-mode pass over the limits — and writes its
+ * data point; does nothing else (no hashing) otherwise. `name` is the key's object name: only its
+ * `key_id` leaves this function.
+ */
+export async function recordDecision(env: TelemetryEnv, name: string, e: DecisionRecord): Promise<void> {
+  const noteworthy =
+    (!e.allowed || e.reason === "shadow") && e.reason !== "limiter_timeout" && e.reason !== "limiter_error";
+  const log = noteworthy && shouldLog(name, e.at);
   if (log === false && !env.LIMITER_ANALYTICS) return;
-  const id = await keyId(e.name);
+  const id = await keyId(name);
   if (log !== false) {
-    logEvent("denied", {
+    logEvent(e.reason === "shadow" ? "shadow_deny" : "denied", {
       reason: e.reason,
       plan: e.plan,
       key_id: id,
       cost: e.cost,
-      violated: e.violated,
+      violated: violated(e),
       retry_after_ms: Number.isFinite(e.retryAfterMs) ? e.retryAfterMs : null,
       suppressed: log,
     });
   }
   try {
-    env.LIMITER_ANALYTICS?.writeDataPoint(dataPoint(e, id));
+    env.LIMITER_ANALYTICS?.writeDataPoint(dataPoint(name, e, id));
   } catch (err) {
     // Analytics must never fail a request.
     logEvent("analytics_error", { message: err instanceof Error ? err.message : "unknown error" }, "error");

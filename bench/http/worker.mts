@@ -28,11 +28,10 @@
  * native binding `NATIVE_CHART`), other keys a limit high enough that everything passes.
  */
 
-import { ConfigError } from "../../src/config.ts";
 import type { Decision } from "../../src/core/index.ts";
-import { proxy } from "../../src/http.ts";
-import { RateLimiter } from "../../src/limiter.ts";
-import { configFor, type Hooks, handle, isolateDenyCache, type WorkerEnv } from "../../src/worker.ts";
+import { RateLimiter } from "../../src/object/index.ts";
+import { createProxy, type Hooks, type WorkerEnv } from "../../src/proxy/app.ts";
+import { forward as proxy } from "../../src/proxy/forward.ts";
 import { emptyCounts, type StorageCounts } from "./counts.ts";
 import type { FixedWindow, Noop, TokenBucket } from "./objects.mts";
 import type { BenchRole } from "./roles.ts";
@@ -109,17 +108,22 @@ export class CountingRateLimiter extends RateLimiter {
   }
 }
 
-/** Bypasses the deny cache: the entry `remember()` just made is dropped before any other request can read it. */
-const noDenyCache: Hooks = { onDecision: (e) => isolateDenyCache().delete(e.name) };
+const product = createProxy();
+const handle = product.handle;
+
+/** Bypasses the deny cache: the entry the client just made is dropped before any other request can read it. */
+function noDenyCache(env: WorkerEnv): Hooks {
+  return { onDecision: (_, name) => product.clientFor(env)?.denyCache.delete(name) };
+}
 
 /** Decision times of grants to `chart_` keys, in this isolate. */
 let grants: number[] = [];
 /** Every decision on a `util_` key in this isolate: [object name, time, allowed (1/0), reason]. */
 let decisions: [string, number, number, string][] = [];
 const observeGrants: Hooks = {
-  onDecision: (e) => {
-    if (e.allowed && e.name.startsWith("key:chart_")) grants.push(e.at);
-    if (e.name.startsWith("key:util_")) decisions.push([e.name, e.at, e.allowed ? 1 : 0, e.reason]);
+  onDecision: (e, name) => {
+    if (e.allowed && name.startsWith("key:chart_")) grants.push(e.at);
+    if (name.startsWith("key:util_")) decisions.push([name, e.at, e.allowed ? 1 : 0, e.reason]);
   },
 };
 
@@ -197,8 +201,8 @@ const denied = () =>
 
 export default {
   async fetch(request, env, ctx): Promise<Response> {
-    const config = configFor(env);
-    if (config instanceof ConfigError) return new Response(config.message, { status: 500 });
+    const config = product.clientFor(env)?.config;
+    if (!config) return new Response("invalid RATE_LIMIT", { status: 500 });
     const send = (r: Request) => fetch(r);
     const role = env.BENCH_ROLE;
     if (role === "pass") return proxy(request, config, send);
@@ -234,7 +238,7 @@ export default {
       }
       return handle(request, e, withCtx(observeFar, ctx));
     }
-    if (role === "nocache") return handle(request, env, withCtx(noDenyCache, ctx));
+    if (role === "nocache") return handle(request, env, withCtx(noDenyCache(env), ctx));
     if (role === "floor") {
       const key = request.headers.get("x-api-key") ?? "";
       await (env.NOOP as DurableObjectNamespace<Noop>)
@@ -259,7 +263,7 @@ export default {
         ) as unknown as DurableObjectStub<CountingRateLimiter>;
         return Response.json(await stub.stats());
       }
-      return handle(request, env, withCtx(noDenyCache, ctx));
+      return handle(request, env, withCtx(noDenyCache(env), ctx));
     }
     const key = request.headers.get("x-api-key") ?? "";
     const chart = key.startsWith("chart_");

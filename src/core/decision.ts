@@ -53,6 +53,11 @@ export interface Decision {
   /** Units granted ahead, or null (per-request decision, or a denial). */
   readonly lease: Lease | null;
   /**
+   * Present when the request's own cost was recorded: where each ring recorded it (ms), to give
+   * exactly those units back on a refund.
+   */
+  readonly recordedAt?: readonly number[];
+  /**
    * Present when an operator's block refused the request: the block's end (ms). Then `limits`
    * report nothing remaining until then, and `retryAfterMs` runs at least to it.
    */

@@ -198,8 +198,10 @@ export class KeyLog {
     if (units === 0) return { decision: this.#decision(t, cost, true, null), writes: [] };
     const at = extra > 0 ? t + lifetime : t;
     const writes = this.rings.map((r) => r.record(at, units));
-    const lease = extra > 0 ? { units: extra, lifetimeMs: lifetime, recordedAt: writes.map((w) => w.ts) } : null;
-    return { decision: this.#decision(t, cost, true, lease), writes };
+    const recordedAt = writes.map((w) => w.ts);
+    const lease = extra > 0 ? { units: extra, lifetimeMs: lifetime, recordedAt } : null;
+    const decision = this.#decision(t, cost, true, lease);
+    return { decision: cost > 0 ? { ...decision, recordedAt } : decision, writes };
   }
 
   /**
@@ -226,6 +228,25 @@ export class KeyLog {
   peek(now: number): Decision {
     const t = this.#advance(now);
     return this.#decision(t, 0, true, null);
+  }
+
+  /**
+   * Whether a request of `cost` would be granted at `now`, recording nothing: the decision
+   * {@link take} would make, without its lease and its write.
+   *
+   * @throws RangeError for a cost that is not a whole number ≥ 1
+   */
+  check(now: number, cost: number): Decision {
+    if (!Number.isSafeInteger(cost) || cost < 1) {
+      throw new RangeError(`cost: expected a whole number ≥ 1, got ${describe(cost)}`);
+    }
+    const t = this.#advance(now);
+    return this.#decision(
+      t,
+      cost,
+      this.rings.every((r) => r.fits(cost)),
+      null,
+    );
   }
 
   /**

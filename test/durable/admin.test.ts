@@ -4,7 +4,7 @@
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec, NamedLimit } from "../../src/core/index.ts";
-import type { KeyStatus, RateLimiter } from "../../src/limiter.ts";
+import type { KeyStatus, RateLimiter } from "../../src/object/index.ts";
 import { object, perSecond, T0 } from "./object.ts";
 
 const bigger: NamedLimit[] = [{ limit: 10, windowMs: 1000, tickMs: 1, name: "vip" }];

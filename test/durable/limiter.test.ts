@@ -5,7 +5,7 @@ import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "c
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
-import type { RateLimiter } from "../../src/limiter.ts";
+import type { RateLimiter } from "../../src/object/index.ts";
 import { object, perSecond, T0 } from "./object.ts";
 
 describe("take", () => {

@@ -5,7 +5,7 @@ import { env } from "cloudflare:workers";
 import { expect } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
 import type { Ask } from "../../src/core/log.ts";
-import type { KeyStatus, RateLimiter } from "../../src/limiter.ts";
+import type { KeyStatus, RateLimiter } from "../../src/object/index.ts";
 
 /** The time every test object starts at (ms). */
 export const T0 = 1_800_000_000_000;

@@ -4,10 +4,10 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { RateLimiter } from "../../src/limiter.ts";
+import type { RateLimitResult } from "../../src/client/result.ts";
+import type { RateLimiter } from "../../src/object/index.ts";
 import { keyId } from "../../src/telemetry.ts";
-import { type DecisionEvent, handle, isolateLeases, type WorkerEnv } from "../../src/worker.ts";
-import { arrivalsFor, envWith, freshKey, problemBody, request } from "./helpers.ts";
+import { arrivalsFor, envWith, freshKey, handle, problemBody, proxy, request, type WorkerEnv } from "./helpers.ts";
 
 beforeEach(() => {
   // Admin actions and denials log JSON lines; tests that check them spy on the same methods.
@@ -55,11 +55,17 @@ async function admin(e: WorkerEnv, path: string, body: unknown): Promise<Record<
   return (await res.json()) as Record<string, unknown>;
 }
 
-/** A LIMITER namespace that records every method called on any of its objects (and forwards to the real one). */
+/** This isolate's lease table for the vars of `e`. */
+function leasesOf(e: WorkerEnv) {
+  const client = proxy.clientFor(e);
+  if (!client) throw new Error("the vars are invalid: no client");
+  return client.leases;
+}
+
 /** Whether this isolate holds a lease with units left for `key`. */
-function holdsLease(key: string): boolean {
+function holdsLease(e: WorkerEnv, key: string): boolean {
   return (
-    isolateLeases()
+    leasesOf(e)
       .get(`key:${key}`)
       ?.held.some((h) => h.left > 0) === true
   );
@@ -71,14 +77,15 @@ function holdsLease(key: string): boolean {
  */
 async function untilLeaseHeld(e: WorkerEnv, key: string): Promise<void> {
   const background: Promise<unknown>[] = [];
-  for (let i = 0; i < 40 && !holdsLease(key); i++) {
+  for (let i = 0; i < 40 && !holdsLease(e, key); i++) {
     const res = await handle(request(key), e, { waitUntil: (p) => background.push(p) });
     expect(res.status).toBe(200);
   }
   await Promise.all(background);
-  expect(holdsLease(key)).toBe(true);
+  expect(holdsLease(e, key)).toBe(true);
 }
 
+/** A LIMITER namespace that records every method called on any of its objects (and forwards to the real one). */
 function spyLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: string[] } {
   const calls: string[] = [];
   const real = (env as unknown as WorkerEnv).LIMITER;
@@ -330,7 +337,7 @@ describe("reset", () => {
 describe("block and unblock", () => {
   it("every request gets 429 blocked with an honest Retry-After until it ends; unblock lifts it", async () => {
     vi.spyOn(console, "log").mockImplementation(() => {});
-    const decisions: DecisionEvent[] = [];
+    const decisions: RateLimitResult[] = [];
     const e = adminEnv();
     const key = freshKey();
     expect((await handle(request(key), e)).status).toBe(200);
@@ -350,7 +357,8 @@ describe("block and unblock", () => {
     }
     // The first asked the object, the next came from the deny cache: both say why.
     expect(decisions.map((d) => d.reason)).toEqual(["blocked", "blocked", "blocked"]);
-    expect(decisions[0]?.result?.blockedBy).toBe(until);
+    // The object's answer: the wait runs exactly to the block's end.
+    expect((decisions[0] as RateLimitResult).at + (decisions[0] as RateLimitResult).retryAfterMs).toBe(until);
     expect(await arrivalsFor(key)).toHaveLength(1);
 
     const lifted = await admin(e, "unblock", { key });
@@ -383,7 +391,7 @@ describe("block and unblock", () => {
     const name = `key:${key}`;
     await untilLeaseHeld(e, key);
     await admin(e, "block", { key, for: "1m" });
-    expect(isolateLeases().get(name)).toBeUndefined();
+    expect(leasesOf(e).get(name)).toBeUndefined();
     expect((await handle(request(key), e)).status).toBe(429);
   });
 
@@ -397,7 +405,7 @@ describe("block and unblock", () => {
     await env.LIMITER.getByName(name).block(Date.now() + 60_000);
     // What this isolate may still spend: the leases it held when the block landed (the plan's
     // lifetime is 1 s); no lease call was in flight, and the object grants no more.
-    const held = isolateLeases().get(name)?.held ?? [];
+    const held = leasesOf(e).get(name)?.held ?? [];
     const until = Math.max(...held.map((h) => h.expiresAt));
     let refused = false;
     const waitUntil: Promise<unknown>[] = [];
@@ -410,7 +418,7 @@ describe("block and unblock", () => {
     }
     await Promise.all(waitUntil);
     expect(refused).toBe(true);
-    expect(isolateLeases().get(name)?.held.length ?? 0).toBe(0);
+    expect(leasesOf(e).get(name)?.held.length ?? 0).toBe(0);
   });
 
   it("on an unlimited plan → 409", async () => {

@@ -3,8 +3,16 @@ import { env } from "cloudflare:workers";
 import { inject } from "vitest";
 import type { Decision } from "../../src/core/index.ts";
 import type { Ask } from "../../src/core/log.ts";
-import type { WorkerEnv } from "../../src/worker.ts";
+import { createProxy, type WorkerEnv } from "../../src/proxy/app.ts";
+
+export type { WorkerEnv };
+
 import { type Problem, problemOf } from "../support/problem.ts";
+
+/** The proxy under test: its own clients (leases, deny caches), one per configuration. */
+export const proxy = createProxy();
+/** Handles one request through {@link proxy}. */
+export const handle = proxy.handle;
 
 /** Base URL of the Node origin started by test/setup/origin.ts. */
 export const originUrl = inject("originUrl");

@@ -3,9 +3,19 @@
 // and the deadline on object calls.
 import { describe, expect, it, vi } from "vitest";
 import type { Decision } from "../../src/core/index.ts";
-import { type Hooks, handle, isolateLeases } from "../../src/worker.ts";
+import type { Hooks } from "../../src/proxy/app.ts";
 import { problemOf } from "../support/problem.ts";
-import { arrivalsFor, countingLimiter, decision, envWith, fakeLimiter, freshKey, request } from "./helpers.ts";
+import {
+  arrivalsFor,
+  countingLimiter,
+  decision,
+  envWith,
+  fakeLimiter,
+  freshKey,
+  handle,
+  proxy,
+  request,
+} from "./helpers.ts";
 
 /** Hooks that keep the Worker's background work (refills, returns) so a test can wait for it. */
 function background(): Hooks & { settled: () => Promise<unknown> } {
@@ -70,7 +80,7 @@ describe("leases against a scripted object", () => {
     for (let i = 0; i < n; i++) await handle(request(key), e);
     // The scripted object granted no lease while warming up, so the isolate stopped asking for a
     // while (leases.ts, quietUntil); these tests start from a key that asks.
-    const entry = isolateLeases().get(`key:${key}`);
+    const entry = proxy.clientFor(e)?.leases.get(`key:${key}`);
     if (entry) entry.quietUntil = 0;
   }
 

@@ -2,8 +2,9 @@
 // what reaches the origin, what comes back, and what the client sees when the origin fails.
 import { env, exports } from "cloudflare:workers";
 import { beforeAll, describe, expect, inject, it } from "vitest";
-import { type DecisionEvent, handle, type WorkerEnv } from "../../src/worker.ts";
+import type { RateLimitResult } from "../../src/client/result.ts";
 import { problemOf } from "../support/problem.ts";
+import { handle, type WorkerEnv } from "./helpers.ts";
 
 const originUrl = inject("originUrl");
 const originHost = new URL(originUrl).host;
@@ -66,7 +67,7 @@ async function readAll(body: ReadableStream<Uint8Array>): Promise<{ bytes: Uint8
 
 describe("what reaches the origin", () => {
   it("method, path, query, headers and body arrive as sent, under ORIGIN's path prefix", async () => {
-    const decisions: DecisionEvent[] = [];
+    const decisions: RateLimitResult[] = [];
     const path = "/v1/items%2Fx/a%20b/caf%C3%A9;v=1/@:x";
     const query = "?q=1&q=2&s=a%2Bb+c&empty=&flag&u=%E2%9C%93";
     const body = JSON.stringify({ hello: "world", n: 1 });
@@ -373,7 +374,7 @@ describe("when the origin fails", () => {
   });
 
   it("unreachable origin (closed port): 502 problem+json, no stack, RateLimit headers (quota was spent)", async () => {
-    const decisions: DecisionEvent[] = [];
+    const decisions: RateLimitResult[] = [];
     const res = await handle(
       new Request("https://w.example/x", keyed({ method: "POST", body: "payload" })),
       { ...env, ORIGIN: closedUrl },

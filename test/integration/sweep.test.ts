@@ -2,10 +2,10 @@
 // real origin. Every window of every limit holds at most N grants, the origin saw exactly the grants, and the
 // grants reach ≥ 95% of what an exact limiter allows for the same request times.
 import { describe, expect, it } from "vitest";
+import type { RateLimitResult } from "../../src/client/result.ts";
 import { KeyLog, type LimitSpec } from "../../src/core/index.ts";
-import { type DecisionEvent, handle } from "../../src/worker.ts";
 import { sweepViolation } from "../unit/model.ts";
-import { arrivalsFor, envWith, freshKey, request } from "./helpers.ts";
+import { arrivalsFor, envWith, freshKey, handle, request } from "./helpers.ts";
 
 const CLIENTS = 4;
 const MIN_REQUESTS = 1000;
@@ -25,7 +25,7 @@ async function overload(key: string, rateLimit: unknown): Promise<Run> {
   const e = envWith(rateLimit);
   const hooks = {
     // A grant's use time: the object's clock when it decided, or this isolate's when it spent a lease.
-    onDecision: (d: DecisionEvent) => {
+    onDecision: (d: RateLimitResult) => {
       if (d.allowed) run.grants.push({ t: d.at, cost: 1 });
       if (d.reason === "leased") run.leased += 1;
     },

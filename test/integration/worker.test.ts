@@ -2,7 +2,7 @@
 // route costs, shadow mode, config errors, failure modes and the deny cache.
 import { exports } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { handle } from "../../src/worker.ts";
+import type { RateLimitResult } from "../../src/client/result.ts";
 import { problemOf } from "../support/problem.ts";
 import {
   arrivalsFor,
@@ -11,6 +11,7 @@ import {
   envWith,
   fakeLimiter,
   freshKey,
+  handle,
   objectError,
   request,
 } from "./helpers.ts";
@@ -231,19 +232,31 @@ describe("route cost", () => {
 });
 
 describe("shadow mode", () => {
-  it("decides, logs and adds headers, but never rejects", async () => {
+  it("decides, logs and adds headers, but never rejects: the reason is shadow, the key only its key_id", async () => {
     const log = vi.spyOn(console, "log").mockImplementation(() => {});
     const e = envWith({ ...oneLimit(2), shadow: true });
     const key = freshKey();
     const responses = [];
-    for (let i = 0; i < 4; i++) responses.push(await handle(request(key), e));
+    const results: RateLimitResult[] = [];
+    for (let i = 0; i < 4; i++) responses.push(await handle(request(key), e, { onDecision: (r) => results.push(r) }));
     expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200]);
     expect(responses[3]?.headers.get("RateLimit")).toMatch(/^"per-minute";r=0;t=\d+$/);
+    expect(responses[3]?.headers.has("Retry-After")).toBe(false);
     expect(await arrivalsFor(key)).toHaveLength(4);
-    const denials = log.mock.calls.map((c) => JSON.parse(String(c[0]))).filter((l) => l.event === "shadow_deny");
-    expect(denials).toHaveLength(2);
-    expect(denials[0]).toMatchObject({ plan: "default", cost: 1, violated: ["per-minute"] });
-    expect(JSON.stringify(denials)).not.toContain(key);
+    // Served, and said why: the limits refused the last two.
+    expect(results.map((r) => [r.allowed, r.reason])).toEqual([
+      [true, "granted"],
+      [true, "granted"],
+      [true, "shadow"],
+      [true, "shadow"],
+    ]);
+    expect(results[3]?.limits[0]?.exceeded).toBe(true);
+    // One line per key and second, like denials; the key appears only as its key_id.
+    const lines = log.mock.calls.map((c) => JSON.parse(String(c[0]))).filter((l) => l.event === "shadow_deny");
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ reason: "shadow", plan: "default", cost: 1, violated: ["per-minute"] });
+    expect(lines[0].key_id).toMatch(/^[0-9a-f]{12}$/);
+    expect(JSON.stringify(log.mock.calls)).not.toContain(key);
   });
 });
 

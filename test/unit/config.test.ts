@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { policyHeader as policyOf } from "../../src/client/headers.ts";
 import {
   type Config,
   ConfigError,
@@ -22,7 +23,8 @@ import {
   planForKey,
 } from "../../src/config.ts";
 import { defaultTickMs, MAX_KEY_SLOTS, MAX_RING_SLOTS, normalizeLimits, ringLayout } from "../../src/core/index.ts";
-import { policyHeader } from "../../src/http.ts";
+
+const policyHeader = (plan: Plan) => policyOf(plan.limits ?? []);
 
 const ORIGIN = "https://api.example.com";
 /** The minimum config of DESIGN.md and README.md. */
@@ -96,6 +98,8 @@ describe("parseConfig: valid configs", () => {
     objectTimeoutMs: 5_000,
     leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 1_000 },
     admin: { path: "/__limiter/" },
+    headers: "draft-11",
+    refundStatuses: new Set(),
   };
 
   it("documents the defaults README states", () => {
@@ -107,6 +111,7 @@ describe("parseConfig: valid configs", () => {
       leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 1_000 },
       failureMode: "closed",
       adminPath: "/__limiter/",
+      headers: "draft-11",
     });
   });
 
@@ -196,6 +201,8 @@ limits = [
     object_timeout: "250ms",
     leases: { enabled: true, max_units: 50, max_lifetime: "500ms" },
     admin: { path: "/ops/limiter/" },
+    headers: "draft-6",
+    refund: { status: [500, 503] },
   };
   const fullConfig = {
     origin: "https://example.com/api",
@@ -231,6 +238,8 @@ limits = [
     failureMode: "open",
     shadow: true,
     admin: { path: "/ops/limiter/" },
+    headers: "draft-6",
+    refundStatuses: new Set([500, 503]),
   };
 
   it("parses every setting (plans in order, method upper-cased, header lower-cased)", () => {

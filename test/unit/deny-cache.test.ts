@@ -1,7 +1,7 @@
 /** @module The isolate's deny cache: an entry answers until its `until` (or `recheckAt`), and the cache stays bounded. */
 
 import { describe, expect, it } from "vitest";
-import { type Blocked, DenyCache } from "../../src/deny-cache.ts";
+import { type Blocked, DenyCache } from "../../src/client/deny-cache.ts";
 
 function blocked(until: number, recheckAt?: number): Blocked {
   return { until, freeAt: [until], retryAt: new Map(), ...(recheckAt === undefined ? {} : { recheckAt }) };

@@ -102,6 +102,7 @@ export class Model {
           recordedAt.push(ts);
         }
         if (extra > 0) lease = { units: extra, lifetimeMs: lifetime, recordedAt };
+        if (cost > 0) return { ...this.#decision(t, cost, allowed, lease), recordedAt };
       }
     }
     return this.#decision(t, cost, allowed, lease);

@@ -20,9 +20,9 @@
 
 import type { Decision, LimitSpec } from "../../../src/core/index.ts";
 import type { Ask } from "../../../src/core/log.ts";
-import { RateLimiter } from "../../../src/limiter.ts";
+import { RateLimiter } from "../../../src/object/index.ts";
 
-export { default } from "../../../src/index.ts";
+export { default } from "../../../src/proxy/index.ts";
 
 const FAULTS = ["throw", "overload", "retryonce", "retryalways", "retryoverload", "reset"] as const;
 type Fault = (typeof FAULTS)[number];

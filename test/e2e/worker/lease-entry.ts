@@ -14,13 +14,15 @@
  * an id drawn once per isolate, so a test can tell isolates apart.
  */
 
-import { ConfigError, planForKey } from "../../../src/config.ts";
+import { planForKey } from "../../../src/config.ts";
 import type { Decision } from "../../../src/core/index.ts";
-import type { RateLimiter } from "../../../src/limiter.ts";
-import { configFor, handle, isolateLeases, type WorkerEnv } from "../../../src/worker.ts";
+import type { RateLimiter } from "../../../src/object/index.ts";
+import { createProxy, type WorkerEnv } from "../../../src/proxy/app.ts";
 import { type Counts, emptyCounts, type IsolateReport, type KeyReport } from "../../support/lease-report.ts";
 
-export { RateLimiter } from "../../../src/limiter.ts";
+export { RateLimiter } from "../../../src/object/index.ts";
+
+const proxy = createProxy();
 
 let isolate = "";
 const perKey = new Map<string, Counts>();
@@ -90,11 +92,11 @@ function observedEnv(env: WorkerEnv): WorkerEnv {
 }
 
 async function keyReport(env: WorkerEnv, key: string): Promise<Response> {
-  const config = configFor(env);
-  if (config instanceof ConfigError) return new Response(config.message, { status: 500 });
+  const client = proxy.clientFor(env);
+  if (!client) return new Response("invalid RATE_LIMIT", { status: 500 });
   const name = `key:${key}`;
-  const limits = planForKey(config, key)?.limits ?? [];
-  const entry = isolateLeases().get(name);
+  const limits = planForKey(client.config, key)?.limits ?? [];
+  const entry = client.leases.get(name);
   const held = entry ? entry.held.reduce((sum, h) => sum + h.left, 0) : 0;
   const peeked = limits.length > 0 ? await env.LIMITER.getByName(name).peek(limits) : null;
   const report: KeyReport = {
@@ -134,12 +136,12 @@ export default {
       const key = url.searchParams.get("key");
       return key === null ? isolateReport() : keyReport(env, key);
     }
-    return handle(request, observedEnv(env), {
+    return proxy.handle(request, observedEnv(env), {
       waitUntil: (p) => ctx.waitUntil(p),
-      onDecision: (e) => {
-        const c = countsOf(e.name);
-        c.plan = e.plan;
-        c.reasons[e.reason] = (c.reasons[e.reason] ?? 0) + 1;
+      onDecision: (result, name) => {
+        const c = countsOf(name);
+        c.plan = result.plan;
+        c.reasons[result.reason] = (c.reasons[result.reason] ?? 0) + 1;
       },
     });
   },

@@ -7,10 +7,10 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
-import type { Decision, NamedLimit } from "./core/decision.ts";
-import type { LimitSpec } from "./core/limits.ts";
-import { type Ask, type History, KeyLog } from "./core/log.ts";
-import type { SlotRow } from "./core/ring.ts";
+import type { Decision, NamedLimit } from "../core/decision.ts";
+import type { LimitSpec } from "../core/limits.ts";
+import { type Ask, type History, KeyLog } from "../core/log.ts";
+import type { SlotRow } from "../core/ring.ts";
 
 const UPSERT =
   "INSERT INTO grants (ring, key, ts, cost) VALUES (?, ?, ?, ?) ON CONFLICT (ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
@@ -52,7 +52,7 @@ export interface KeyStatus {
   readonly stored: boolean;
 }
 
-export class RateLimiter extends DurableObject<Env> {
+export class RateLimiter extends DurableObject<unknown> {
   readonly #sql: SqlStorage;
   #log: KeyLog | null = null;
   /**
@@ -65,7 +65,7 @@ export class RateLimiter extends DurableObject<Env> {
   #blockUntil: number | null = null;
   #override: Override | null = null;
 
-  constructor(ctx: DurableObjectState, env: Env) {
+  constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
     this.#sql = ctx.storage.sql;
     // Read the stored alarm once per instance (a read is ~free; each setAlarm is billed as a row
@@ -120,9 +120,18 @@ export class RateLimiter extends DurableObject<Env> {
     return writes.length;
   }
 
-  /** The key's state now, consuming nothing and writing nothing. */
-  peek(limits: readonly LimitSpec[]): Decision {
-    return this.#view(limits).peek(this.clock());
+  /**
+   * Whether a request of `cost` would be granted now, under the limits applied now (an
+   * operator's override, else `limits`) and any block; consumes nothing and writes nothing.
+   */
+  peek(limits: readonly LimitSpec[], cost = 1): Decision {
+    const now = this.clock();
+    const override = this.#activeOverride(now, false);
+    const log = this.#view(override?.limits ?? limits);
+    if (this.#blockUntil !== null && this.#blockUntil > now) {
+      return withOverride(log.refuse(now, cost, this.#blockUntil), override);
+    }
+    return withOverride(log.check(now, cost), override);
   }
 
   /**

@@ -8,8 +8,8 @@
  * run at the same rate; the margin absorbs small rate differences.
  */
 
-import type { Lease, LimitStatus, NamedLimit } from "./core/decision.ts";
-import type { LimitSpec } from "./core/limits.ts";
+import type { Lease, LimitStatus, NamedLimit } from "../core/decision.ts";
+import type { LimitSpec } from "../core/limits.ts";
 
 /** The object's answer that came with a lease, as this isolate keeps it. */
 export interface HeldLease {

@@ -23,7 +23,7 @@ export interface Blocked {
   readonly applied?: readonly NamedLimit[] | null;
 }
 
-import type { NamedLimit } from "./core/decision.ts";
+import type { NamedLimit } from "../core/decision.ts";
 
 /** A bounded map of blocked keys; expired entries are dropped on read and when full. */
 export class DenyCache {

@@ -5,25 +5,29 @@
  * the URL. Admin requests are never proxied and never counted.
  */
 
+import type { LimiterNamespace } from "../client/index.ts";
+import { withDeadline } from "../client/policy.ts";
+import { type Config, ConfigError, type Limit, type Plan, parseLimits, planForKey } from "../config.ts";
+import { describe, parseDuration } from "../core/duration.ts";
+import { HttpError, problem } from "../http.ts";
+import { KEY_CHARS } from "../key.ts";
+import type { KeyStatus, Override } from "../object/index.ts";
+import { keyId, logEvent } from "../telemetry.ts";
 import { adminPage } from "./admin-page.ts";
-import { type Config, ConfigError, type Limit, type Plan, parseLimits, planForKey } from "./config.ts";
-import { describe, parseDuration } from "./core/duration.ts";
-import { HttpError, problem } from "./http.ts";
-import { KEY_CHARS } from "./key.ts";
-import type { KeyStatus, Override, RateLimiter } from "./limiter.ts";
-import { keyId, logEvent } from "./telemetry.ts";
 
 /** The bindings the admin API reads. */
 export interface AdminEnv {
   /** The operators' bearer token (a secret); unset: no admin API, the paths are ordinary traffic. */
   readonly ADMIN_TOKEN?: string;
-  readonly LIMITER: DurableObjectNamespace<RateLimiter>;
+  readonly LIMITER: LimiterNamespace;
 }
 
 /** What the Worker lends the admin API. */
 export interface AdminContext {
   /** Drops what this isolate holds for the key (leases, a cached denial) after an operator's change. */
   forget(name: string): void;
+  /** The clock (ms) that times given with `for` start from, and that `until`/`expires` must lie after. */
+  now(): number;
 }
 
 /** The largest request body the admin API reads (bytes); larger ones get `413`. */
@@ -142,7 +146,7 @@ async function run(
       await call(stub().reset(limits, HISTORY_BUCKETS));
       break;
     case "block": {
-      const until = when(body, "until", "block until");
+      const until = when(body, "until", "block until", ctx.now());
       if (until === null)
         throw bad('"until" (an ISO time or ms since the epoch) or "for" (a duration like "1h"): required');
       await call(stub().block(until));
@@ -160,7 +164,7 @@ async function run(
         if (e instanceof ConfigError) throw bad(e.message);
         throw e;
       }
-      const expires = when(body, "expires", "expire");
+      const expires = when(body, "expires", "expire", ctx.now());
       await call(stub().override(parsed, expires));
       fields.limits = parsed.map(limitJson);
       fields.expires = expires === null ? null : new Date(expires).toISOString();
@@ -269,11 +273,10 @@ function keyAndPlan(value: unknown, config: Config): { key: string; plan: Plan }
  * `body[field]` (an ISO time or ms since the epoch) or `body.for` (a duration from now) as ms;
  * null when neither is given. It must lie in the future.
  */
-function when(body: Record<string, unknown>, field: string, verb: string): number | null {
+function when(body: Record<string, unknown>, field: string, verb: string, now: number): number | null {
   const at = body[field];
   const span = body.for;
   if (at !== undefined && span !== undefined) throw bad(`give "${field}" or "for", not both`);
-  const now = Date.now();
   let ms: number;
   if (span !== undefined) {
     try {
@@ -387,15 +390,4 @@ function tooLarge(): HttpError {
 
 function notAllowed(allow: string): HttpError {
   return new HttpError(405, "Method Not Allowed", `Use ${allow}.`, { headers: { Allow: allow } });
-}
-
-/** Resolves as `promise` does, or rejects after `ms`. */
-function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | null = null;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`the limiter did not answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, deadline]).finally(() => {
-    if (timer !== null) clearTimeout(timer);
-  });
 }

@@ -1,0 +1,491 @@
+/**
+ * @module The client: the isolate side of one limiter. It owns its lease table, deny cache and
+ * round-trip estimate; its clock is an input and every call takes the object namespace; it
+ * returns one {@link RateLimitResult} per decision — the value the headers, the logs, Analytics
+ * Engine, the proxy and the library's users all read. Two clients share nothing.
+ */
+
+import type { Limit, LimiterConfig, Plan } from "../config.ts";
+import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
+import type { Ask } from "../core/log.ts";
+import type { RateLimiter } from "../object/index.ts";
+import { keyId, logEvent } from "../telemetry.ts";
+import { type Blocked, DenyCache } from "./deny-cache.ts";
+import { type HeaderState, seconds, setRateLimitHeaders } from "./headers.ts";
+import { type HeldLease, type KeyLeases, LeaseTable, sameLimits, type Unused } from "./leases.ts";
+import { callObject, errorName, isOverloaded, LimiterTimeout } from "./policy.ts";
+import type { LimitResult, RateLimitResult, Reason } from "./result.ts";
+
+export type { LimitResult, RateLimitResult, Reason } from "./result.ts";
+export { violated } from "./result.ts";
+
+/** The Durable Object namespace a client calls (`[[durable_objects.bindings]]` of the `RateLimiter` class). */
+export type LimiterNamespace = DurableObjectNamespace<RateLimiter>;
+
+/** Keeps background work (lease refills, give-backs) alive after the response: the runtime's `waitUntil`. */
+export interface Background {
+  waitUntil?(promise: Promise<unknown>): void;
+}
+
+/** A client's inputs besides its configuration. */
+export interface ClientOptions {
+  /** The isolate's clock (ms since the epoch); `Date.now` by default. */
+  readonly clock?: () => number;
+}
+
+/**
+ * How long a cached denial is trusted before the object is asked again (ms): only time frees
+ * capacity, except an operator's reset, unblock or override, which every isolate then sees within
+ * this long. A flood costs the object one call per key, isolate and interval.
+ */
+export const DENY_RECHECK_MS = 1000;
+
+/** The least a request waits for its key's lease call in flight (ms), however fast recent calls were. */
+const WAIT_FLOOR_MS = 5;
+
+/** The wait a caller is told when the limiter is unavailable (ms): `Retry-After: 1`. */
+export const UNAVAILABLE_RETRY_MS = 1000;
+
+/** Where a grant's units were recorded, so that {@link LimiterClient.refund} can give back exactly those. */
+interface Grant {
+  readonly name: string;
+  /** The limits the request was sent with (the object applies an override itself). */
+  readonly limits: readonly Limit[];
+  readonly recordedAt: readonly number[];
+  readonly units: number;
+  /** The lease it was spent from, and that lease's key entry (null: the object granted it). */
+  readonly held: HeldLease | null;
+  readonly entry: KeyLeases | null;
+}
+
+export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
+  readonly config: C;
+  /** Units leased ahead, per key (exposed for tests and measurements). */
+  readonly leases = new LeaseTable();
+  /** Keys no request can pass before a known time (exposed for tests and measurements). */
+  readonly denyCache = new DenyCache();
+  readonly #clock: () => number;
+  readonly #grants = new WeakMap<RateLimitResult, Grant>();
+  /** An operator's override limits as `Limit` lists, one per distinct override (header strings are cached per list). */
+  readonly #views = new Map<string, readonly Limit[]>();
+
+  constructor(config: C, options: ClientOptions = {}) {
+    this.config = config;
+    this.#clock = options.clock ?? Date.now;
+  }
+
+  /** The client's clock (ms). */
+  now(): number {
+    return this.#clock();
+  }
+
+  /**
+   * Decides a request of `cost` units for the object `name` under `plan`: from a lease this
+   * isolate holds, from the deny cache, or from the key's object (which may grant a lease with
+   * it). Never rejects: a late or failed object call is a `limiter_timeout` or `limiter_error`
+   * result, allowed as `failure_mode` says.
+   *
+   * @throws RangeError when `cost` is not a whole number ≥ 1
+   */
+  async limit(
+    ns: LimiterNamespace,
+    name: string,
+    plan: Plan,
+    cost: number,
+    bg: Background = {},
+  ): Promise<RateLimitResult> {
+    if (!Number.isSafeInteger(cost) || cost < 1) {
+      throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)} (peek() reads without consuming)`);
+    }
+    const limits = plan.limits;
+    if (!limits) return this.#finish(plan, [], cost, "unlimited", true, [], [], 0, this.now());
+    // Every limit is at least 1, so only a cost above 1 can exceed one.
+    if (cost > 1 && limits.some((l) => cost > l.limit)) {
+      const exceeded = limits.map((l) => cost > l.limit);
+      return this.#finish(plan, limits, cost, "too_costly", false, [], exceeded, Number.POSITIVE_INFINITY, this.now());
+    }
+    return this.#decide(ns, name, plan, limits, cost, bg);
+  }
+
+  /**
+   * The key's state as a request of `cost` would find it, consuming nothing: `allowed` says
+   * whether it would be granted now, `retryAfterMs` when it would be. Units this isolate holds
+   * on lease count as remaining.
+   */
+  async peek(ns: LimiterNamespace, name: string, plan: Plan, cost = 1): Promise<RateLimitResult> {
+    if (!Number.isSafeInteger(cost) || cost < 1) {
+      throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)}`);
+    }
+    const limits = plan.limits;
+    if (!limits) return this.#finish(plan, [], cost, "unlimited", true, [], [], 0, this.now());
+    let d: Decision;
+    try {
+      d = await callObject(
+        () => ns.getByName(name).peek(limits, cost) as Promise<Decision>,
+        this.config.objectTimeoutMs,
+        (e) => this.#log("limiter_retry", name, e, "warn"),
+      );
+    } catch (e) {
+      return this.#failed(plan, cost, e);
+    }
+    const shown = this.#shown(limits, d.limitsOverride);
+    const entry = this.leases.get(name);
+    let held = 0;
+    const now = this.now();
+    if (entry && d.blockedBy === undefined) {
+      for (const h of entry.held)
+        if (now < h.expiresAt && sameLimits(h.applied, d.limitsOverride ?? null)) held += h.left;
+    }
+    const states = d.limits.map((l) => withLease(l, held));
+    if (d.allowed || held >= cost) return this.#finish(plan, shown, cost, "peek", true, states, [], 0, d.now);
+    const reason = d.blockedBy !== undefined ? "blocked" : d.neverAllowed ? "too_costly" : "over_limit";
+    const exceeded = d.limits.map((l) => l.exceeded);
+    return this.#finish(plan, shown, cost, reason, false, states, exceeded, d.retryAfterMs, d.now);
+  }
+
+  /**
+   * Gives back exactly the units `result` was granted, once: to the lease it was spent from while
+   * that lease is still held here, else to the key's object. A refunded request is not counted.
+   *
+   * @returns false when there was nothing to give back (a refusal, a peek, or already refunded)
+   */
+  async refund(ns: LimiterNamespace, result: RateLimitResult): Promise<boolean> {
+    const g = this.#grants.get(result);
+    if (!g) return false;
+    this.#grants.delete(result);
+    const { held, entry } = g;
+    if (
+      held &&
+      entry &&
+      this.leases.get(g.name) === entry &&
+      entry.held.includes(held) &&
+      this.now() < held.expiresAt
+    ) {
+      held.left += g.units;
+      return true;
+    }
+    await callObject(
+      () => ns.getByName(g.name).giveBack(g.limits, g.recordedAt, g.units) as Promise<number>,
+      this.config.objectTimeoutMs,
+      (e) => this.#log("limiter_retry", g.name, e, "warn"),
+    );
+    return true;
+  }
+
+  /**
+   * After an operator's change: forgets this isolate's leases (giving their unused units back) and
+   * cached denial for the key, so its next request asks the object.
+   */
+  forget(ns: LimiterNamespace, name: string, bg: Background = {}): void {
+    this.denyCache.delete(name);
+    const unused: Unused[] = [];
+    this.leases.drop(name, unused);
+    this.#giveBack(ns, unused, bg);
+  }
+
+  async #decide(
+    ns: LimiterNamespace,
+    name: string,
+    plan: Plan,
+    limits: readonly Limit[],
+    cost: number,
+    bg: Background,
+  ): Promise<RateLimitResult> {
+    const unused: Unused[] = [];
+    let now = this.now();
+    const entry = plan.leaseMs > 0 ? this.leases.touch(name, limits, now, unused) : undefined;
+    try {
+      // While this key's one lease call is out, wait for it — on this request's own timer: a request
+      // must never await a promise another request made (workerd cancels such continuations when
+      // that request ends) — for at most two recent round trips, then ask for itself.
+      const waitDeadline = now + 2 * Math.max(this.leases.rttMs, WAIT_FLOOR_MS);
+      for (;;) {
+        if (entry) {
+          const held = this.leases.spend(entry, cost, now, unused);
+          if (held) {
+            this.#refill(ns, plan, name, entry, now, bg);
+            return this.#leased(plan, name, cost, entry, held, now);
+          }
+        }
+        if (!this.config.shadow) {
+          const blocked = this.denyCache.get(name, now);
+          const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
+          if (blocked && retryAt !== undefined) return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now);
+        }
+        if (entry && this.#inFlight(entry, now) && now < waitDeadline) {
+          await new Promise((resolve) => setTimeout(resolve, 1));
+          now = this.now();
+          continue;
+        }
+        break;
+      }
+      // With a call still in flight after the rounds above, this one asks for itself only.
+      const want =
+        entry && !this.#inFlight(entry, now)
+          ? this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now)
+          : 0;
+      const sentAt = now;
+      const call = this.#ask(ns, name, limits, { cost, leaseUnits: want, leaseMs: want > 0 ? plan.leaseMs : 0 });
+      if (entry && want > 0) this.#settle(entry, call, sentAt, shortestWindow(limits));
+      let d: Decision;
+      try {
+        d = await call;
+      } catch (e) {
+        return this.#failed(plan, cost, e);
+      }
+      this.#remember(name, d, cost, sentAt);
+      this.#observe(name, d, unused);
+      if (!d.allowed && d.blockedBy === undefined && entry) {
+        // Units this isolate was leased while the call was out count as used at the object: spend them.
+        now = this.now();
+        const held = this.leases.spend(entry, cost, now, unused);
+        if (held) return this.#leased(plan, name, cost, entry, held, now);
+      }
+      const shown = this.#shown(limits, d.limitsOverride);
+      if (!d.allowed) {
+        const reason = d.blockedBy !== undefined ? "blocked" : "over_limit";
+        const exceeded = d.limits.map((l) => l.exceeded);
+        return this.#finish(plan, shown, cost, reason, false, d.limits, exceeded, d.retryAfterMs, d.now);
+      }
+      const units = d.lease?.units ?? 0;
+      const states = d.limits.map((l) => withLease(l, units));
+      const result = this.#finish(plan, shown, cost, "granted", true, states, [], 0, d.now);
+      if (d.recordedAt) {
+        this.#grants.set(result, { name, limits, recordedAt: d.recordedAt, units: cost, held: null, entry: null });
+      }
+      return result;
+    } finally {
+      this.#giveBack(ns, unused, bg);
+    }
+  }
+
+  /** The result value: its limits, headers, and what shadow mode and the failure mode make of it. */
+  #finish(
+    plan: Plan,
+    shown: readonly Limit[],
+    cost: number,
+    reason: Reason,
+    fits: boolean,
+    states: readonly (HeaderState | null)[],
+    exceeded: readonly boolean[],
+    retryAfterMs: number,
+    at: number,
+  ): RateLimitResult {
+    let allowed = fits;
+    let why = reason;
+    let wait = retryAfterMs;
+    const unavailable = reason === "limiter_timeout" || reason === "limiter_error";
+    if (unavailable) {
+      allowed = this.config.failureMode === "open";
+      wait = allowed ? 0 : UNAVAILABLE_RETRY_MS;
+    } else if (!fits && this.config.shadow) {
+      allowed = true;
+      why = "shadow";
+    }
+    const limits = shown.map(
+      (l, i): LimitResult => ({
+        name: l.name,
+        limit: l.limit,
+        windowMs: l.windowMs,
+        remaining: states[i]?.remaining ?? null,
+        resetMs: states[i]?.resetMs ?? null,
+        exceeded: exceeded[i] ?? false,
+      }),
+    );
+    const headers = new Headers();
+    if (!unavailable) setRateLimitHeaders(headers, this.config.headers, shown, states, at);
+    if (!allowed && Number.isFinite(wait)) headers.set("Retry-After", String(seconds(wait)));
+    return { allowed, reason: why, plan: plan.name, cost, retryAfterMs: wait, limits, at, headers };
+  }
+
+  /** A request served from a lease: the object's view at the grant, plus what the lease still holds. */
+  #leased(plan: Plan, name: string, cost: number, entry: KeyLeases, held: HeldLease, now: number): RateLimitResult {
+    const elapsed = now - held.sentAt;
+    const states = held.limits.map((l) => ({
+      remaining: l.remaining + held.left,
+      resetMs: Math.max(0, l.resetMs - elapsed),
+    }));
+    const shown = this.#shown(plan.limits ?? [], held.applied);
+    const result = this.#finish(plan, shown, cost, "leased", true, states, [], 0, now);
+    this.#grants.set(result, {
+      name,
+      limits: entry.limits as readonly Limit[],
+      recordedAt: held.recordedAt,
+      units: cost,
+      held,
+      entry,
+    });
+    return result;
+  }
+
+  #cachedDenial(
+    plan: Plan,
+    limits: readonly Limit[],
+    cost: number,
+    blocked: Blocked,
+    retryAt: number,
+    now: number,
+  ): RateLimitResult {
+    const states = blocked.freeAt.map((at) => (at > now ? { remaining: 0, resetMs: at - now } : null));
+    const isBlock = blocked.blockedBy !== undefined && now < blocked.blockedBy;
+    // A block refuses whatever the limits say: no limit is what refused it.
+    const exceeded = blocked.freeAt.map((at) => !isBlock && at > now);
+    const shown = this.#shown(limits, blocked.applied);
+    return this.#finish(
+      plan,
+      shown,
+      cost,
+      isBlock ? "blocked" : "cached_denial",
+      false,
+      states,
+      exceeded,
+      retryAt - now,
+      now,
+    );
+  }
+
+  /** The object's call was late or failed: a result for the failure mode. */
+  #failed(plan: Plan, cost: number, e: unknown): RateLimitResult {
+    const reason: Reason = e instanceof LimiterTimeout ? "limiter_timeout" : "limiter_error";
+    logEvent(
+      "limiter_unavailable",
+      { reason, failure_mode: this.config.failureMode, overloaded: isOverloaded(e), message: errorName(e) },
+      "error",
+    );
+    return this.#finish(plan, plan.limits ?? [], cost, reason, false, [], [], 0, this.now());
+  }
+
+  /** The limits to show: the plan's, or an operator's override (one list per distinct override). */
+  #shown(limits: readonly Limit[], override: readonly NamedLimit[] | null | undefined): readonly Limit[] {
+    if (!override) return limits;
+    const id = JSON.stringify(override);
+    let view = this.#views.get(id);
+    if (!view) {
+      if (this.#views.size >= 1000) this.#views.clear();
+      view = override as readonly Limit[];
+      this.#views.set(id, view);
+    }
+    return view;
+  }
+
+  /**
+   * One call to the key's object under the deadline and retry policy. Stubs are not cached across
+   * requests: workerd binds a stub to the request that made it.
+   */
+  #ask(ns: LimiterNamespace, name: string, limits: readonly Limit[], ask: Ask): Promise<Decision> {
+    const start = this.now();
+    return callObject(
+      () =>
+        (ns.getByName(name).take(limits, ask) as Promise<Decision>).then((d) => {
+          this.leases.observeRtt(this.now() - start);
+          return d;
+        }),
+      this.config.objectTimeoutMs,
+      (e) => this.#log("limiter_retry", name, e, "warn"),
+    );
+  }
+
+  /** Marks the key's lease call as out, and ties it to the entry: keeps the lease, then clears the mark. */
+  #settle(entry: KeyLeases, call: Promise<Decision>, sentAt: number, quietMs: number): Promise<void> {
+    entry.inflightSince = sentAt;
+    const done = () => {
+      if (entry.inflightSince === sentAt) entry.inflightSince = null;
+    };
+    return call.then((d) => {
+      if (d.lease) this.leases.add(entry, d.lease, sentAt, d.limits, d.limitsOverride ?? null);
+      // No lease (the key is near or at its limit): ask for none for a while, so that requests
+      // neither wait on lease calls nor make them while the object decides per request.
+      else entry.quietUntil = sentAt + quietMs;
+      done();
+    }, done);
+  }
+
+  /**
+   * Whether the key's lease call is still out. A mark older than the object deadline is cleared: the
+   * request that made the call may have been cancelled before its answer could clear it.
+   */
+  #inFlight(entry: KeyLeases, now: number): boolean {
+    if (entry.inflightSince !== null && now - entry.inflightSince >= this.config.objectTimeoutMs) {
+      entry.inflightSince = null;
+    }
+    return entry.inflightSince !== null;
+  }
+
+  /** Asks for the next lease in the background when the held ones run low (off the request's path). */
+  #refill(ns: LimiterNamespace, plan: Plan, name: string, entry: KeyLeases, now: number, bg: Background): void {
+    const want = this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now);
+    if (this.#inFlight(entry, now) || !this.leases.needsRefill(entry, now, want)) return;
+    const limits = plan.limits ?? [];
+    const call = this.#ask(ns, name, limits, { cost: 0, leaseUnits: want, leaseMs: plan.leaseMs });
+    const settled = this.#settle(entry, call, now, shortestWindow(limits));
+    call.then(
+      (d) => {
+        this.#remember(name, d, 1, now, true);
+        const unused: Unused[] = [];
+        this.#observe(name, d, unused);
+        this.#giveBack(ns, unused, bg);
+      },
+      (e) => this.#log("lease_refill_failed", name, e),
+    );
+    bg.waitUntil?.(settled);
+  }
+
+  /**
+   * Acts on an operator's change seen in the object's answer: a block drops the key's leases here, and
+   * leases granted under other limits than the ones now applied (an override came or went) are
+   * dropped. Their unused units go into `unused`, to be given back. Other isolates do the same when
+   * they next ask the object; until then they spend what they hold, at most one lease lifetime
+   * (≤ 1/32 of the shortest window), and those units were counted when leased.
+   */
+  #observe(name: string, d: Decision, unused: Unused[]): void {
+    if (d.blockedBy !== undefined) this.leases.drop(name, unused);
+    else this.leases.dropOthers(name, d.limitsOverride ?? null, unused);
+  }
+
+  /** Gives unused units back to their keys' objects, in the background. */
+  #giveBack(ns: LimiterNamespace, unused: readonly Unused[], bg: Background): void {
+    for (const u of unused) {
+      const call = callObject(
+        () => ns.getByName(u.name).giveBack(u.limits, u.recordedAt, u.units) as Promise<number>,
+        this.config.objectTimeoutMs,
+      ).catch((e: unknown) => this.#log("lease_return_failed", u.name, e));
+      bg.waitUntil?.(call);
+    }
+  }
+
+  /**
+   * Stores what the object said about the key being blocked, in local time. A lease-only answer
+   * (`leaseOnly`) never clears an entry: it was not a request's decision.
+   */
+  #remember(name: string, d: Decision, cost: number, sentAt: number, leaseOnly = false): void {
+    const blockedForMs = d.blockedUntil - d.now;
+    if (blockedForMs <= 0) {
+      if (!leaseOnly) this.denyCache.delete(name);
+      return;
+    }
+    // The object decided after `sentAt`, so sentAt + its durations never runs past its own times.
+    const entry: Blocked = this.denyCache.get(name, sentAt) ?? {
+      until: sentAt + blockedForMs,
+      freeAt: d.limits.map((l) => (l.remaining === 0 ? sentAt + l.resetMs : 0)),
+      retryAt: new Map(),
+      recheckAt: sentAt + DENY_RECHECK_MS,
+      blockedBy: d.blockedBy === undefined ? undefined : sentAt + (d.blockedBy - d.now),
+      applied: d.limitsOverride ?? null,
+    };
+    if (!d.allowed && cost !== 1 && !d.neverAllowed) entry.retryAt.set(cost, sentAt + d.retryAfterMs);
+    this.denyCache.set(name, entry, sentAt);
+  }
+
+  /** A log line about a key's object call: the key only as its `key_id`. */
+  #log(event: string, name: string, e: unknown, level: "warn" | "error" = "error"): void {
+    void keyId(name).then((id) => logEvent(event, { key_id: id, message: errorName(e) }, level));
+  }
+}
+
+function shortestWindow(limits: readonly Limit[]): number {
+  return Math.min(...limits.map((l) => l.windowMs));
+}
+
+function withLease(l: LimitStatus, units: number): HeaderState {
+  return units === 0 ? l : { remaining: l.remaining + units, resetMs: l.resetMs };
+}

@@ -1,0 +1,73 @@
+/** @module The one decision value: from the client to the caller, the headers, the logs and Analytics Engine. */
+
+/** Why a request was let through or refused; in logs and analytics. */
+export type Reason =
+  /** The key's object granted it. */
+  | "granted"
+  /** Spent from units this isolate holds on lease (no object call). */
+  | "leased"
+  /** A limit refused it. */
+  | "over_limit"
+  /** An operator blocked the key. */
+  | "blocked"
+  /** Refused from the deny cache: the object said no request can pass before a known time. */
+  | "cached_denial"
+  /** Its cost exceeds a limit: it can never pass. */
+  | "too_costly"
+  /** The key's object did not answer within `object_timeout`. */
+  | "limiter_timeout"
+  /** The call to the key's object failed. */
+  | "limiter_error"
+  /** Shadow mode let through a request the limits refuse. */
+  | "shadow"
+  /** The key's plan is unlimited: nothing was asked. */
+  | "unlimited"
+  /** `peek()`: the key's state; nothing consumed. */
+  | "peek";
+
+/** One limit's state after a decision. */
+export interface LimitResult {
+  /** The limit's name, as in `RateLimit-Policy` (`per-second`, or the name configured). */
+  readonly name: string;
+  /** Cost units allowed in any window. */
+  readonly limit: number;
+  /** The window (ms). */
+  readonly windowMs: number;
+  /** Units that could still be granted now; null when not known (a cached denial knows only the limits that refuse). */
+  readonly remaining: number | null;
+  /** Milliseconds until `remaining` next grows (0: nothing in the window); null when not known. */
+  readonly resetMs: number | null;
+  /** True when this limit refused the request. */
+  readonly exceeded: boolean;
+}
+
+/** The decision on one request: what the caller acts on, and what headers, logs and analytics show. */
+export interface RateLimitResult {
+  /**
+   * Whether to serve the request: the limits fit it, or shadow mode lets it through (`reason`
+   * `"shadow"`), or the limiter is unavailable and `failure_mode` is `"open"`.
+   */
+  readonly allowed: boolean;
+  readonly reason: Reason;
+  /** The plan that applied (`"default"`, `"anonymous"`, or a plan's name). */
+  readonly plan: string;
+  /** The units the request asked for. */
+  readonly cost: number;
+  /**
+   * When refused: the exact wait (ms) before this request would be granted if nothing else were,
+   * `Infinity` when it never can; 1000 when the limiter is unavailable. In shadow mode the wait
+   * the limits would have imposed. 0 otherwise.
+   */
+  readonly retryAfterMs: number;
+  /** Per limit applied (an operator's override, else the plan's), in order. */
+  readonly limits: readonly LimitResult[];
+  /** When it was decided (ms since the epoch): the object's clock when the object decided, else this isolate's. */
+  readonly at: number;
+  /** `RateLimit-Policy` and `RateLimit` in the configured form, plus `Retry-After` when refused: copy them onto the response. */
+  readonly headers: Headers;
+}
+
+/** The names of the limits that refused a request. */
+export function violated(r: Pick<RateLimitResult, "limits">): string[] {
+  return r.limits.filter((l) => l.exceeded).map((l) => l.name);
+}

@@ -1,0 +1,136 @@
+/**
+ * @module The proxy app: config → key → plan → client → headers → proxy, plus the operators' API
+ * and page. One client per configuration, so the isolate's leases and deny cache belong to it.
+ */
+
+import { type Background, type ClientOptions, LimiterClient, type LimiterNamespace } from "../client/index.ts";
+import { errorName } from "../client/policy.ts";
+import type { RateLimitResult } from "../client/result.ts";
+import { type Config, ConfigError, costFor, parseConfig } from "../config.ts";
+import { copyHeaders, HttpError, problem, refusal } from "../http.ts";
+import { identify, readKey } from "../key.ts";
+import { keyId, logEvent, recordDecision } from "../telemetry.ts";
+import { handleAdmin, isAdminRequest } from "./admin.ts";
+import { forward, type OriginFetcher } from "./forward.ts";
+
+/**
+ * The bindings the proxy reads: the generated `Env` (`npm run types`), with the vars as `unknown`
+ * (the dashboard and `--var` deliver strings; `parseConfig` checks them). `ORIGIN_SERVICE`, when
+ * bound, carries allowed requests instead of the public fetch. `ADMIN_TOKEN` (a secret) turns the
+ * admin API on; `LIMITER_ANALYTICS`, when bound, gets one data point per decision.
+ */
+export interface WorkerEnv {
+  readonly LIMITER: LimiterNamespace;
+  readonly ORIGIN?: unknown;
+  readonly RATE_LIMIT?: unknown;
+  readonly ORIGIN_SERVICE?: Fetcher;
+  readonly ADMIN_TOKEN?: string;
+  readonly LIMITER_ANALYTICS?: AnalyticsEngineDataset;
+}
+
+/** Observers of the proxy's work, and the runtime's `waitUntil` for work after the response. */
+export interface Hooks extends Background {
+  /** Called with every decision and the key's object name, before the response is built. */
+  onDecision?(result: RateLimitResult, name: string): void;
+}
+
+/** The parsed configuration of one set of vars, and its client. */
+interface Loaded {
+  readonly origin: unknown;
+  readonly rateLimit: unknown;
+  readonly config: Config | ConfigError;
+  readonly client: LimiterClient<Config> | null;
+}
+
+/** The proxy as a Worker: `fetch` for the runtime, `handle` with hooks for tests and embedders. */
+export interface Proxy {
+  fetch(request: Request, env: WorkerEnv, ctx?: Background): Promise<Response>;
+  /** Handles one request end to end; never throws, never returns a stack trace. */
+  handle(request: Request, env: WorkerEnv, hooks?: Hooks): Promise<Response>;
+  /** The client serving these vars (null while they are invalid): its leases and deny cache. */
+  clientFor(env: WorkerEnv): LimiterClient<Config> | null;
+}
+
+/** Configurations kept per isolate (the vars of one deploy are one; tests use many). */
+const MAX_CONFIGS = 16;
+
+/** A proxy with its own clients; `options.clock` drives every client's clock and the admin API's. */
+export function createProxy(options: ClientOptions = {}): Proxy {
+  const loaded: Loaded[] = [];
+  const now = options.clock ?? Date.now;
+
+  /** Parses the vars once (again only when they change); logs an error once. */
+  function load(env: WorkerEnv): Loaded {
+    const found = loaded.find((l) => l.origin === env.ORIGIN && l.rateLimit === env.RATE_LIMIT);
+    if (found) return found;
+    let config: Config | ConfigError;
+    try {
+      config = parseConfig(env);
+    } catch (e) {
+      if (!(e instanceof ConfigError)) throw e;
+      config = e;
+      logEvent("config_error", { message: e.message }, "error");
+    }
+    const client = config instanceof ConfigError ? null : new LimiterClient(config, options);
+    const entry: Loaded = { origin: env.ORIGIN, rateLimit: env.RATE_LIMIT, config, client };
+    if (loaded.length >= MAX_CONFIGS) loaded.shift();
+    loaded.push(entry);
+    return entry;
+  }
+
+  async function handle(request: Request, env: WorkerEnv, hooks: Hooks = {}): Promise<Response> {
+    const { config, client } = load(env);
+    if (config instanceof ConfigError || !client) {
+      return problem(500, "Rate limiter misconfigured", (config as ConfigError).message);
+    }
+    try {
+      if (isAdminRequest(request, env, config)) {
+        return await handleAdmin(request, env, config, {
+          forget: (name) => client.forget(env.LIMITER, name, hooks),
+          now,
+        });
+      }
+      return await limitAndForward(request, env, config, client, hooks);
+    } catch (e) {
+      if (e instanceof HttpError) return e.toResponse();
+      logEvent("internal_error", { message: errorName(e) }, "error");
+      return problem(500, "Internal Server Error", "The rate limiter failed unexpectedly.");
+    }
+  }
+
+  return {
+    fetch: (request, env, ctx) => handle(request, env, ctx ? { waitUntil: (p) => ctx.waitUntil?.(p) } : {}),
+    handle,
+    clientFor: (env) => load(env).client,
+  };
+}
+
+async function limitAndForward(
+  request: Request,
+  env: WorkerEnv,
+  config: Config,
+  client: LimiterClient<Config>,
+  hooks: Hooks,
+): Promise<Response> {
+  const send: OriginFetcher = env.ORIGIN_SERVICE ? (r) => (env.ORIGIN_SERVICE as Fetcher).fetch(r) : (r) => fetch(r);
+  const url = new URL(request.url);
+  const cost = costFor(config, request.method, url.pathname);
+  if (cost === 0) return forward(request, config, send, url);
+  const ip = request.headers.get("cf-connecting-ip");
+  const { name, plan } = identify(config, readKey(request, config.key), ip);
+  if (!plan.limits) return forward(request, config, send, url);
+
+  const result = await client.limit(env.LIMITER, name, plan, cost, hooks);
+  hooks.onDecision?.(result, name);
+  await recordDecision(env, name, result);
+  if (!result.allowed) return refusal(result);
+  const response = await forward(request, config, send, url);
+  copyHeaders(result.headers, response.headers);
+  if (config.refundStatuses.has(response.status)) {
+    const refund = client.refund(env.LIMITER, result).catch(async (e: unknown) => {
+      logEvent("refund_failed", { key_id: await keyId(name), message: errorName(e) }, "error");
+    });
+    hooks.waitUntil?.(refund);
+  }
+  return response;
+}

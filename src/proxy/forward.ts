@@ -1,0 +1,95 @@
+/**
+ * @module The streaming proxy to the origin: ORIGIN + path + query, hop-by-hop headers dropped,
+ * redirects passed back, a deadline that holds even when the fetcher ignores its abort signal.
+ */
+
+import { errorName, withDeadline } from "../client/policy.ts";
+import type { Config } from "../config.ts";
+import { problem } from "../http.ts";
+
+/** Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded in either direction. */
+const HOP_BY_HOP = [
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+];
+
+function dropHopByHop(headers: Headers): void {
+  const listed = headers.get("connection");
+  if (listed) for (const name of listed.split(",")) headers.delete(name.trim());
+  for (const name of HOP_BY_HOP) headers.delete(name);
+}
+
+/** Where allowed requests go: a service binding when present, else the public fetch. */
+export type OriginFetcher = (request: Request) => Promise<Response>;
+
+/**
+ * Sends the request to ORIGIN + path + query, bodies streamed both ways, redirects passed
+ * back. Resolves (never rejects for origin failures) to a problem-details `502` when the origin
+ * cannot be reached or drops the connection before its response headers, or `504` when it
+ * sends no response headers within the timeout — returned rather than thrown, so the caller
+ * adds `RateLimit` headers to them like to any response that spent quota. A connection dropped
+ * after the headers can no longer become a `502`: the client's read of the body fails instead.
+ * `incoming` is `request.url` parsed, when the caller already has it.
+ */
+export async function forward(
+  request: Request,
+  config: Config,
+  send: OriginFetcher,
+  incoming: URL = new URL(request.url),
+): Promise<Response> {
+  const target = new URL(config.origin);
+  target.pathname = joinPath(config.origin.pathname, incoming.pathname);
+  target.search = incoming.search;
+
+  const headers = new Headers(request.headers);
+  dropHopByHop(headers);
+  headers.delete("host");
+  const clientIp = request.headers.get("cf-connecting-ip");
+  if (clientIp) {
+    const prior = request.headers.get("x-forwarded-for");
+    headers.set("x-forwarded-for", prior ? `${prior}, ${clientIp}` : clientIp);
+  }
+  headers.set("x-forwarded-proto", incoming.protocol.replace(":", ""));
+  headers.set("x-forwarded-host", incoming.host);
+
+  const abort = new AbortController();
+  let response: Response;
+  try {
+    const outgoing = new Request(target, {
+      method: request.method,
+      headers,
+      body: request.body,
+      redirect: "manual",
+      signal: abort.signal,
+    });
+    // The signal asks the fetch to give up; the deadline holds even when the fetcher (an
+    // ORIGIN_SERVICE binding's Worker, a test double) ignores the signal.
+    response = await withDeadline(send(outgoing), config.originTimeoutMs, () => {
+      abort.abort();
+      return abort.signal.reason;
+    });
+  } catch (e) {
+    if (abort.signal.aborted) {
+      return problem(504, "Gateway Timeout", `The origin sent no response within ${config.originTimeoutMs} ms.`);
+    }
+    // workerd's messages end with a period ("Network connection lost."): don't double it.
+    const reason = errorName(e).replace(/\.+$/, "");
+    return problem(502, "Bad Gateway", `The origin could not be reached: ${reason}.`);
+  }
+  const out = new Response(response.body, response);
+  dropHopByHop(out.headers);
+  return out;
+}
+
+/** ORIGIN's own path prefix joined with the request path: `/api` + `/v1/x` → `/api/v1/x`. */
+function joinPath(base: string, path: string): string {
+  if (base === "/" || base === "") return path;
+  return base.replace(/\/+$/, "") + path;
+}
