@@ -16,7 +16,7 @@ import type { RateLimitResult } from "./client/result.ts";
 import { costFor } from "./config.ts";
 import { HttpError, refusal } from "./http.ts";
 import { createLimiter, type Limiter, type LimiterOptions, namespaceOf } from "./index.ts";
-import { checkKey, identify, readKey } from "./key.ts";
+import { readKey } from "./key.ts";
 import { recordDecision } from "./telemetry.ts";
 
 export type { RateLimitResult } from "./client/result.ts";
@@ -92,14 +92,8 @@ export function rateLimit<E extends Env = Env>(
           ? cost
           : await cost(c);
     if (units === 0) return null;
-    let k: string | null;
-    if (typeof key === "function") {
-      k = (await key(c)) || null;
-      if (k !== null) checkKey(k, "key", config.key.maxLength);
-    } else {
-      k = readKey(c.req.raw, config.key);
-    }
-    const { name, plan } = identify(config, k, c.req.header("cf-connecting-ip") ?? null);
+    const k = typeof key === "function" ? (await key(c)) || null : readKey(c.req.raw, config.key);
+    const { name, plan } = limiter.identify(k, c.req.header("cf-connecting-ip") ?? null);
     const ns = namespaceOf(c.env as object, binding);
     const result = await client.limit(ns, name, plan, units, background(c));
     await recordDecision(c.env as object, name, result);

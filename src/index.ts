@@ -18,7 +18,7 @@ import { callObject } from "./client/policy.ts";
 import type { RateLimitResult } from "./client/result.ts";
 import { ConfigError, type LimiterConfig, parseLimiterConfig } from "./config.ts";
 import type { Duration } from "./core/duration.ts";
-import { checkKey, identify } from "./key.ts";
+import { checkKey, type Identity, identify } from "./key.ts";
 
 export type { HeaderForm } from "./client/headers.ts";
 export type { Background, LimiterNamespace } from "./client/index.ts";
@@ -26,6 +26,7 @@ export { type LimitResult, type RateLimitResult, type Reason, violated } from ".
 export { ConfigError, type LimiterConfig } from "./config.ts";
 export type { Duration } from "./core/duration.ts";
 export { HttpError, refusal } from "./http.ts";
+export type { Identity } from "./key.ts";
 export { RateLimiter } from "./object/index.ts";
 
 /** One limit: at most `limit` cost units in any window of `window`. */
@@ -84,6 +85,12 @@ export interface LimiterSettings {
 export interface LimiterOptions extends LimiterSettings {
   /** The name of the `RateLimiter` Durable Object binding in `env` (default `"LIMITER"`). */
   readonly binding?: string;
+  /**
+   * Names this limiter's objects `<prefix>/key:<key>` instead of `key:<key>`. Every binding of the
+   * `RateLimiter` class reaches the same objects, so two limiters that may see the same key need
+   * different prefixes (or their grants share one log).
+   */
+  readonly prefix?: string;
   /** The clock (ms since the epoch); `Date.now` by default. */
   readonly clock?: () => number;
 }
@@ -111,6 +118,13 @@ export interface Limiter {
   refund(env: object, result: RateLimitResult): Promise<boolean>;
   /** Forgets the key's grants (units leased to isolates and not yet expired still count). */
   reset(env: object, key: string): Promise<void>;
+  /**
+   * The object name and plan of `key`, checked as `limit()` checks it; for a request without a key
+   * (`null`), those of the `anonymous` limits for the client address `ip`.
+   *
+   * @throws HttpError 400 for a malformed key, 401 for a key that matches no plan or `key.pattern`, or none without `anonymous`
+   */
+  identify(key: string | null, ip?: string | null): Identity;
 }
 
 /**
@@ -121,23 +135,33 @@ export interface Limiter {
  * @throws ConfigError naming the first bad setting
  */
 export function createLimiter(options: LimiterOptions): Limiter {
-  const { binding = "LIMITER", clock, ...settings } = options;
+  const { binding = "LIMITER", prefix, clock, ...settings } = options;
   if (typeof binding !== "string" || binding === "") {
     throw new ConfigError(`createLimiter.binding: expected a binding name, got ${JSON.stringify(binding)}`);
+  }
+  if (prefix !== undefined && (typeof prefix !== "string" || !/^[A-Za-z0-9_.-]{1,64}$/.test(prefix))) {
+    throw new ConfigError(
+      `createLimiter.prefix: expected 1 to 64 letters, digits, "_", "-" or ".", got ${JSON.stringify(prefix)}`,
+    );
   }
   const config = parseLimiterConfig(settings, "createLimiter");
   const client = new LimiterClient(config, clock ? { clock } : {});
 
   const namespace = (env: object): LimiterNamespace => namespaceOf(env, binding);
-  const keyed = (key: string) => {
-    if (typeof key !== "string" || key === "") throw new TypeError("key: expected a non-empty string");
-    checkKey(key, "key", config.key.maxLength);
-    return identify(config, key, null);
+  const named = (key: string | null, ip: string | null = null): Identity => {
+    if (key !== null) {
+      if (typeof key !== "string" || key === "") throw new TypeError("key: expected a non-empty string or null");
+      checkKey(key, "key", config.key.maxLength);
+    }
+    const found = identify(config, key, ip);
+    return prefix === undefined ? found : { ...found, name: `${prefix}/${found.name}` };
   };
+  const keyed = (key: string) => named(key);
 
   return {
     config,
     client,
+    identify: named,
     async limit(env, key, { cost = 1, ctx } = {}) {
       const ns = namespace(env);
       const { name, plan } = keyed(key);

@@ -34,8 +34,8 @@ export async function tempDir(prefix: string, base = tmpdir()): Promise<{ path: 
 }
 
 export interface LimiterOptions {
-  /** `ORIGIN` (the base URL allowed requests go to). */
-  origin: string;
+  /** `ORIGIN` (the base URL allowed requests go to); none for a Worker that has no origin. */
+  origin?: string;
   /**
    * `RATE_LIMIT`, passed as a JSON string var (as dashboards and `--var` deliver it); leave it out
    * to run with the config file's own `[vars.RATE_LIMIT]` table.
@@ -49,6 +49,8 @@ export interface LimiterOptions {
   port?: number;
   /** More vars or secrets, each passed as `--var NAME:value` (e.g. `ADMIN_TOKEN`). */
   vars?: Record<string, string>;
+  /** Another project to run: its directory (wrangler's working directory and where `config` is found) and its own wrangler. */
+  project?: { dir: string; wrangler: string };
 }
 
 export interface Limiter {
@@ -88,7 +90,7 @@ async function startOnce(options: LimiterOptions): Promise<Limiter> {
   const args = [
     "dev",
     "--config",
-    resolve(ROOT, options.config ?? "wrangler.toml"),
+    resolve(options.project?.dir ?? ROOT, options.config ?? "wrangler.toml"),
     "--ip",
     "127.0.0.1",
     "--port",
@@ -97,8 +99,7 @@ async function startOnce(options: LimiterOptions): Promise<Limiter> {
     String(inspector),
     "--persist-to",
     options.persistTo,
-    "--var",
-    `ORIGIN:${options.origin}`,
+    ...(options.origin === undefined ? [] : ["--var", `ORIGIN:${options.origin}`]),
     ...Object.entries(options.vars ?? {}).flatMap(([name, value]) => ["--var", `${name}:${value}`]),
     "--show-interactive-dev-session=false",
     "--log-level",
@@ -106,8 +107,8 @@ async function startOnce(options: LimiterOptions): Promise<Limiter> {
   ];
   if (options.rateLimit !== undefined) args.push("--var", `RATE_LIMIT:${JSON.stringify(options.rateLimit)}`);
   // Its own process group, so stop() reaches workerd and any helper wrangler starts.
-  const child = spawn(WRANGLER, args, {
-    cwd: ROOT,
+  const child = spawn(options.project?.wrangler ?? WRANGLER, args, {
+    cwd: options.project?.dir ?? ROOT,
     detached: true,
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, WRANGLER_SEND_METRICS: "false", NO_COLOR: "1", FORCE_COLOR: "0", CI: "1" },

@@ -1,0 +1,142 @@
+// The package as a user gets it: `npm pack` (which builds it), installed into a fresh copy of each
+// project in examples/ with that project's own wrangler, typechecked against its `wrangler types` Env,
+// run under its own `wrangler dev`, and driven over HTTP.
+import { execFile } from "node:child_process";
+import { cp } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Limiter, startLimiter, tempDir } from "../support/harness.ts";
+import { problemOf } from "../support/problem.ts";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+const run = promisify(execFile);
+
+let temp: Awaited<ReturnType<typeof tempDir>>;
+let tarball = "";
+
+/** A fresh copy of examples/<name> with the packed package installed, typechecked, running under wrangler dev. */
+async function project(name: string): Promise<Limiter> {
+  const dir = join(temp.path, name);
+  await cp(join(ROOT, "examples", name), dir, { recursive: true });
+  const sh = (file: string, args: string[]) => run(file, args, { cwd: dir, maxBuffer: 32 << 20 });
+  await sh("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", tarball]);
+  await sh(join(dir, "node_modules/.bin/wrangler"), ["types"]);
+  // The user's generated Env and the library's types fit without casts.
+  await sh(join(dir, "node_modules/.bin/tsc"), ["-p", "."]);
+  return startLimiter({
+    persistTo: join(dir, ".state"),
+    project: { dir, wrangler: join(dir, "node_modules/.bin/wrangler") },
+  });
+}
+
+beforeAll(async () => {
+  temp = await tempDir("examples-");
+  const { stdout } = await run("npm", ["pack", "--pack-destination", temp.path], { cwd: ROOT, maxBuffer: 32 << 20 });
+  tarball = join(temp.path, stdout.trim().split("\n").at(-1) as string);
+}, 300_000);
+
+afterAll(async () => {
+  await temp?.cleanup();
+});
+
+describe("examples/hono-app: the hono middleware from the packed package", () => {
+  let app: Limiter;
+  beforeAll(async () => {
+    app = await project("hono-app");
+  }, 300_000);
+  afterAll(async () => {
+    await app?.stop();
+  });
+  const get = (path: string, key?: string) =>
+    fetch(`${app.url}${path}`, { headers: key === undefined ? {} : { "x-api-key": key } });
+
+  it("allowed: the handler runs with c.get('rateLimit'), headers on its response; at the limit: 429 with the exact Retry-After", async () => {
+    const key = `test_${crypto.randomUUID()}`;
+    const t0 = Date.now();
+    const first = await get("/api/hello", key);
+    const t1 = Date.now();
+    expect(first.status).toBe(200);
+    expect(await first.json()).toEqual({ hello: "world", reason: "granted", remaining: 1 });
+    expect(first.headers.get("RateLimit-Policy")).toBe('"per-minute";q=2;w=60');
+    expect(first.headers.get("RateLimit")).toBe('"per-minute";r=1;t=60');
+    expect((await get("/api/hello", key)).status).toBe(200);
+    const t2 = Date.now();
+    const refused = await get("/api/hello", key);
+    const t3 = Date.now();
+    const body = await problemOf(refused, 429);
+    expect(body.violated_policies).toEqual(["per-minute"]);
+    // Exact: the first grant (decided between t0 and t1) leaves the window 60 s later.
+    const waitMs = body.retry_after_ms as number;
+    expect(waitMs).toBeGreaterThanOrEqual(t0 + 60_000 - t3);
+    expect(waitMs).toBeLessThanOrEqual(t1 + 60_000 - t2);
+    expect(refused.headers.get("Retry-After")).toBe(String(Math.ceil(waitMs / 1000)));
+    expect(refused.headers.get("RateLimit")).toMatch(/^"per-minute";r=0;t=\d+$/);
+  });
+
+  it("a request without a key gets 401 problem+json; routes outside the middleware are not limited", async () => {
+    const body = await problemOf(await get("/api/hello"), 401);
+    expect(body.detail).toBe("This API needs an API key.");
+    const free = await get("/");
+    expect(free.status).toBe(200);
+    expect(free.headers.has("RateLimit")).toBe(false);
+  });
+
+  it("refund: a 500 from the handler gives its unit back", async () => {
+    const key = `live_${crypto.randomUUID()}`;
+    for (let i = 0; i < 3; i++) expect((await get("/api/fail", key)).status).toBe(500);
+    const next = await get("/api/hello", key);
+    expect(await next.json()).toMatchObject({ remaining: 4 });
+  });
+});
+
+describe("examples/worker: limit(), peek(), refund() and two limiters from the packed package", () => {
+  let worker: Limiter;
+  beforeAll(async () => {
+    worker = await project("worker");
+  }, 300_000);
+  afterAll(async () => {
+    await worker?.stop();
+  });
+  const call = async (path: string, key: string) => {
+    const res = await fetch(`${worker.url}${path}?key=${encodeURIComponent(key)}`);
+    return { status: res.status, headers: res.headers, body: (await res.json()) as Record<string, unknown> };
+  };
+
+  it("limit(): three grants, then 429 with Retry-After and the RateLimit headers", async () => {
+    const key = crypto.randomUUID();
+    const remaining = [];
+    for (let i = 0; i < 3; i++) remaining.push((await call("/api", key)).body.remaining);
+    expect(remaining).toEqual([2, 1, 0]);
+    const refused = await call("/api", key);
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("Retry-After")).toBe(String(Math.ceil((refused.body.retryAfterMs as number) / 1000)));
+    expect(refused.headers.get("RateLimit-Policy")).toBe('"per-minute";q=3;w=60');
+  });
+
+  it("peek() consumes nothing", async () => {
+    const key = crypto.randomUUID();
+    for (let i = 0; i < 5; i++) {
+      expect((await call("/api/peek", key)).body).toEqual({ allowed: true, reason: "peek", remaining: 3 });
+    }
+    expect((await call("/api", key)).body.remaining).toBe(2);
+    expect((await call("/api/peek", key)).body).toEqual({ allowed: true, reason: "peek", remaining: 2 });
+  });
+
+  it("refund() gives exactly the grant's unit back", async () => {
+    const key = crypto.randomUUID();
+    for (let i = 0; i < 4; i++) expect((await call("/api/fail", key)).body.refunded).toBe(true);
+    expect((await call("/api/peek", key)).body.remaining).toBe(3);
+  });
+
+  it("two limiters in one Worker are independent", async () => {
+    const user = crypto.randomUUID();
+    expect((await call("/login", user)).status).toBe(200);
+    expect((await call("/login", user)).status).toBe(200);
+    const third = await call("/login", user);
+    expect(third.status).toBe(429);
+    expect(third.headers.get("RateLimit-Policy")).toBe('"logins";q=2;w=60');
+    // The same key on the other limiter still has its own three.
+    for (let i = 0; i < 3; i++) expect((await call("/api", user)).status).toBe(200);
+  });
+});
