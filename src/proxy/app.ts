@@ -43,7 +43,7 @@ interface Loaded {
 }
 
 /** The proxy as a Worker: `fetch` for the runtime, `handle` with hooks for tests and embedders. */
-export interface Proxy {
+export interface ProxyApp {
   fetch(request: Request, env: WorkerEnv, ctx?: Background): Promise<Response>;
   /** Handles one request end to end; never throws, never returns a stack trace. */
   handle(request: Request, env: WorkerEnv, hooks?: Hooks): Promise<Response>;
@@ -55,7 +55,7 @@ export interface Proxy {
 const MAX_CONFIGS = 16;
 
 /** A proxy with its own clients; `options.clock` drives every client's clock and the admin API's. */
-export function createProxy(options: ClientOptions = {}): Proxy {
+export function createProxy(options: ClientOptions = {}): ProxyApp {
   const loaded: Loaded[] = [];
   const now = options.clock ?? Date.now;
 

@@ -6,7 +6,7 @@
 import { createProxy, type WorkerEnv } from "./app.ts";
 
 export { RateLimiter } from "../object/index.ts";
-export { createProxy, type Hooks, type Proxy, type WorkerEnv } from "./app.ts";
+export { createProxy, type Hooks, type ProxyApp, type WorkerEnv } from "./app.ts";
 
 const proxy = createProxy();
 

@@ -7,7 +7,17 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { RateLimitResult } from "../../src/client/result.ts";
 import type { RateLimiter } from "../../src/object/index.ts";
 import { keyId } from "../../src/telemetry.ts";
-import { arrivalsFor, envWith, freshKey, handle, problemBody, proxy, request, type WorkerEnv } from "./helpers.ts";
+import {
+  arrivalsFor,
+  envWith,
+  freshKey,
+  handle,
+  problemBody,
+  proxy,
+  request,
+  spyLimiter,
+  type WorkerEnv,
+} from "./helpers.ts";
 
 beforeEach(() => {
   // Admin actions and denials log JSON lines; tests that check them spy on the same methods.
@@ -83,26 +93,6 @@ async function untilLeaseHeld(e: WorkerEnv, key: string): Promise<void> {
   }
   await Promise.all(background);
   expect(holdsLease(e, key)).toBe(true);
-}
-
-/** A LIMITER namespace that records every method called on any of its objects (and forwards to the real one). */
-function spyLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: string[] } {
-  const calls: string[] = [];
-  const real = (env as unknown as WorkerEnv).LIMITER;
-  const namespace = {
-    getByName: (name: string) =>
-      new Proxy(real.getByName(name), {
-        get(target, prop) {
-          const value = Reflect.get(target, prop);
-          if (typeof value !== "function") return value;
-          return (...args: unknown[]) => {
-            calls.push(String(prop));
-            return (value as (...a: unknown[]) => unknown).apply(target, args);
-          };
-        },
-      }),
-  } as unknown as WorkerEnv["LIMITER"];
-  return { namespace, calls };
 }
 
 describe("presence", () => {

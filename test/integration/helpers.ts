@@ -112,3 +112,24 @@ export function objectError(flags: { retryable?: boolean; overloaded?: boolean }
 export function problemBody(response: Response): Promise<Problem> {
   return problemOf(response, response.status);
 }
+
+/** A LIMITER namespace that records every method called on any of its objects (and forwards to the real one). */
+export function spyLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: string[] } {
+  const calls: string[] = [];
+  const real = (env as unknown as WorkerEnv).LIMITER;
+  const namespace = {
+    getByName: (name: string) =>
+      new Proxy(real.getByName(name), {
+        get(target, prop) {
+          const value = Reflect.get(target, prop);
+          if (typeof value !== "function") return value;
+          return (...args: unknown[]) => {
+            calls.push(String(prop));
+            // Reflect.apply: `.apply` on an RPC method would itself be an RPC property.
+            return Reflect.apply(value as (...a: unknown[]) => unknown, target, args);
+          };
+        },
+      }),
+  } as unknown as WorkerEnv["LIMITER"];
+  return { namespace, calls };
+}

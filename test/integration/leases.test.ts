@@ -3,7 +3,7 @@
 // and the deadline on object calls.
 import { describe, expect, it, vi } from "vitest";
 import type { Decision } from "../../src/core/index.ts";
-import type { Hooks } from "../../src/proxy/app.ts";
+import { createProxy, type Hooks, type ProxyApp } from "../../src/proxy/app.ts";
 import { problemOf } from "../support/problem.ts";
 import {
   arrivalsFor,
@@ -76,11 +76,11 @@ describe("leases against the real object", () => {
 
 describe("leases against a scripted object", () => {
   /** A key this isolate has seen often enough to lease for (its rate estimate is warm). */
-  async function warm(e: ReturnType<typeof envWith>, key: string, n = 20): Promise<void> {
-    for (let i = 0; i < n; i++) await handle(request(key), e);
+  async function warm(e: ReturnType<typeof envWith>, key: string, through: ProxyApp = proxy, n = 20): Promise<void> {
+    for (let i = 0; i < n; i++) await through.handle(request(key), e);
     // The scripted object granted no lease while warming up, so the isolate stopped asking for a
     // while (leases.ts, quietUntil); these tests start from a key that asks.
-    const entry = proxy.clientFor(e)?.leases.get(`key:${key}`);
+    const entry = through.clientFor(e)?.leases.get(`key:${key}`);
     if (entry) entry.quietUntil = 0;
   }
 
@@ -114,43 +114,54 @@ describe("leases against a scripted object", () => {
     expect(limiter.asks[20]?.leaseUnits).toBeGreaterThan(0);
   });
 
-  it("gives back what an expired lease did not use, once", async () => {
+  /** A proxy whose clock the test moves: the leases' lifetimes run on it, not on the machine's. */
+  function clocked(start = Date.now()): ProxyApp & { advance(ms: number): void; now(): number } {
+    let now = start;
+    return { ...createProxy({ clock: () => now }), advance: (ms) => (now += ms), now: () => now };
+  }
+
+  it("gives back exactly what an expired lease did not use, once", async () => {
+    const time = clocked();
     const limiter = fakeLimiter((call) => {
-      const now = Date.now();
-      const lease = call === 21 ? { units: 50, lifetimeMs: 3, recordedAt: [now + 3] } : null;
+      const now = time.now();
+      const lease = call === 21 ? { units: 50, lifetimeMs: 1000, recordedAt: [now + 1000] } : null;
       return Promise.resolve(decision({ allowed: true, now, lease }));
     });
     const e = envWith(perMinute(100_000), { LIMITER: limiter.namespace });
     const key = freshKey();
-    await warm(e, key);
+    await warm(e, key, time);
     const hooks = background();
-    expect((await handle(request(key), e, hooks)).status).toBe(200); // call 21: the lease (margin leaves 2 ms)
-    expect((await handle(request(key), e, hooks)).status).toBe(200);
-    // Time moves on past the lease's lifetime; the next request finds it expired.
-    await new Promise((resolve) => setTimeout(resolve, 10));
-    expect((await handle(request(key), e, hooks)).status).toBe(200);
+    expect((await time.handle(request(key), e, hooks)).status).toBe(200); // call 21: the request and the lease
+    for (let i = 0; i < 3; i++) expect((await time.handle(request(key), e, hooks)).status).toBe(200); // 3 leased
+    expect(limiter.calls()).toBe(21);
+    // Past the lease's lifetime: the next request finds it expired and gives back the 47 left, once.
+    time.advance(1000);
+    expect((await time.handle(request(key), e, hooks)).status).toBe(200);
+    expect((await time.handle(request(key), e, hooks)).status).toBe(200);
     await hooks.settled();
-    const spent = 50 - (limiter.returns[0]?.units ?? 0);
-    expect(limiter.returns).toHaveLength(1);
-    expect(limiter.returns[0]?.recordedAt).toHaveLength(1);
-    expect(spent).toBeGreaterThanOrEqual(0);
-    expect(spent).toBeLessThanOrEqual(1);
+    expect(limiter.returns).toEqual([{ recordedAt: [expect.any(Number)], units: 47 }]);
   });
 
   it("never spends a lease past its lifetime, even when units are left", async () => {
+    const time = clocked();
     const limiter = fakeLimiter((call) => {
-      const now = Date.now();
-      const lease = call === 21 ? { units: 1000, lifetimeMs: 3, recordedAt: [now + 3] } : null;
+      const now = time.now();
+      const lease = call === 21 ? { units: 1000, lifetimeMs: 1000, recordedAt: [now + 1000] } : null;
       return Promise.resolve(decision({ allowed: call <= 21, now, lease, blockedUntil: now }));
     });
     const e = envWith(perMinute(100_000), { LIMITER: limiter.namespace });
     const key = freshKey();
-    await warm(e, key);
-    expect((await handle(request(key), e)).status).toBe(200);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-    // The object refuses from now on: a request after the lease expired must ask it, and is refused.
-    expect((await handle(request(key), e)).status).toBe(429);
-    expect(limiter.calls()).toBeGreaterThanOrEqual(22);
+    await warm(e, key, time);
+    const reasons: string[] = [];
+    const hooks = { onDecision: (r: { reason: string }) => reasons.push(r.reason) };
+    expect((await time.handle(request(key), e, hooks)).status).toBe(200);
+    // Inside the lifetime less its margin (1 + 1000/50 ms): spent from the lease.
+    time.advance(1000 - 22);
+    expect((await time.handle(request(key), e, hooks)).status).toBe(200);
+    // Once the lease has expired (the object refuses from now on), the request must ask the object: refused.
+    time.advance(1);
+    expect((await time.handle(request(key), e, hooks)).status).toBe(429);
+    expect(reasons).toEqual(["granted", "leased", "over_limit"]);
   });
 });
 

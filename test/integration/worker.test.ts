@@ -260,6 +260,32 @@ describe("shadow mode", () => {
   });
 });
 
+describe("refund and header forms in the proxy", () => {
+  it("responses with a status in refund.status give their request's units back; others are counted", async () => {
+    const e = envWith({ ...oneLimit(2), leases: false, refund: { status: [503] } });
+    const key = freshKey();
+    for (let i = 0; i < 4; i++) {
+      const res = await handle(request(key, "/__special/status/503"), e);
+      expect(res.status).toBe(503);
+      expect(res.headers.get("RateLimit")).toMatch(/^"per-minute";r=1;/); // counted when sent, refunded after
+    }
+    expect((await handle(request(key, "/__special/status/500"), e)).status).toBe(500);
+    expect((await handle(request(key), e)).status).toBe(200);
+    expect((await handle(request(key), e)).status).toBe(429);
+  });
+
+  it("headers = draft-6 and legacy replace the draft-11 fields", async () => {
+    const key = freshKey();
+    const six = await handle(request(key), envWith({ ...oneLimit(5), headers: "draft-6" }));
+    expect(six.headers.get("RateLimit-Policy")).toBe("5;w=60");
+    expect(six.headers.get("RateLimit-Remaining")).toBe("4");
+    expect(six.headers.has("RateLimit")).toBe(false);
+    const legacy = await handle(request(freshKey()), envWith({ ...oneLimit(5), headers: "legacy" }));
+    expect(legacy.headers.get("X-RateLimit-Limit")).toBe("5");
+    expect(legacy.headers.has("RateLimit-Policy")).toBe(false);
+  });
+});
+
 describe("configuration errors", () => {
   const bad: [field: string, rateLimit: unknown, origin?: unknown][] = [
     ["ORIGIN", oneLimit(1), "not a url"],

@@ -20,6 +20,7 @@ import {
   MAX_ORIGIN_TIMEOUT_MS,
   type Plan,
   parseConfig,
+  parseLimiterConfig,
   planForKey,
 } from "../../src/config.ts";
 import { defaultTickMs, MAX_KEY_SLOTS, MAX_RING_SLOTS, normalizeLimits, ringLayout } from "../../src/core/index.ts";
@@ -1152,6 +1153,36 @@ const BAD: readonly BadCase[] = [
     field: "RATE_LIMIT.admin.path",
     quotes: `got ${JSON.stringify(path)}`,
   })),
+  // headers, refund
+  ...["draft-5", "DRAFT-11", "", "x-ratelimit", true, null, 7].map(
+    (v): BadCase => ({
+      what: `headers ${JSON.stringify(v)}`,
+      rateLimit: rl({ headers: v }),
+      field: "RATE_LIMIT.headers",
+      quotes: `got ${typeof v === "string" ? JSON.stringify(v) : String(v)}`,
+    }),
+  ),
+  { what: "refund not a table", rateLimit: rl({ refund: [500] }), field: "RATE_LIMIT.refund", quotes: "got an array" },
+  {
+    what: "refund without status",
+    rateLimit: rl({ refund: {} }),
+    field: "RATE_LIMIT.refund.status",
+    quotes: "required",
+  },
+  {
+    what: "refund with an unknown setting",
+    rateLimit: rl({ refund: { status: [500], methods: ["GET"] } }),
+    field: "RATE_LIMIT.refund.methods",
+    quotes: "expected one of status",
+  },
+  ...[199, 600, 500.5, "500", null].map(
+    (v): BadCase => ({
+      what: `refund.status ${JSON.stringify(v)}`,
+      rateLimit: rl({ refund: { status: [502, v] } }),
+      field: "RATE_LIMIT.refund.status[1]",
+      quotes: `got ${typeof v === "string" ? JSON.stringify(v) : String(v)}`,
+    }),
+  ),
 ];
 
 describe("parseConfig: every error names its field and the bad value", () => {
@@ -1499,6 +1530,24 @@ describe("parseConfig: settings at their edges", () => {
     );
     expect(configError(() => parse({ ...MINIMUM, leases: { units: 5 } })).message).toBe(
       "RATE_LIMIT.leases.units: unknown setting; expected one of enabled, max_units, max_lifetime",
+    );
+  });
+
+  it("the library takes RATE_LIMIT's shape without the proxy's settings, errors under its own root", () => {
+    const lib = parseLimiterConfig({ limits: [{ limit: 5, window: "1s" }], headers: "legacy" }, "createLimiter");
+    expect(lib.headers).toBe("legacy");
+    expect(lib.defaultPlan?.limits?.[0]).toMatchObject({ limit: 5, windowMs: 1000, name: "per-second" });
+    expect("origin" in lib).toBe(false);
+    for (const field of ["origin_timeout", "admin", "refund"]) {
+      expect(configError(() => parseLimiterConfig({ ...MINIMUM, [field]: {} }, "createLimiter")).message).toBe(
+        `createLimiter.${field}: only the proxy reads this setting (RATE_LIMIT in its wrangler.toml)`,
+      );
+    }
+    expect(configError(() => parseLimiterConfig({ plans: [] }, "createLimiter")).message).toBe(
+      "createLimiter.limits: required (or give createLimiter.plans); without limits nothing would be limited",
+    );
+    expect(configError(() => parseLimiterConfig({ ...MINIMUM, origin: "x" }, "createLimiter")).message).toMatch(
+      /^createLimiter\.origin: unknown setting; expected one of limits, plans, /,
     );
   });
 

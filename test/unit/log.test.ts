@@ -46,6 +46,7 @@ const stepArb = fc.record({
     },
     { weight: 5, arbitrary: fc.record({ kind: fc.constant("spend" as const), cost: fc.integer({ min: 1, max: 3 }) }) },
     { weight: 1, arbitrary: fc.record({ kind: fc.constant("return" as const) }) },
+    { weight: 1, arbitrary: fc.record({ kind: fc.constant("refund" as const) }) },
     { weight: 1, arbitrary: fc.record({ kind: fc.constant("restart" as const) }) },
   ),
 });
@@ -81,6 +82,8 @@ function run(limits: readonly LimitSpec[], steps: readonly Step[], start: number
   const store = new Store();
   const uses: Grant[] = [];
   const held: Held[] = [];
+  /** Per-request grants not yet refunded: their use and where the log recorded them. */
+  const refundable: { use: Grant; recordedAt: readonly number[] }[] = [];
   let real = start;
   for (const { dt, action } of steps) {
     real += dt;
@@ -89,8 +92,11 @@ function run(limits: readonly LimitSpec[], steps: readonly Step[], start: number
         const out = log.take(real, { cost: action.cost });
         expect(out.decision).toEqual(model.take(real, action.cost));
         store.apply(out.writes);
-        if (out.decision.allowed) uses.push({ t: real, cost: action.cost });
-        else expect(out.writes).toEqual([]);
+        if (out.decision.allowed) {
+          const use = { t: real, cost: action.cost };
+          uses.push(use);
+          refundable.push({ use, recordedAt: out.decision.recordedAt ?? [] });
+        } else expect(out.writes).toEqual([]);
         break;
       }
       case "lease": {
@@ -119,6 +125,17 @@ function run(limits: readonly LimitSpec[], steps: readonly Step[], start: number
         if (lease && lease.left > 0) {
           store.apply(log.giveBack(lease.recordedAt, lease.left));
           model.giveBack(lease.recordedAt, lease.left);
+        }
+        break;
+      }
+      case "refund": {
+        // A refunded request is not counted: its units go back where they were recorded, and its
+        // use leaves the judged uses; every other use must still fit every window.
+        const r = refundable.pop();
+        if (r) {
+          store.apply(log.giveBack(r.recordedAt, r.use.cost));
+          model.giveBack(r.recordedAt, r.use.cost);
+          uses.splice(uses.indexOf(r.use), 1);
         }
         break;
       }

@@ -1,0 +1,208 @@
+// The library inside workerd against the real object: createLimiter's limit/peek/refund/reset, what its
+// results and headers say, two limiters side by side, the injected clock, and its errors.
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { ConfigError, createLimiter, HttpError, type RateLimitResult } from "../../src/index.ts";
+import { freshKey, spyLimiter } from "./helpers.ts";
+
+const perMinute = (limit: number) => ({ limits: [{ limit, window: "1m" as const }] });
+
+describe("limit()", () => {
+  it("grants up to the limit, then refuses with the exact wait: the first grant's time plus the window", async () => {
+    const limiter = createLimiter({ ...perMinute(3), leases: false });
+    const key = freshKey();
+    const granted: RateLimitResult[] = [];
+    for (let i = 0; i < 3; i++) granted.push(await limiter.limit(env, key));
+    expect(granted.map((r) => [r.allowed, r.reason, r.limits[0]?.remaining])).toEqual([
+      [true, "granted", 2],
+      [true, "granted", 1],
+      [true, "granted", 0],
+    ]);
+    // The third grant used the limit up: the object said until when, and the deny cache answers.
+    const refused = await limiter.limit(env, key);
+    expect(refused).toMatchObject({ allowed: false, reason: "cached_denial", plan: "default", cost: 1 });
+    const freeAt = (granted[0] as RateLimitResult).at + 60_000;
+    expect(refused.at + refused.retryAfterMs).toBeLessThanOrEqual(freeAt);
+    expect(refused.limits).toEqual([
+      { name: "per-minute", limit: 3, windowMs: 60_000, remaining: 0, resetMs: refused.retryAfterMs, exceeded: true },
+    ]);
+    // The object's own answer is exact: the first grant's time plus the window.
+    const peeked = await limiter.peek(env, key);
+    expect(peeked.at + peeked.retryAfterMs).toBe(freeAt);
+    expect(Object.fromEntries(refused.headers)).toEqual({
+      "ratelimit-policy": '"per-minute";q=3;w=60',
+      ratelimit: `"per-minute";r=0;t=${Math.ceil(refused.retryAfterMs / 1000)}`,
+      "retry-after": String(Math.ceil(refused.retryAfterMs / 1000)),
+    });
+  });
+
+  it("charges cost to every limit; a cost over a limit can never pass", async () => {
+    const limiter = createLimiter({
+      limits: [
+        { limit: 10, window: "1s" },
+        { limit: 15, window: "1m" },
+      ],
+    });
+    const key = freshKey();
+    expect((await limiter.limit(env, key, { cost: 8 })).limits.map((l) => l.remaining)).toEqual([2, 7]);
+    const never = await limiter.limit(env, key, { cost: 11 });
+    expect(never).toMatchObject({ allowed: false, reason: "too_costly", retryAfterMs: Number.POSITIVE_INFINITY });
+    expect(never.limits.map((l) => l.exceeded)).toEqual([true, false]);
+    expect(never.headers.has("Retry-After")).toBe(false);
+    await expect(limiter.limit(env, key, { cost: 0 })).rejects.toThrow(RangeError);
+  });
+
+  it("plans by key prefix, an unlimited plan asks nothing", async () => {
+    const spy = spyLimiter();
+    const limiter = createLimiter({
+      ...perMinute(100),
+      plans: [
+        { name: "live", key_prefix: "live_", unlimited: true },
+        { name: "test", key_prefix: "test_", limits: [{ limit: 1, window: "1m" }] },
+      ],
+    });
+    const e = { LIMITER: spy.namespace };
+    expect(await limiter.limit(e, freshKey("live_"))).toMatchObject({ allowed: true, reason: "unlimited", limits: [] });
+    expect(spy.calls).toEqual([]);
+    const key = freshKey("test_");
+    expect((await limiter.limit(e, key)).plan).toBe("test");
+    expect((await limiter.limit(e, key)).allowed).toBe(false);
+  });
+
+  it("checks keys by the proxy's rule, and names a missing binding", async () => {
+    const limiter = createLimiter({ ...perMinute(10), key: { pattern: "sk_[a-z0-9]+" } });
+    const status = async (p: Promise<unknown>) =>
+      p.then(
+        () => 0,
+        (e: unknown) => (e instanceof HttpError ? e.status : -1),
+      );
+    expect(await status(limiter.limit(env, "sk_a b"))).toBe(400);
+    expect(await status(limiter.limit(env, `sk_${"a".repeat(300)}`))).toBe(400);
+    expect(await status(limiter.limit(env, "pk_abc"))).toBe(401);
+    await expect(limiter.limit({}, "sk_abc")).rejects.toThrow(/^env\.LIMITER: no Durable Object binding/);
+    await expect(createLimiter({ ...perMinute(1), binding: "OTHER" }).limit(env, "k")).rejects.toThrow(ConfigError);
+  });
+});
+
+describe("peek()", () => {
+  it("consumes nothing, and says what a request would get", async () => {
+    const limiter = createLimiter({ ...perMinute(2), leases: false });
+    const key = freshKey();
+    for (let i = 0; i < 3; i++) {
+      expect(await limiter.peek(env, key)).toMatchObject({ allowed: true, reason: "peek", retryAfterMs: 0 });
+    }
+    const first = await limiter.limit(env, key);
+    expect((await limiter.peek(env, key)).limits[0]?.remaining).toBe(1);
+    await limiter.limit(env, key);
+    const full = await limiter.peek(env, key);
+    expect(full).toMatchObject({ allowed: false, reason: "over_limit" });
+    expect(full.at + full.retryAfterMs).toBe(first.at + 60_000);
+    expect((await limiter.peek(env, key, { cost: 3 })).reason).toBe("too_costly");
+  });
+});
+
+describe("refund()", () => {
+  it("gives back exactly the grant's units, once; a refusal has nothing to give back", async () => {
+    const limiter = createLimiter({ ...perMinute(5), leases: false });
+    const key = freshKey();
+    const r = await limiter.limit(env, key, { cost: 3 });
+    expect((await limiter.peek(env, key)).limits[0]?.remaining).toBe(2);
+    expect(await limiter.refund(env, r)).toBe(true);
+    expect((await limiter.peek(env, key)).limits[0]?.remaining).toBe(5);
+    expect(await limiter.refund(env, r)).toBe(false);
+    expect((await limiter.peek(env, key)).limits[0]?.remaining).toBe(5);
+    const refused = await limiter.limit(env, key, { cost: 6 });
+    expect(await limiter.refund(env, refused)).toBe(false);
+  });
+
+  it("a leased grant goes back to its lease while it lasts: no object call", async () => {
+    const spy = spyLimiter();
+    const e = { LIMITER: spy.namespace };
+    const pending: Promise<unknown>[] = [];
+    const ctx = { waitUntil: (p: Promise<unknown>) => void pending.push(p) };
+    const limiter = createLimiter(perMinute(10_000));
+    const key = freshKey();
+    let leased: RateLimitResult | null = null;
+    for (let i = 0; i < 50 && !leased; i++) {
+      const r = await limiter.limit(e, key, { ctx });
+      if (r.reason === "leased") leased = r;
+      await Promise.all(pending);
+    }
+    expect(leased).not.toBeNull();
+    const held = () => limiter.client.leases.get(`key:${key}`)?.held.reduce((n, h) => n + h.left, 0) ?? 0;
+    const before = held();
+    spy.calls.length = 0;
+    expect(await limiter.refund(e, leased as RateLimitResult)).toBe(true);
+    expect(held()).toBe(before + 1);
+    expect(spy.calls).toEqual([]);
+  });
+});
+
+describe("reset()", () => {
+  it("forgets the key's grants", async () => {
+    const limiter = createLimiter({ ...perMinute(3), leases: false });
+    const key = freshKey();
+    for (let i = 0; i < 3; i++) await limiter.limit(env, key);
+    expect((await limiter.limit(env, key)).allowed).toBe(false);
+    await limiter.reset(env, key);
+    expect((await limiter.limit(env, key)).allowed).toBe(true);
+  });
+});
+
+describe("two limiters", () => {
+  it("with their own prefixes keep their own logs, deny caches and leases for the same key", async () => {
+    const a = createLimiter({ ...perMinute(1), leases: false });
+    const b = createLimiter({ ...perMinute(1), leases: false, prefix: "b" });
+    const key = freshKey();
+    expect((await a.limit(env, key)).allowed).toBe(true);
+    expect((await a.limit(env, key)).allowed).toBe(false);
+    expect(a.client.denyCache.size).toBe(1);
+    expect(b.client.denyCache.size).toBe(0);
+    expect((await b.limit(env, key)).allowed).toBe(true);
+    expect(b.identify(key).name).toBe(`b/key:${key}`);
+    expect(() => createLimiter({ ...perMinute(1), prefix: "a b" })).toThrow(/^createLimiter\.prefix: /);
+  });
+});
+
+describe("the injected clock", () => {
+  it("times the deny cache: cached denials until the recheck, then the object again", async () => {
+    let now = Date.now();
+    const spy = spyLimiter();
+    const e = { LIMITER: spy.namespace };
+    const limiter = createLimiter({ ...perMinute(1), leases: false, clock: () => now });
+    const key = freshKey();
+    // The grant uses the limit up: the object says so, and the deny cache answers from then on.
+    expect((await limiter.limit(e, key)).reason).toBe("granted");
+    const asked = spy.calls.length;
+    for (let i = 0; i < 5; i++) expect((await limiter.limit(e, key)).reason).toBe("cached_denial");
+    expect(spy.calls.length).toBe(asked);
+    now += 1000; // DENY_RECHECK_MS
+    expect((await limiter.limit(e, key)).reason).toBe("over_limit");
+    expect(spy.calls.length).toBe(asked + 1);
+  });
+});
+
+describe("settings", () => {
+  it("are validated when the limiter is created, errors naming the field", () => {
+    expect(() => createLimiter({ limits: [{ limit: 0, window: "1m" }] })).toThrow(
+      /^createLimiter\.limits\[0\]\.limit: expected a positive integer, got 0$/,
+    );
+    expect(() => createLimiter({})).toThrow(/^createLimiter\.limits: required/);
+    expect(() => createLimiter({ ...perMinute(1), origin_timeout: "1s" } as never)).toThrow(
+      /^createLimiter\.origin_timeout: only the proxy reads this setting/,
+    );
+    expect(() => createLimiter({ ...perMinute(1), headers: "draft-5" as never })).toThrow(/^createLimiter\.headers: /);
+  });
+
+  it("headers: the legacy form and none", async () => {
+    const legacy = createLimiter({ ...perMinute(2), headers: "legacy", leases: false });
+    const r = await legacy.limit(env, freshKey());
+    expect(Object.fromEntries(r.headers)).toEqual({
+      "x-ratelimit-limit": "2",
+      "x-ratelimit-remaining": "1",
+      "x-ratelimit-reset": String(Math.ceil((r.at + 60_000) / 1000)),
+    });
+    const none = createLimiter({ ...perMinute(2), headers: "none", leases: false });
+    expect([...(await none.limit(env, freshKey())).headers]).toEqual([]);
+  });
+});
