@@ -1,12 +1,14 @@
 // The package as a user gets it: `npm pack` (which builds it), installed into a fresh copy of each
-// project in examples/ with that project's own wrangler, typechecked against its `wrangler types` Env,
-// run under its own `wrangler dev`, and driven over HTTP.
+// project in examples/ with that project's own wrangler, typechecked against its `wrangler types` Env
+// (with README's quick-start code beside it), run under its own `wrangler dev`, and driven over HTTP.
 import { execFile } from "node:child_process";
-import { cp } from "node:fs/promises";
+import { readFileSync } from "node:fs";
+import { cp, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Limiter, startLimiter, tempDir } from "../support/harness.ts";
+import { type Origin, startOrigin } from "../support/origin.ts";
 import { problemOf } from "../support/problem.ts";
 
 const ROOT = resolve(import.meta.dirname, "../..");
@@ -15,10 +17,22 @@ const run = promisify(execFile);
 let temp: Awaited<ReturnType<typeof tempDir>>;
 let tarball = "";
 
-/** A fresh copy of examples/<name> with the packed package installed, typechecked, running under wrangler dev. */
-async function project(name: string): Promise<Limiter> {
+/** README's quick-start code blocks (```ts) under "### Inside your Worker or hono app": the hono app, then the Worker. */
+function quickStart(): string[] {
+  const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+  const start = readme.indexOf("### Inside your Worker or hono app");
+  const section = readme.slice(start, readme.indexOf("\n### ", start + 1));
+  return [...section.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1] ?? "");
+}
+
+/**
+ * A fresh copy of examples/<name> with the packed package installed, typechecked (with `extra`
+ * files written into it first), running under wrangler dev.
+ */
+async function project(name: string, extra: Record<string, string> = {}, origin?: string): Promise<Limiter> {
   const dir = join(temp.path, name);
   await cp(join(ROOT, "examples", name), dir, { recursive: true });
+  for (const [file, text] of Object.entries(extra)) await writeFile(join(dir, file), text);
   const sh = (file: string, args: string[]) => run(file, args, { cwd: dir, maxBuffer: 32 << 20 });
   await sh("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", tarball]);
   await sh(join(dir, "node_modules/.bin/wrangler"), ["types"]);
@@ -27,6 +41,7 @@ async function project(name: string): Promise<Limiter> {
   return startLimiter({
     persistTo: join(dir, ".state"),
     project: { dir, wrangler: join(dir, "node_modules/.bin/wrangler") },
+    ...(origin === undefined ? {} : { origin }),
   });
 }
 
@@ -43,7 +58,9 @@ afterAll(async () => {
 describe("examples/hono-app: the hono middleware from the packed package", () => {
   let app: Limiter;
   beforeAll(async () => {
-    app = await project("hono-app");
+    const [hono] = quickStart();
+    expect(hono).toContain('from "strict-edge-rate-limiter/hono"');
+    app = await project("hono-app", { "src/readme.ts": hono as string });
   }, 300_000);
   afterAll(async () => {
     await app?.stop();
@@ -93,7 +110,9 @@ describe("examples/hono-app: the hono middleware from the packed package", () =>
 describe("examples/worker: limit(), peek(), refund() and two limiters from the packed package", () => {
   let worker: Limiter;
   beforeAll(async () => {
-    worker = await project("worker");
+    const [, plain] = quickStart();
+    expect(plain).toContain("createLimiter(");
+    worker = await project("worker", { "src/readme.ts": plain as string });
   }, 300_000);
   afterAll(async () => {
     await worker?.stop();
@@ -138,5 +157,31 @@ describe("examples/worker: limit(), peek(), refund() and two limiters from the p
     expect(third.headers.get("RateLimit-Policy")).toBe('"logins";q=2;w=60');
     // The same key on the other limiter still has its own three.
     for (let i = 0; i < 3; i++) expect((await call("/api", user)).status).toBe(200);
+  });
+});
+
+describe("examples/proxy: the ready proxy from the packed package", () => {
+  let proxy: Limiter;
+  let origin: Origin;
+  beforeAll(async () => {
+    origin = await startOrigin();
+    proxy = await project("proxy", {}, origin.url);
+  }, 300_000);
+  afterAll(async () => {
+    await proxy?.stop();
+    await origin?.close();
+  });
+  const get = (path: string, key: string) => fetch(`${proxy.url}${path}`, { headers: { "x-api-key": key } });
+
+  it("proxies what fits, refuses the rest, refunds the listed statuses, leaves free routes alone", async () => {
+    const key = `k_${crypto.randomUUID()}`;
+    for (let i = 0; i < 3; i++) expect((await get("/__special/status/503", key)).status).toBe(503); // refunded
+    for (let i = 0; i < 3; i++) expect((await get("/v1/items", key)).status).toBe(200);
+    const refused = await get("/v1/items", key);
+    await problemOf(refused, 429);
+    expect(refused.headers.get("RateLimit-Policy")).toBe('"per-minute";q=3;w=60');
+    expect((await get("/health", key)).status).toBe(200);
+    const seen = origin.arrivals.filter((a) => a.headers["x-api-key"] === key).map((a) => a.url);
+    expect(seen).toEqual(["/v1/items", "/v1/items", "/v1/items", "/health"]);
   });
 });
