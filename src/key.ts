@@ -23,19 +23,16 @@ export const KEY_CHARS = /^[\x21-\x2b\x2d-\x7e]+$/;
  */
 export function readKey(request: Request, source: KeySource): string | null {
   const found: [where: string, key: string][] = [];
-  if (source.header) {
-    const v = request.headers.get(source.header);
-    if (v !== null && v.trim() !== "") found.push([source.header, v.trim()]);
-  }
-  if (source.bearer) {
-    const m = BEARER.exec(request.headers.get("authorization") ?? "");
-    if (m && (m[1] ?? "").trim() !== "") found.push(["Authorization: Bearer", (m[1] ?? "").trim()]);
-  }
+  const add = (where: string, value: string | null | undefined) => {
+    const key = value === null || value === undefined ? "" : stripSpace(value);
+    if (key !== "") found.push([where, key]);
+  };
+  if (source.header) add(source.header, request.headers.get(source.header));
+  if (source.bearer) add("Authorization: Bearer", BEARER.exec(request.headers.get("authorization") ?? "")?.[1]);
   if (source.query) {
     const values = new URL(request.url).searchParams.getAll(source.query);
     if (values.length > 1) throw badKey(`the ${source.query} query parameter is given ${values.length} times`);
-    const v = values[0];
-    if (v !== undefined && v.trim() !== "") found.push([`?${source.query}`, v.trim()]);
+    add(`?${source.query}`, values[0]);
   }
   const first = found[0];
   if (!first) return null;
@@ -83,6 +80,15 @@ export function identify(config: LimiterConfig, key: string | null, ip: string |
   const plan = planForKey(config, key);
   if (!plan) throw unauthorized("This API key matches no plan.", bearer);
   return { name: `key:${key}`, plan };
+}
+
+/**
+ * `value` without the spaces and tabs around it (HTTP's optional whitespace), and nothing else:
+ * `String.prototype.trim` would also strip Unicode spaces, a BOM, VT and FF, and count `k\u00a0` as
+ * `k` while the origin receives the longer key.
+ */
+function stripSpace(value: string): string {
+  return value.replace(/^[ \t]+|[ \t]+$/g, "");
 }
 
 function badKey(detail: string): HttpError {

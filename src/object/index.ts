@@ -15,6 +15,13 @@ import type { SlotRow } from "../core/ring.ts";
 const UPSERT =
   "INSERT INTO grants (ring, key, ts, cost) VALUES (?, ?, ?, ?) ON CONFLICT (ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
 
+/**
+ * The latest time an operator may give (a block's end, an override's expiry), and the latest alarm
+ * set: 2100-01-01T00:00:00Z. The runtime refuses alarms a little after 2189 and `Date` ends in
+ * 275760; an alarm due later is set here and re-armed when it fires.
+ */
+export const MAX_TIME_MS = Date.UTC(2100, 0, 1);
+
 /** The decision, saying which override's limits it applied. */
 function withOverride(decision: Decision, override: Override | null): Decision {
   return override ? { ...decision, limitsOverride: override.limits } : decision;
@@ -101,7 +108,7 @@ export class RateLimiter extends DurableObject<unknown> {
       const out = withOverride(decision, override);
       if (writes.length === 0 || this.#alarmAt !== null) return out;
       this.#alarmAt = log.idleAt;
-      return this.ctx.storage.setAlarm(this.#alarmAt).then(() => out);
+      return this.ctx.storage.setAlarm(Math.min(this.#alarmAt, MAX_TIME_MS)).then(() => out);
     } catch (e) {
       return Promise.reject(e); // as from an async method: invalid input is a rejection
     }
@@ -174,7 +181,9 @@ export class RateLimiter extends DurableObject<unknown> {
 
   /** Refuses every request of the key until `until` (ms), with `Retry-After` to then. */
   async block(until: number): Promise<void> {
-    if (!Number.isSafeInteger(until)) throw new RangeError(`until: expected a time in ms, got ${String(until)}`);
+    if (!Number.isSafeInteger(until) || until > MAX_TIME_MS) {
+      throw new RangeError(`until: expected a time in ms up to ${MAX_TIME_MS}, got ${String(until)}`);
+    }
     this.#setMeta("block_until", String(until));
     this.#blockUntil = until;
     await this.#armAlarm();
@@ -190,8 +199,8 @@ export class RateLimiter extends DurableObject<unknown> {
   /** Decides the key's next requests against `limits` instead of the ones sent, until `expiresAt` (null: until removed). */
   async override(limits: readonly NamedLimit[], expiresAt: number | null): Promise<void> {
     new KeyLog(limits); // throws a RangeError naming the bad field
-    if (expiresAt !== null && !Number.isSafeInteger(expiresAt)) {
-      throw new RangeError(`expiresAt: expected a time in ms or null, got ${String(expiresAt)}`);
+    if (expiresAt !== null && (!Number.isSafeInteger(expiresAt) || expiresAt > MAX_TIME_MS)) {
+      throw new RangeError(`expiresAt: expected a time in ms up to ${MAX_TIME_MS} or null, got ${String(expiresAt)}`);
     }
     const override: Override = {
       limits: limits.map((l) => ({ limit: l.limit, windowMs: l.windowMs, tickMs: l.tickMs, name: l.name })),
@@ -233,7 +242,7 @@ export class RateLimiter extends DurableObject<unknown> {
       return;
     }
     this.#alarmAt = idleAt;
-    await this.ctx.storage.setAlarm(idleAt);
+    await this.ctx.storage.setAlarm(Math.min(idleAt, MAX_TIME_MS));
   }
 
   /** When nothing stored counts any more: the grants' last window, a block's end, an override's expiry. */
@@ -255,7 +264,7 @@ export class RateLimiter extends DurableObject<unknown> {
       return;
     }
     this.#alarmAt = Math.max(at, this.clock());
-    await this.ctx.storage.setAlarm(this.#alarmAt);
+    await this.ctx.storage.setAlarm(Math.min(this.#alarmAt, MAX_TIME_MS));
   }
 
   /** The override in force at `now`; an expired one is dropped (and its row deleted when `write`). */

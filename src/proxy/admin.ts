@@ -11,7 +11,7 @@ import { type Config, ConfigError, type Limit, type Plan, parseLimits, planForKe
 import { describe, parseDuration } from "../core/duration.ts";
 import { HttpError, problem } from "../http.ts";
 import { KEY_CHARS } from "../key.ts";
-import type { KeyStatus, Override } from "../object/index.ts";
+import { type KeyStatus, MAX_TIME_MS, type Override } from "../object/index.ts";
 import { keyId, logEvent } from "../telemetry.ts";
 import { adminPage } from "./admin-page.ts";
 
@@ -35,12 +35,18 @@ export const MAX_BODY_BYTES = 8192;
 /** Buckets in `history` (the longest window's grants over time). */
 export const HISTORY_BUCKETS = 60;
 
-/** Whether `request` is for the admin API: only while `ADMIN_TOKEN` is set. */
-export function isAdminRequest(request: Request, env: AdminEnv, config: Config): boolean {
+/**
+ * Whether the admin API answers `request`: only while `ADMIN_TOKEN` is set, for a path under
+ * `admin.path`, or for any request that carries the admin token (it is never proxied, whatever its
+ * path: a near-miss of the admin path must not send the token to the origin).
+ */
+export async function isAdminRequest(request: Request, env: AdminEnv, config: Config): Promise<boolean> {
   if (!env.ADMIN_TOKEN) return false;
-  const path = new URL(request.url).pathname;
-  return path.startsWith(config.admin.path);
+  if (new URL(request.url).pathname.startsWith(config.admin.path)) return true;
+  return BEARER.test(request.headers.get("authorization") ?? "") && (await authorized(request, env.ADMIN_TOKEN));
 }
+
+const BEARER = /^Bearer[ \t]+(.*)$/i;
 
 type Action = "status" | "reset" | "block" | "unblock" | "override" | "override/delete";
 const ACTIONS: readonly Action[] = ["status", "reset", "block", "unblock", "override", "override/delete"];
@@ -61,8 +67,17 @@ export async function handleAdmin(
   config: Config,
   ctx: AdminContext,
 ): Promise<Response> {
-  const sub = new URL(request.url).pathname.slice(config.admin.path.length);
+  const path = new URL(request.url).pathname;
+  const sub = path.slice(config.admin.path.length);
   try {
+    if (!path.startsWith(config.admin.path)) {
+      logEvent("admin_token_elsewhere", { path: path.slice(0, 64) }, "warn");
+      throw new HttpError(
+        404,
+        "Not Found",
+        `This request carries the admin token, so it is never proxied; the admin API lives under ${config.admin.path}.`,
+      );
+    }
     if (sub === "") {
       if (request.method !== "GET" && request.method !== "HEAD") throw notAllowed("GET, HEAD");
       return page(config);
@@ -150,7 +165,7 @@ async function run(
       if (until === null)
         throw bad('"until" (an ISO time or ms since the epoch) or "for" (a duration like "1h"): required');
       await call(stub().block(until));
-      fields.until = new Date(until).toISOString();
+      fields.until = iso(until);
       break;
     }
     case "unblock":
@@ -167,7 +182,7 @@ async function run(
       const expires = when(body, "expires", "expire", ctx.now());
       await call(stub().override(parsed, expires));
       fields.limits = parsed.map(limitJson);
-      fields.expires = expires === null ? null : new Date(expires).toISOString();
+      fields.expires = expires === null ? null : iso(expires);
       break;
     }
     case "override/delete":
@@ -196,7 +211,7 @@ export function statusJson(
     plan: plan.name,
     unlimited: false,
     stored: s.stored,
-    now: new Date(s.now).toISOString(),
+    now: iso(s.now),
     now_ms: s.now,
     limits: applied.map((l, i) => {
       const st = s.decision.limits[i];
@@ -216,7 +231,7 @@ export function statusJson(
       s.blockedUntil === null
         ? null
         : {
-            until: new Date(s.blockedUntil).toISOString(),
+            until: iso(s.blockedUntil),
             until_ms: s.blockedUntil,
             remaining_ms: s.blockedUntil - s.now,
           },
@@ -235,7 +250,7 @@ export function statusJson(
 function overrideJson(o: Override): Record<string, unknown> {
   return {
     limits: o.limits.map(limitJson),
-    expires: o.expiresAt === null ? null : new Date(o.expiresAt).toISOString(),
+    expires: o.expiresAt === null ? null : iso(o.expiresAt),
     expires_ms: o.expiresAt,
   };
 }
@@ -294,8 +309,16 @@ function when(body: Record<string, unknown>, field: string, verb: string, now: n
   } else {
     throw bad(`${field}: expected an ISO time like "2030-01-01T00:00:00Z" or ms since the epoch, got ${describe(at)}`);
   }
-  if (ms <= now) throw bad(`${field}: ${new Date(ms).toISOString()} is not in the future; nothing to ${verb}`);
+  if (!(ms <= MAX_TIME_MS)) {
+    throw bad(`${field}: at most ${iso(MAX_TIME_MS)} (${MAX_TIME_MS} ms), got ${describe(at ?? span)}`);
+  }
+  if (ms <= now) throw bad(`${field}: ${iso(ms)} is not in the future; nothing to ${verb}`);
   return ms;
+}
+
+/** An ISO time for a time in ms; null beyond what `Date` holds (a time stored by an earlier version). */
+function iso(ms: number): string | null {
+  return Math.abs(ms) <= 8.64e15 ? new Date(ms).toISOString() : null;
 }
 
 /** The JSON object in the body, read up to {@link MAX_BODY_BYTES}. */
@@ -348,7 +371,7 @@ function unknownFields(body: Record<string, unknown>, known: readonly string[]):
  */
 async function authorized(request: Request, token: string): Promise<boolean> {
   const header = request.headers.get("authorization") ?? "";
-  const m = /^Bearer[ \t]+(.*)$/i.exec(header);
+  const m = BEARER.exec(header);
   const given = m ? (m[1] ?? "").trim() : "";
   const [a, b] = await Promise.all([sha256(given), sha256(token)]);
   let diff = m && token !== "" ? 0 : 1;

@@ -84,7 +84,7 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
       return problem(500, "Rate limiter misconfigured", (config as ConfigError).message);
     }
     try {
-      if (isAdminRequest(request, env, config)) {
+      if (env.ADMIN_TOKEN && (await isAdminRequest(request, env, config))) {
         return await handleAdmin(request, env, config, {
           forget: (name) => client.forget(env.LIMITER, name, hooks),
           now,
@@ -113,6 +113,15 @@ async function limitAndForward(
   hooks: Hooks,
 ): Promise<Response> {
   const send: OriginFetcher = env.ORIGIN_SERVICE ? (r) => (env.ORIGIN_SERVICE as Fetcher).fetch(r) : (r) => fetch(r);
+  // Checked before anything is counted: fetch cannot send such a request on, and the origin would
+  // never see it (an empty body, `Content-Length: 0`, is no body).
+  if (
+    (request.method === "GET" || request.method === "HEAD") &&
+    request.body !== null &&
+    request.headers.get("content-length") !== "0"
+  ) {
+    throw new HttpError(400, "Bad Request", `A ${request.method} request cannot carry a body; send it without one.`);
+  }
   const url = new URL(request.url);
   const cost = costFor(config, request.method, url.pathname);
   if (cost === 0) return forward(request, config, send, url);

@@ -65,7 +65,8 @@ export async function forward(
     const outgoing = new Request(target, {
       method: request.method,
       headers,
-      body: request.body,
+      // A GET or HEAD here carries no body (the app refused one): drop an empty one too.
+      body: request.method === "GET" || request.method === "HEAD" ? null : request.body,
       redirect: "manual",
       signal: abort.signal,
     });

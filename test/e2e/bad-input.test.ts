@@ -54,7 +54,8 @@ describe("keys", () => {
     expect(arrivals(p)).toHaveLength(0);
   });
 
-  // Defined behaviour (src/key.ts trims every source): a key of only whitespace is no key, not a malformed one.
+  // Defined behaviour (src/key.ts strips the spaces and tabs around a key in every source): a key of only those is
+  // no key, not a malformed one.
   // On the wire the HTTP parser already strips the surrounding spaces and tabs of a header value.
   it.each([
     ["x-api-key of spaces", [["x-api-key", "   "]], ""],
@@ -107,6 +108,27 @@ describe("keys", () => {
     const utf8 = await raw("GET", p, [["x-api-key", Buffer.from("k_schlüssel", "utf8")]]);
     expect(problemOf(utf8, 400).title).toBe("Malformed API key");
     expect(arrivals(p)).toHaveLength(0);
+  });
+
+  it.each([
+    ["a no-break space (U+00A0)", "\u00a0"],
+    ["an ideographic space (U+3000)", "\u3000"],
+    ["a BOM", "\ufeff"],
+    ["VT", "\v"],
+    ["FF", "\f"],
+  ])("a key ending in %s is malformed in every source (400), never counted as the shorter key", async (_, c) => {
+    const p = path();
+    const k = key();
+    const bearer = await raw("GET", p, [["authorization", Buffer.from(`Bearer ${k}${c}`, "utf8")]]);
+    expect(problemOf(bearer, 400).title).toBe("Malformed API key");
+    const query = await raw("GET", `${p}?api_key=${encodeURIComponent(`${k}${c}`)}`, []);
+    expect(problemOf(query, 400).detail).toBe(`the key in ?api_key ${MALFORMED}`);
+    const header = await raw("GET", p, [["x-api-key", Buffer.from(`${k}${c}`, "utf8")]]);
+    expect(problemOf(header, 400).title).toBe("Malformed API key");
+    expect(arrivals(p)).toHaveLength(0);
+    // Nothing was counted against the shorter key.
+    const clean = await raw("GET", p, [["x-api-key", k]]);
+    expect(clean.headers.ratelimit).toBe(`"per-minute";r=${LIMIT - 1};t=60`);
   });
 
   it("two x-api-key lines with different keys (joined as `a, b`): 400", async () => {
@@ -320,6 +342,38 @@ describe("methods", () => {
     expect(r.headers.get("ratelimit")).toBe(`"per-minute";r=${LIMIT - 1};t=60`);
     expect((await r.arrayBuffer()).byteLength).toBe(0);
     expect(arrivals(p).map((a) => a.method)).toEqual(["HEAD"]);
+  });
+});
+
+describe("GET and HEAD with a body", () => {
+  it.each([
+    ["GET with Content-Length", "GET", [["content-length", "3"]], "abc"],
+    ["HEAD with Content-Length", "HEAD", [["content-length", "3"]], "abc"],
+  ] as [string, string, Header[], string][])(
+    "%s: 400 before anything is counted, nothing reaches the origin",
+    async (_, method, headers, body) => {
+      const p = path();
+      const k = key();
+      const r = await raw(method, p, [["x-api-key", k], ...headers], Buffer.from(body));
+      if (method === "GET") {
+        expect(problemOf(r, 400).detail).toBe("A GET request cannot carry a body; send it without one.");
+      } else {
+        expect(r.status).toBe(400);
+      }
+      expect(arrivals(p)).toHaveLength(0);
+      const clean = await raw("GET", p, [["x-api-key", k]]);
+      expect(clean.headers.ratelimit).toBe(`"per-minute";r=${LIMIT - 1};t=60`);
+    },
+  );
+
+  it("GET with Content-Length: 0 is a GET without a body: limited and proxied", async () => {
+    const p = path();
+    const r = await raw("GET", p, [
+      ["x-api-key", key()],
+      ["content-length", "0"],
+    ]);
+    expect(r.status).toBe(200);
+    expect(arrivals(p).map((a) => [a.method, a.body])).toEqual([["GET", ""]]);
   });
 });
 

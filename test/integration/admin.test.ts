@@ -1,7 +1,7 @@
 // The operators' API inside workerd, through the Worker's handle() against the real origin: present only with
 // ADMIN_TOKEN, the token check, body checks, every endpoint, its effect on the key's next requests (headers,
 // reasons, leases), concurrent traffic, and the telemetry (log lines, Analytics Engine data points via a double).
-import { runInDurableObject } from "cloudflare:test";
+import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { RateLimitResult } from "../../src/client/result.ts";
@@ -12,6 +12,7 @@ import {
   envWith,
   freshKey,
   handle,
+  originUrl,
   problemBody,
   proxy,
   request,
@@ -555,5 +556,80 @@ describe("telemetry", () => {
       },
     ]);
     for (const l of lines) expect(l).not.toContain(key);
+  });
+});
+
+describe("times an operator gives", () => {
+  it("beyond 2100 are refused with 400 and nothing is saved; up to it they are kept and readable", async () => {
+    const e = adminEnv();
+    const key = freshKey();
+    for (const [path, body] of [
+      ["block", { key, until: "9999-12-31T23:59:59Z" }],
+      ["block", { key, until: 9_000_000_000_000_000 }],
+      ["block", { key, until: Date.UTC(2100, 0, 1) + 1 }],
+      ["override", { key, limits: [{ limit: 9, window: "1m" }], expires: "9999-12-31T23:59:59Z" }],
+    ] as const) {
+      const res = await handle(adminRequest(path, body), e);
+      expect((await problemBody(res)).detail).toMatch(/: at most 2100-01-01T00:00:00\.000Z \(4102444800000 ms\), got /);
+      expect(res.status).toBe(400);
+    }
+    const status = await admin(e, "status", { key });
+    expect(status).toMatchObject({ block: null, override: null, stored: false });
+    const edge = await admin(e, "block", { key, until: "2100-01-01T00:00:00Z" });
+    expect(edge.block).toMatchObject({ until: "2100-01-01T00:00:00.000Z", until_ms: Date.UTC(2100, 0, 1) });
+    expect((await handle(request(key), e)).status).toBe(429);
+  });
+
+  it("a far-future block stored by an earlier version still reads, and still refuses", async () => {
+    const e = adminEnv();
+    const key = freshKey();
+    await admin(e, "block", { key, for: "1h" });
+    // An earlier version saved any safe integer (and toISOString threw on it: every status was 503).
+    const stub = env.LIMITER.getByName(`key:${key}`);
+    await runInDurableObject(stub, (_: RateLimiter, state) => {
+      state.storage.sql.exec("UPDATE meta SET v = ? WHERE k = 'block_until'", String(9_000_000_000_000_000));
+    });
+    await evictDurableObject(stub);
+    const s = await admin(e, "status", { key });
+    expect(s.block).toMatchObject({ until: null, until_ms: 9_000_000_000_000_000 });
+    const refused = await handle(request(key), e);
+    expect(refused.status).toBe(429);
+    expect((await problemBody(refused)).detail).toMatch(/blocked by an operator/);
+  });
+});
+
+describe("the admin token outside the admin path", () => {
+  it.each([
+    "/__LIMITER/status",
+    "/%5F%5Flimiter/status",
+    "//__limiter/status",
+    "/__limiter",
+    "/__limiter;/status",
+    "/v1/anything",
+  ])("%s with the admin token: 404, never proxied, never counted", async (path) => {
+    const e = adminEnv();
+    const res = await handle(
+      new Request(`https://limiter.example${path}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "x-probe": path },
+        body: "{}",
+      }),
+      e,
+    );
+    const body = await problemBody(res);
+    expect(res.status).toBe(404);
+    expect(body.detail).toBe(
+      "This request carries the admin token, so it is never proxied; the admin API lives under /__limiter/.",
+    );
+    const all = (await (await fetch(`${originUrl}/__arrivals`)).json()) as { headers: Record<string, string> }[];
+    expect(all.filter((a) => a.headers["x-probe"] === path)).toEqual([]);
+  });
+
+  it("without the token a near-miss of the admin path is ordinary traffic: limited and proxied", async () => {
+    const key = freshKey();
+    const res = await handle(request(key, "/__LIMITER/status", { method: "POST", body: "{}" }), adminEnv());
+    expect(res.status).toBe(200);
+    expect(res.headers.get("RateLimit")).toBe('"per-minute";r=4;t=60');
+    expect(await arrivalsFor(key)).toHaveLength(1);
   });
 });

@@ -95,11 +95,13 @@ describe("leases against a scripted object", () => {
     });
     const e = envWith(perMinute(100_000), { LIMITER: limiter.namespace });
     const key = freshKey();
-    await warm(e, key);
+    // A stopped clock: the requests wait for the call in flight however long the test takes to answer it.
+    const time = clocked();
+    await warm(e, key, time);
     expect(limiter.calls()).toBe(20);
-    const burst = Array.from({ length: 30 }, () => handle(request(key), e));
+    const burst = Array.from({ length: 30 }, () => time.handle(request(key), e));
     await vi.waitFor(() => expect(limiter.calls()).toBe(21));
-    const now = Date.now();
+    const now = time.now();
     release(
       decision({
         allowed: true,
