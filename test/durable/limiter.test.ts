@@ -159,10 +159,13 @@ describe("storage", () => {
   it("writes one row per grant, none per denial, and grants in one millisecond share a row", async () => {
     const o = await object();
     await o.take(perSecond, 1);
+    expect(o.written()).toBe(1);
     await o.take(perSecond, 1);
+    expect(o.written()).toBe(1);
     expect(await o.rows()).toEqual([{ ring: 1, key: expect.any(Number), ts: T0, cost: 2 }]);
     o.at(T0 + 10);
     await o.take(perSecond, 1);
+    expect(o.written()).toBe(1);
     const afterGrants = await o.rows();
     expect(afterGrants.map((r) => [r.ts, r.cost])).toEqual([
       [T0, 2],
@@ -170,6 +173,7 @@ describe("storage", () => {
     ]);
     o.at(T0 + 20);
     expect((await o.take(perSecond, 1)).allowed).toBe(false);
+    expect(o.written()).toBe(0);
     expect(await o.rows()).toEqual(afterGrants);
   });
 
@@ -193,6 +197,7 @@ describe("storage", () => {
     ];
     o.at(T0 + 5);
     await o.take(limits, 2);
+    expect(o.written()).toBe(2);
     expect((await o.rows()).map((r) => [r.ring, r.ts, r.cost])).toEqual([
       [1, T0 + 5, 2],
       [60_000, Math.ceil((T0 + 5) / 60_000) * 60_000, 2],
@@ -207,12 +212,15 @@ describe("storage", () => {
     }
     const before = await o.rows();
     await o.evict();
+    o.written();
     o.at(T0 + 999);
     expect(await o.take(perSecond, 1)).toMatchObject({ allowed: false, retryAfterMs: 1 });
     // Assert on storage before any grant could have written: the restore itself wrote nothing.
+    expect(o.written()).toBe(0);
     expect(await o.rows()).toEqual(before);
     o.at(T0 + 1000);
     expect((await o.take(perSecond, 1)).allowed).toBe(true);
+    expect(o.written()).toBe(1);
     o.at(T0 + 1050);
     expect((await o.take(perSecond, 1)).allowed).toBe(false);
   });

@@ -17,9 +17,23 @@ export const perSecond: LimitSpec[] = [{ limit: 3, windowMs: 1000, tickMs: 1 }];
 export async function object(name = crypto.randomUUID()) {
   const stub = env.LIMITER.getByName(name);
   let now = T0;
+  let written = 0;
   const install = () =>
-    runInDurableObject(stub, (instance: RateLimiter) => {
+    runInDurableObject(stub, (instance: RateLimiter, state) => {
       instance.clock = () => now;
+      // Count the grants rows every write statement reports written (the object holds this same SqlStorage).
+      const sql = state.storage.sql;
+      const exec = sql.exec.bind(sql);
+      Object.defineProperty(sql, "exec", {
+        configurable: true,
+        value: (query: string, ...bindings: unknown[]) => {
+          const cursor = exec(query, ...bindings);
+          if (/^\s*(INSERT|UPDATE|DELETE|REPLACE)\b/i.test(query) && /\bgrants\b/.test(query)) {
+            written += cursor.rowsWritten;
+          }
+          return cursor;
+        },
+      });
     });
   await install();
   return {
@@ -36,6 +50,12 @@ export async function object(name = crypto.randomUUID()) {
     },
     at(t: number) {
       now = t;
+    },
+    /** Grants rows the object wrote since the last call (as SQLite counts them: `cursor.rowsWritten`). */
+    written() {
+      const n = written;
+      written = 0;
+      return n;
     },
     /** Evicts the instance (storage kept), proves the old instance is gone, and installs the clock in the new one. */
     async evict() {

@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import type { RateLimitResult } from "../../src/client/result.ts";
 import { KeyLog, type LimitSpec } from "../../src/core/index.ts";
-import { sweepViolation } from "../unit/model.ts";
+import { sweepViolation } from "../support/window.ts";
 import { arrivalsFor, envWith, freshKey, handle, request } from "./helpers.ts";
 
 const CLIENTS = 4;

@@ -7,6 +7,8 @@
  * decided inside one window of length W: at most N of them, if the limiter is exact.
  */
 
+import type { LimitSpec } from "../../src/core/index.ts";
+
 /** Sliding-window check of times `ts` (ms, any order): the largest count in any window `(t − w, t]`. */
 export function maxInWindow(ts: readonly number[], w: number): number {
   const sorted = [...ts].sort((a, b) => a - b);
@@ -102,4 +104,32 @@ export function unjustifiedDenials(
           l.limit,
       ),
   );
+}
+
+/** Units recorded (or used) at a time. */
+export interface Grant {
+  t: number;
+  cost: number;
+}
+
+/** Cost of the grants in the real window `(at − w, at]`. */
+export function usedIn(grants: readonly Grant[], w: number, at: number): number {
+  let sum = 0;
+  for (const g of grants) if (g.t > at - w && g.t <= at) sum += g.cost;
+  return sum;
+}
+
+/**
+ * The guarantee, checked by a sweep over real use times: for every limit and every use at `t`,
+ * the uses in `(t − W, t]` cost at most `N`. A window's count only rises at a use, so the windows
+ * ending at each use cover every window. Returns the first violation or null.
+ */
+export function sweepViolation(uses: readonly Grant[], limits: readonly LimitSpec[]): string | null {
+  for (const l of limits) {
+    for (const g of uses) {
+      const used = usedIn(uses, l.windowMs, g.t);
+      if (used > l.limit) return `${used} > ${l.limit} in (${g.t - l.windowMs}, ${g.t}]`;
+    }
+  }
+  return null;
 }

@@ -23,7 +23,17 @@ import {
   parseLimiterConfig,
   planForKey,
 } from "../../src/config.ts";
-import { defaultTickMs, MAX_KEY_SLOTS, MAX_RING_SLOTS, normalizeLimits, ringLayout } from "../../src/core/index.ts";
+import {
+  defaultTickMs,
+  MAX_KEY_SLOTS,
+  MAX_RING_SLOTS,
+  normalizeLimits,
+  parseDuration,
+  ringLayout,
+} from "../../src/core/index.ts";
+import { KEY_CHARS } from "../../src/key.ts";
+
+type Obj = Record<string, unknown>;
 
 const policyHeader = (plan: Plan) => policyOf(plan.limits ?? []);
 
@@ -1444,22 +1454,110 @@ describe("properties", () => {
     expect(() => parseConfig(base())).not.toThrow();
   });
 
-  it.each(PATHS.map((p) => [p.join("."), p] as const))("junk at %s parses or throws a ConfigError", (_, path) => {
-    fc.assert(
-      fc.property(junk(), (value) => {
-        const vars: Record<string | number, unknown> = base();
-        let at = vars;
-        for (const k of path.slice(0, -1)) at = at[k] as Record<string | number, unknown>;
-        at[path[path.length - 1] as string | number] = value;
-        try {
-          parseConfig(vars);
-        } catch (e) {
-          expect(e).toBeInstanceOf(ConfigError);
-          expect((e as Error).message).toMatch(/^(ORIGIN|RATE_LIMIT)[.[:]/);
-        }
-      }),
-    );
+  const isObject = (v: unknown) => typeof v === "object" && v !== null && !Array.isArray(v);
+  const nonEmptyArray = (v: unknown) => Array.isArray(v) && v.length > 0;
+  const durationOk = (v: unknown, max = Number.POSITIVE_INFINITY) => {
+    try {
+      return parseDuration(v, "x") <= max;
+    } catch {
+      return false;
+    }
+  };
+  const optional = (ok: (v: unknown) => boolean) => (v: unknown) => v === undefined || ok(v);
+  const printable = (v: unknown) => typeof v === "string" && /^[\x20-\x7e]+$/.test(v);
+  /**
+   * What each path accepts: `exact` leaves are accepted iff the predicate holds (junk that parses
+   * is a valid value, never silently taken); for the containers, what any accepted value must be.
+   */
+  const ACCEPTS: Record<string, { exact: boolean; ok: (v: unknown) => boolean }> = {
+    ORIGIN: { exact: false, ok: (v) => typeof v === "string" },
+    RATE_LIMIT: { exact: false, ok: (v) => isObject(v) || typeof v === "string" },
+    "RATE_LIMIT.limits": { exact: false, ok: nonEmptyArray },
+    "RATE_LIMIT.limits.0": { exact: false, ok: isObject },
+    "RATE_LIMIT.limits.0.limit": { exact: true, ok: (v) => Number.isSafeInteger(v) && (v as number) >= 1 },
+    "RATE_LIMIT.limits.0.window": { exact: true, ok: (v) => durationOk(v) },
+    // limits[1] is named per-minute by default: the same name is a duplicate.
+    "RATE_LIMIT.limits.0.name": { exact: true, ok: optional((v) => printable(v) && v !== "per-minute") },
+    "RATE_LIMIT.limits.2": { exact: false, ok: isObject },
+    "RATE_LIMIT.plans": { exact: false, ok: optional(Array.isArray) },
+    "RATE_LIMIT.plans.0": { exact: false, ok: isObject },
+    "RATE_LIMIT.plans.0.name": {
+      exact: true,
+      ok: (v) => typeof v === "string" && /^[A-Za-z0-9_.-]+$/.test(v) && v !== "live",
+    },
+    // Before the "live_" plan: a prefix of "live_" would shadow it.
+    "RATE_LIMIT.plans.0.key_prefix": {
+      exact: true,
+      ok: (v) => typeof v === "string" && KEY_CHARS.test(v) && v.length <= 128 && !"live_".startsWith(v),
+    },
+    "RATE_LIMIT.plans.0.limits": { exact: false, ok: nonEmptyArray },
+    "RATE_LIMIT.plans.0.unlimited": { exact: true, ok: (v) => v === undefined || v === false },
+    "RATE_LIMIT.plans.1.unlimited": { exact: true, ok: (v) => v === true },
+    "RATE_LIMIT.anonymous": { exact: false, ok: optional((v) => isObject(v) && nonEmptyArray((v as Obj).limits)) },
+    "RATE_LIMIT.anonymous.limits": { exact: false, ok: nonEmptyArray },
+    "RATE_LIMIT.costs": { exact: false, ok: optional(Array.isArray) },
+    "RATE_LIMIT.costs.0": { exact: false, ok: isObject },
+    "RATE_LIMIT.costs.0.method": {
+      exact: true,
+      ok: optional((v) => typeof v === "string" && /^[A-Z]+$/.test(v.toUpperCase())),
+    },
+    "RATE_LIMIT.costs.0.path": {
+      exact: true,
+      ok: (v) => typeof v === "string" && v.startsWith("/") && !/[^\x21-\x7e]|["#<>?`{}\\]/.test(v),
+    },
+    "RATE_LIMIT.costs.0.cost": { exact: true, ok: (v) => Number.isSafeInteger(v) && (v as number) >= 0 },
+    "RATE_LIMIT.key": { exact: false, ok: optional(isObject) },
+    "RATE_LIMIT.key.header": {
+      exact: true,
+      ok: optional(
+        (v) =>
+          v === false ||
+          (typeof v === "string" &&
+            /^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(v.toLowerCase()) &&
+            v.toLowerCase() !== "authorization"),
+      ),
+    },
+    "RATE_LIMIT.key.bearer": { exact: true, ok: optional((v) => typeof v === "boolean") },
+    "RATE_LIMIT.key.query": { exact: true, ok: optional((v) => v === false || (typeof v === "string" && v !== "")) },
+    // At least the longest plan prefix ("test_", "live_").
+    "RATE_LIMIT.key.max_length": {
+      exact: true,
+      ok: optional((v) => Number.isSafeInteger(v) && (v as number) >= 5 && (v as number) <= 4096),
+    },
+    "RATE_LIMIT.failure_mode": { exact: true, ok: optional((v) => v === "open" || v === "closed") },
+    "RATE_LIMIT.shadow": { exact: true, ok: optional((v) => typeof v === "boolean") },
+    "RATE_LIMIT.origin_timeout": { exact: true, ok: optional((v) => durationOk(v, MAX_ORIGIN_TIMEOUT_MS)) },
+    "RATE_LIMIT.extra": { exact: true, ok: () => false },
+  };
+
+  it("every junk path has its judge", () => {
+    expect(Object.keys(ACCEPTS).sort()).toEqual(PATHS.map((p) => p.join(".")).sort());
   });
+
+  it.each(PATHS.map((p) => [p.join("."), p] as const))(
+    "junk at %s is accepted only when it is a valid value, else a ConfigError naming the field",
+    (name, path) => {
+      const judge = ACCEPTS[name] as (typeof ACCEPTS)[string];
+      fc.assert(
+        fc.property(junk(), (value) => {
+          const vars: Record<string | number, unknown> = base();
+          let at = vars;
+          for (const k of path.slice(0, -1)) at = at[k] as Record<string | number, unknown>;
+          at[path[path.length - 1] as string | number] = value;
+          let accepted = true;
+          try {
+            parseConfig(vars);
+          } catch (e) {
+            expect(e).toBeInstanceOf(ConfigError);
+            expect((e as Error).message).toMatch(/^(ORIGIN|RATE_LIMIT)[.[:]/);
+            accepted = false;
+          }
+          if (judge.exact) expect(accepted, fc.stringify(value)).toBe(judge.ok(value));
+          else if (accepted) expect(judge.ok(value), fc.stringify(value)).toBe(true);
+        }),
+      );
+    },
+  );
 });
 
 describe("parseConfig: settings at their edges", () => {

@@ -6,12 +6,10 @@
 
 import type { Decision, Limit, LimitSpec } from "../../src/core/index.ts";
 import { LEASE_LIMIT_DIVISOR, LEASE_WINDOW_DIVISOR, normalizeLimits } from "../../src/core/index.ts";
+import type { Grant } from "../support/window.ts";
 
-/** Units recorded (or used) at a time. */
-export interface Grant {
-  t: number;
-  cost: number;
-}
+export type { Grant } from "../support/window.ts";
+export { sweepViolation } from "../support/window.ts";
 
 function roundUp(t: number, tick: number): number {
   return Math.ceil(t / tick) * tick;
@@ -21,13 +19,6 @@ function roundUp(t: number, tick: number): number {
 export function countedAt(grants: readonly Grant[], w: number, at: number): number {
   let sum = 0;
   for (const g of grants) if (g.t > at - w) sum += g.cost;
-  return sum;
-}
-
-/** Cost of the grants in the real window `(at − w, at]`. */
-export function usedIn(grants: readonly Grant[], w: number, at: number): number {
-  let sum = 0;
-  for (const g of grants) if (g.t > at - w && g.t <= at) sum += g.cost;
   return sum;
 }
 
@@ -157,19 +148,4 @@ export class Model {
       lease,
     };
   }
-}
-
-/**
- * The guarantee, checked by a sweep over real use times: for every limit and every use at `t`,
- * the uses in `(t − W, t]` cost at most `N`. A window's count only rises at a use, so the windows
- * ending at each use cover every window. Returns the first violation or null.
- */
-export function sweepViolation(uses: readonly Grant[], limits: readonly LimitSpec[]): string | null {
-  for (const l of limits) {
-    for (const g of uses) {
-      const used = usedIn(uses, l.windowMs, g.t);
-      if (used > l.limit) return `${used} > ${l.limit} in (${g.t - l.windowMs}, ${g.t}]`;
-    }
-  }
-  return null;
 }
