@@ -61,10 +61,16 @@ describe("setRateLimitHeaders", () => {
     });
   });
 
-  it("none writes nothing; no known state writes only the policy", () => {
+  it("none writes nothing; no known state writes only the policy; no limits (unlimited) write nothing", () => {
     expect(written("none")).toEqual({});
     expect(written("draft-6", [null, null])).toEqual({ "ratelimit-policy": "10;w=1, 100;w=60" });
+    expect(Object.keys(written("draft-11", [null, null]))).toEqual(["ratelimit-policy"]);
     expect(written("legacy", [null, null])).toEqual({});
+    for (const form of HEADER_FORMS) {
+      const h = new Headers();
+      setRateLimitHeaders(h, form, [], [], NOW);
+      expect([...h], form).toEqual([]);
+    }
   });
 
   it("every form is listed, the default first", () => {
@@ -74,14 +80,13 @@ describe("setRateLimitHeaders", () => {
 });
 
 describe("closest", () => {
-  it("is the known state with the fewest remaining, the later reset on a tie, -1 with none", () => {
-    expect(closest([{ remaining: 2, resetMs: 5 }, null, { remaining: 2, resetMs: 9 }])).toBe(2);
-    expect(
-      closest([
-        { remaining: 1, resetMs: 5 },
-        { remaining: 2, resetMs: 9 },
-      ]),
-    ).toBe(0);
+  it("is the known state with the fewest remaining, the later reset on a tie (else the first), -1 with none", () => {
+    const st = (remaining: number, resetMs: number) => ({ remaining, resetMs });
+    expect(closest([st(2, 5), null, st(2, 9)])).toBe(2);
+    expect(closest([st(2, 9), st(2, 5)])).toBe(0);
+    expect(closest([st(2, 5), st(2, 5)])).toBe(0);
+    expect(closest([st(1, 5), st(2, 9)])).toBe(0);
+    expect(closest([st(5, 1), st(1, 1), st(3, 1)])).toBe(1);
     expect(closest([null, null])).toBe(-1);
   });
 });

@@ -58,7 +58,12 @@ describe("callObject", () => {
   });
 
   it("rejects with LimiterTimeout at the deadline, whatever the callee does", async () => {
-    await expect(callObject(() => new Promise(() => {}), 5)).rejects.toBeInstanceOf(LimiterTimeout);
+    const late = callObject(() => new Promise(() => {}), 5);
+    await expect(late).rejects.toBeInstanceOf(LimiterTimeout);
+    await expect(late).rejects.toMatchObject({
+      name: "LimiterTimeout",
+      message: "the limiter did not answer within 5 ms",
+    });
   });
 });
 

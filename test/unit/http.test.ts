@@ -1,0 +1,120 @@
+// The edge's own answers: problem details, the refusal of a decision (429, or 503 when the limiter is
+// unavailable), the 401 challenge, and copying a decision's headers.
+import { describe, expect, it } from "vitest";
+import type { LimitResult, RateLimitResult } from "../../src/client/result.ts";
+import { copyHeaders, HttpError, problem, refusal, unauthorized } from "../../src/http.ts";
+
+const limit = (over: Partial<LimitResult> = {}): LimitResult => ({
+  name: "per-minute",
+  limit: 10,
+  windowMs: 60_000,
+  remaining: 0,
+  resetMs: 1500,
+  exceeded: true,
+  ...over,
+});
+
+function result(over: Partial<RateLimitResult> = {}): RateLimitResult {
+  const headers = new Headers({ "RateLimit-Policy": '"per-minute";q=10;w=60', "Retry-After": "2" });
+  return {
+    allowed: false,
+    reason: "over_limit",
+    plan: "default",
+    cost: 1,
+    retryAfterMs: 1500,
+    limits: [limit(), limit({ name: "per-second", exceeded: false })],
+    at: 1_000,
+    headers,
+    ...over,
+  };
+}
+
+async function body(res: Response): Promise<Record<string, unknown>> {
+  return (await res.json()) as Record<string, unknown>;
+}
+
+describe("problem / HttpError", () => {
+  it("is RFC 9457 JSON, never cached, with the extra fields and headers given", async () => {
+    const res = problem(418, "Teapot", "short and stout", { spout: 1 }, { "x-a": "b" });
+    expect(res.status).toBe(418);
+    expect(res.headers.get("content-type")).toBe("application/problem+json");
+    expect(res.headers.get("cache-control")).toBe("no-store");
+    expect(res.headers.get("x-a")).toBe("b");
+    expect(await body(res)).toEqual({
+      type: "about:blank",
+      title: "Teapot",
+      status: 418,
+      detail: "short and stout",
+      spout: 1,
+    });
+    const e = new HttpError(400, "Bad Request", "no", { headers: { Allow: "POST" }, extra: { field: "key" } });
+    const r = e.toResponse();
+    expect([r.status, r.headers.get("allow")]).toEqual([400, "POST"]);
+    expect(await body(r)).toMatchObject({ title: "Bad Request", detail: "no", field: "key" });
+    expect(new HttpError(401, "U", "d").toResponse().headers.has("allow")).toBe(false);
+  });
+});
+
+describe("refusal", () => {
+  it("over a limit: 429 with the decision's headers, the refusing limits and the exact wait", async () => {
+    const res = refusal(result());
+    expect(res.status).toBe(429);
+    expect(res.headers.get("Retry-After")).toBe("2");
+    expect(res.headers.get("RateLimit-Policy")).toBe('"per-minute";q=10;w=60');
+    expect(res.headers.get("content-type")).toBe("application/problem+json");
+    expect(res.headers.get("cache-control")).toBe("no-store");
+    expect(await body(res)).toEqual({
+      type: "about:blank",
+      title: "Too Many Requests",
+      status: 429,
+      detail: "Rate limit exceeded (per-minute); retry after 2 s.",
+      violated_policies: ["per-minute"],
+      retry_after: 2,
+      retry_after_ms: 1500,
+    });
+  });
+
+  it("too costly: never, no wait in the body", async () => {
+    const b = await body(refusal(result({ reason: "too_costly", retryAfterMs: Number.POSITIVE_INFINITY })));
+    expect(b).toMatchObject({
+      detail: "This request costs more than the per-minute limit allows; it can never pass.",
+      retry_after: null,
+      retry_after_ms: null,
+    });
+  });
+
+  it("blocked: says an operator blocked the key, until when", async () => {
+    const b = await body(
+      refusal(result({ reason: "blocked", retryAfterMs: 90_001, limits: [limit({ exceeded: false })] })),
+    );
+    expect(b).toMatchObject({
+      detail: "This API key is blocked by an operator; retry after 91 s.",
+      violated_policies: [],
+      retry_after: 91,
+    });
+  });
+
+  it("the limiter unavailable (failing closed): 503 with Retry-After: 1", async () => {
+    for (const reason of ["limiter_timeout", "limiter_error"] as const) {
+      const res = refusal(result({ reason }));
+      expect(res.status).toBe(503);
+      expect(res.headers.get("Retry-After")).toBe("1");
+      expect(res.headers.has("RateLimit-Policy")).toBe(false);
+      expect((await body(res)).detail).toBe("The rate limiter is unavailable; retry shortly.");
+    }
+  });
+});
+
+describe("unauthorized / copyHeaders", () => {
+  it("401 with a Bearer challenge only when Bearer keys are read", () => {
+    const withBearer = unauthorized("This API needs an API key.", true);
+    expect([withBearer.status, withBearer.headers["WWW-Authenticate"]]).toEqual([401, 'Bearer realm="api"']);
+    expect(unauthorized("x", false).headers).toEqual({});
+  });
+
+  it("copies every header, replacing what the target had", () => {
+    const to = new Headers({ ratelimit: "old", "x-keep": "1" });
+    copyHeaders(new Headers({ RateLimit: "new", "RateLimit-Policy": "p" }), to);
+    expect(Object.fromEntries(to)).toEqual({ ratelimit: "new", "ratelimit-policy": "p", "x-keep": "1" });
+  });
+});
