@@ -293,7 +293,8 @@ export async function startOrigin(options: { maxHeaderSize?: number } = {}): Pro
   // Node's default head limit is 16 KiB (beyond it: its own 431); `maxHeaderSize` raises it.
   const limits = options.maxHeaderSize === undefined ? {} : { maxHeaderSize: options.maxHeaderSize };
   const server = createServer(limits, (req, res) => {
-    const url = new URL(req.url ?? "/", "http://origin.invalid");
+    // Concatenated, not resolved: a target like "///" is a valid path, but as a relative reference an empty host.
+    const url = new URL(`http://origin.invalid${req.url ?? "/"}`);
     const at = url.pathname.indexOf("/__special/");
     if (at >= 0) {
       special(url.pathname.slice(at + "/__special/".length), url, req, res, { closedUrl, counters }).catch(
