@@ -1,5 +1,5 @@
 // Mutation testing (npm run test:mutation; CONTRIBUTING.md, "Mutation testing"): every file the unit tests cover —
-// the pure core, the client's lease table, deny cache, header forms, deadline policy and result, the config parser,
+// the pure core, the client (its decisions, lease table, deny cache, header forms, deadline policy and result), the config parser,
 // keys, the edge's answers and telemetry — against the unit tests only (vitest.stryker.config.ts: plain Node, never
 // workerd). One test process at a time: the machine is shared. Narrow a run with `-- --mutate src/client/leases.ts`.
 /** @type {import("@stryker-mutator/api/core").PartialStrykerOptions} */
@@ -9,6 +9,7 @@ export default {
   mutate: [
     "src/core/*.ts",
     "!src/core/index.ts",
+    "src/client/index.ts",
     "src/client/deny-cache.ts",
     "src/client/leases.ts",
     "src/client/headers.ts",

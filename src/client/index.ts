@@ -7,8 +7,8 @@
 
 import type { Limit, LimiterConfig, Plan } from "../config.ts";
 import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
+import type { LimitSpec } from "../core/limits.ts";
 import type { Ask } from "../core/log.ts";
-import type { RateLimiter } from "../object/index.ts";
 import { keyId, logEvent } from "../telemetry.ts";
 import { type Blocked, DenyCache } from "./deny-cache.ts";
 import { type HeaderState, seconds, setRateLimitHeaders } from "./headers.ts";
@@ -19,8 +19,22 @@ import type { LimitResult, RateLimitResult, Reason } from "./result.ts";
 export type { LimitResult, RateLimitResult, Reason } from "./result.ts";
 export { violated } from "./result.ts";
 
-/** The Durable Object namespace a client calls (`[[durable_objects.bindings]]` of the `RateLimiter` class). */
-export type LimiterNamespace = DurableObjectNamespace<RateLimiter>;
+/**
+ * What a client needs of the `RateLimiter` namespace (`[[durable_objects.bindings]]`): a stub per
+ * object name with the object's RPC methods. A `DurableObjectNamespace<RateLimiter>` is one; tests
+ * may pass their own.
+ */
+export interface LimiterNamespace {
+  getByName(name: string): LimiterStub;
+}
+
+/** The object's RPC methods the client calls (see src/object/index.ts). */
+export interface LimiterStub {
+  take(limits: readonly LimitSpec[], ask: Ask): Promise<Decision>;
+  giveBack(limits: readonly LimitSpec[], recordedAt: readonly number[], units: number): Promise<number>;
+  peek(limits: readonly LimitSpec[], cost: number): Promise<Decision>;
+  reset(limits: readonly LimitSpec[], buckets: number): Promise<unknown>;
+}
 
 /** Keeps background work (lease refills, give-backs) alive after the response: the runtime's `waitUntil`. */
 export interface Background {
@@ -121,7 +135,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     let d: Decision;
     try {
       d = await callObject(
-        () => ns.getByName(name).peek(limits, cost) as Promise<Decision>,
+        () => ns.getByName(name).peek(limits, cost),
         this.config.objectTimeoutMs,
         (e) => this.#log("limiter_retry", name, e, "warn"),
       );
@@ -165,7 +179,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       return true;
     }
     await callObject(
-      () => ns.getByName(g.name).giveBack(g.limits, g.recordedAt, g.units) as Promise<number>,
+      () => ns.getByName(g.name).giveBack(g.limits, g.recordedAt, g.units),
       this.config.objectTimeoutMs,
       (e) => this.#log("limiter_retry", g.name, e, "warn"),
     );
@@ -376,10 +390,13 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const start = this.now();
     return callObject(
       () =>
-        (ns.getByName(name).take(limits, ask) as Promise<Decision>).then((d) => {
-          this.leases.observeRtt(this.now() - start);
-          return d;
-        }),
+        ns
+          .getByName(name)
+          .take(limits, ask)
+          .then((d) => {
+            this.leases.observeRtt(this.now() - start);
+            return d;
+          }),
       this.config.objectTimeoutMs,
       (e) => this.#log("limiter_retry", name, e, "warn"),
     );
@@ -446,7 +463,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   #giveBack(ns: LimiterNamespace, unused: readonly Unused[], bg: Background): void {
     for (const u of unused) {
       const call = callObject(
-        () => ns.getByName(u.name).giveBack(u.limits, u.recordedAt, u.units) as Promise<number>,
+        () => ns.getByName(u.name).giveBack(u.limits, u.recordedAt, u.units),
         this.config.objectTimeoutMs,
       ).catch((e: unknown) => this.#log("lease_return_failed", u.name, e));
       bg.waitUntil?.(call);

@@ -5,13 +5,12 @@
  * the URL. Admin requests are never proxied and never counted.
  */
 
-import type { LimiterNamespace } from "../client/index.ts";
 import { withDeadline } from "../client/policy.ts";
 import { type Config, ConfigError, type Limit, type Plan, parseLimits, planForKey } from "../config.ts";
 import { describe, parseDuration } from "../core/duration.ts";
 import { HttpError, problem } from "../http.ts";
 import { KEY_CHARS } from "../key.ts";
-import { type KeyStatus, MAX_TIME_MS, type Override } from "../object/index.ts";
+import { type KeyStatus, MAX_TIME_MS, type Override, type RateLimiter } from "../object/index.ts";
 import { keyId, logEvent } from "../telemetry.ts";
 import { adminPage } from "./admin-page.ts";
 
@@ -19,7 +18,7 @@ import { adminPage } from "./admin-page.ts";
 export interface AdminEnv {
   /** The operators' bearer token (a secret); unset: no admin API, the paths are ordinary traffic. */
   readonly ADMIN_TOKEN?: string;
-  readonly LIMITER: LimiterNamespace;
+  readonly LIMITER: DurableObjectNamespace<RateLimiter>;
 }
 
 /** What the Worker lends the admin API. */

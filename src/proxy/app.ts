@@ -3,12 +3,13 @@
  * and page. One client per configuration, so the isolate's leases and deny cache belong to it.
  */
 
-import { type Background, type ClientOptions, LimiterClient, type LimiterNamespace } from "../client/index.ts";
+import { type Background, type ClientOptions, LimiterClient } from "../client/index.ts";
 import { errorName } from "../client/policy.ts";
 import type { RateLimitResult } from "../client/result.ts";
 import { type Config, ConfigError, costFor, parseConfig } from "../config.ts";
 import { copyHeaders, HttpError, problem, refusal } from "../http.ts";
 import { identify, readKey } from "../key.ts";
+import type { RateLimiter } from "../object/index.ts";
 import { keyId, logEvent, recordDecision } from "../telemetry.ts";
 import { handleAdmin, isAdminRequest } from "./admin.ts";
 import { forward, type OriginFetcher } from "./forward.ts";
@@ -20,7 +21,7 @@ import { forward, type OriginFetcher } from "./forward.ts";
  * admin API on; `LIMITER_ANALYTICS`, when bound, gets one data point per decision.
  */
 export interface WorkerEnv {
-  readonly LIMITER: LimiterNamespace;
+  readonly LIMITER: DurableObjectNamespace<RateLimiter>;
   readonly ORIGIN?: unknown;
   readonly RATE_LIMIT?: unknown;
   readonly ORIGIN_SERVICE?: Fetcher;

@@ -1,8 +1,8 @@
 // What a key is, read from a request: sources, their order, the one rule every reader of keys uses.
 import { describe, expect, it } from "vitest";
-import type { KeySource } from "../../src/config.ts";
+import { type KeySource, parseLimiterConfig } from "../../src/config.ts";
 import { HttpError } from "../../src/http.ts";
-import { checkKey, readKey } from "../../src/key.ts";
+import { checkKey, identify, readKey } from "../../src/key.ts";
 
 const SOURCE: KeySource = { header: "x-api-key", bearer: true, query: "api_key", maxLength: 16, pattern: null };
 
@@ -63,5 +63,78 @@ describe("checkKey", () => {
         JSON.stringify(bad),
       ).toBe(400);
     }
+  });
+});
+
+describe("readKey: sources and their names", () => {
+  it("reads only the sources configured, and names the source in its errors", () => {
+    const none: KeySource = { header: null, bearer: false, query: null, maxLength: 16, pattern: null };
+    expect(readKey(req({ "x-api-key": "a", authorization: "Bearer a" }, "?api_key=a"), none)).toBeNull();
+    expect(readKey(req({ authorization: "Bearer b" }), { ...none, bearer: true })).toBe("b");
+    expect(readKey(req({}, "?k=c"), { ...none, query: "k" })).toBe("c");
+    expect(readKey(req({ "x-k": "d" }), { ...none, header: "x-k" })).toBe("d");
+    const detail = (f: () => unknown) => {
+      try {
+        f();
+      } catch (e) {
+        return (e as HttpError).message;
+      }
+      return null;
+    };
+    expect(detail(() => readKey(req({ authorization: "Bearer a b" }), SOURCE))).toBe(
+      "the key in Authorization: Bearer may hold printable ASCII only (no spaces, commas — a repeated header arrives joined by one — or control characters)",
+    );
+    expect(detail(() => readKey(req({}, `?api_key=${"x".repeat(17)}`), SOURCE))).toBe(
+      "the key in ?api_key is longer than 16 characters",
+    );
+    expect(detail(() => readKey(req({ "x-api-key": "a", authorization: "Bearer b" }), SOURCE))).toBe(
+      "x-api-key and Authorization: Bearer carry different keys; send one key",
+    );
+    expect(detail(() => readKey(req({}, "?api_key=a&api_key=b"), SOURCE))).toBe(
+      "the api_key query parameter is given 2 times",
+    );
+  });
+});
+
+describe("identify", () => {
+  const config = parseLimiterConfig(
+    {
+      plans: [{ name: "test", key_prefix: "test_", limits: [{ limit: 1, window: "1s" }] }],
+      anonymous: { limits: [{ limit: 2, window: "1s" }] },
+      key: { pattern: "test_[a-z]+|live_[a-z]+" },
+    },
+    "t",
+  );
+
+  it("names the key's object and finds its plan", () => {
+    expect(identify(config, "test_abc", null)).toEqual({ name: "key:test_abc", plan: config.plans[0] });
+  });
+
+  it("a request without a key: the anonymous plan per client address (or 'unknown')", () => {
+    expect(identify(config, null, "2001:db8::1")).toEqual({ name: "ip:2001:db8::1", plan: config.anonymous });
+    expect(identify(config, null, null).name).toBe("ip:unknown");
+  });
+
+  it("401 with the reason: no key without anonymous limits, a key off the pattern, a key no plan matches", () => {
+    const noAnon = parseLimiterConfig({ limits: [{ limit: 1, window: "1s" }], key: { bearer: false } }, "t");
+    const detail = (f: () => unknown) => {
+      try {
+        f();
+      } catch (e) {
+        return [(e as HttpError).status, (e as HttpError).message, (e as HttpError).headers["WWW-Authenticate"]];
+      }
+      return null;
+    };
+    expect(detail(() => identify(noAnon, null, "1.2.3.4"))).toEqual([401, "This API needs an API key.", undefined]);
+    expect(detail(() => identify(config, "other_abc", null))).toEqual([
+      401,
+      "This API key is not valid.",
+      'Bearer realm="api"',
+    ]);
+    expect(detail(() => identify(config, "live_abc", null))).toEqual([
+      401,
+      "This API key matches no plan.",
+      'Bearer realm="api"',
+    ]);
   });
 });

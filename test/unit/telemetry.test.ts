@@ -1,7 +1,14 @@
 // Telemetry in Node: key ids, the data point layout, and denial logs throttled per key (time from the event).
 import { createHash } from "node:crypto";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { DENIAL_LOG_INTERVAL_MS, type DecisionRecord, dataPoint, keyId, recordDecision } from "../../src/telemetry.ts";
+import {
+  type DataPoint,
+  DENIAL_LOG_INTERVAL_MS,
+  type DecisionRecord,
+  dataPoint,
+  keyId,
+  recordDecision,
+} from "../../src/telemetry.ts";
 
 afterEach(() => {
   vi.restoreAllMocks();
@@ -87,5 +94,93 @@ describe("recordDecision", () => {
     };
     await recordDecision({ LIMITER_ANALYTICS: broken }, NAME, event({ allowed: true }));
     expect(JSON.parse(String(error.mock.calls[0]?.[0]))).toEqual({ event: "analytics_error", message: "quota" });
+  });
+});
+
+describe("recordDecision: what is logged", () => {
+  const linesOf = (spy: { mock: { calls: unknown[][] } }) => spy.mock.calls.map((c) => JSON.parse(String(c[0])));
+
+  it("a refusal: one denied line with the key only as its key_id, every refusing limit named", async () => {
+    const log = vi.spyOn(console, "log").mockImplementation(() => {});
+    const name = `key:${crypto.randomUUID()}`;
+    await recordDecision(
+      {},
+      name,
+      event({ refused: ["per-second", "per-minute"], retryAfterMs: Number.POSITIVE_INFINITY }),
+    );
+    expect(linesOf(log)).toEqual([
+      {
+        event: "denied",
+        reason: "over_limit",
+        plan: "live",
+        key_id: await keyId(name),
+        cost: 1,
+        violated: ["per-second", "per-minute"],
+        retry_after_ms: null,
+        suppressed: 0,
+      },
+    ]);
+  });
+
+  it("shadow mode's pass over the limits is a shadow_deny line; grants and the limiter's own failures are none", async () => {
+    const log = vi.spyOn(console, "log").mockImplementation(() => {});
+    const points: DataPoint[] = [];
+    const dataset = { LIMITER_ANALYTICS: { writeDataPoint: (p: DataPoint) => void points.push(p) } };
+    const name = () => `key:${crypto.randomUUID()}`;
+    await recordDecision({}, name(), event({ allowed: true, reason: "shadow" }));
+    await recordDecision(dataset, name(), event({ allowed: true, reason: "granted", refused: [] }));
+    await recordDecision(dataset, name(), event({ reason: "limiter_timeout", refused: [] }));
+    await recordDecision(dataset, name(), event({ reason: "limiter_error", refused: [] }));
+    expect(linesOf(log).map((l) => [l.event, l.reason])).toEqual([["shadow_deny", "shadow"]]);
+    expect(points.map((p) => [p.blobs[0], p.blobs[2], p.blobs[3]])).toEqual([
+      ["granted", "allowed", ""],
+      ["limiter_timeout", "denied", ""],
+      ["limiter_error", "denied", ""],
+    ]);
+  });
+
+  it("nothing to log and no dataset: the key is not even hashed", async () => {
+    const digest = vi.spyOn(crypto.subtle, "digest");
+    await recordDecision({}, `key:${crypto.randomUUID()}`, event({ allowed: true, reason: "granted", refused: [] }));
+    expect(digest).not.toHaveBeenCalled();
+  });
+
+  it("an analytics failure that is not an Error is logged as unknown", async () => {
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    const broken = {
+      writeDataPoint: () => {
+        throw "quota";
+      },
+    };
+    await recordDecision({ LIMITER_ANALYTICS: broken }, NAME, event({ allowed: true, reason: "granted", refused: [] }));
+    expect(JSON.parse(String(error.mock.calls[0]?.[0]))).toEqual({
+      event: "analytics_error",
+      message: "unknown error",
+    });
+  });
+});
+
+describe("bounded memory", () => {
+  it("keyId hashes a name once while it is cached; the cache empties when full", async () => {
+    const digest = vi.spyOn(crypto.subtle, "digest");
+    const first = `key:${crypto.randomUUID()}`;
+    await keyId(first);
+    await keyId(first);
+    expect(digest).toHaveBeenCalledTimes(1);
+    for (let i = 0; i < 10_000; i++) await keyId(`key:fill-${i}`);
+    digest.mockClear();
+    await keyId(first);
+    expect(digest).toHaveBeenCalledTimes(1);
+  });
+
+  it("the denial log's per-key memory empties when full: a key logs again", async () => {
+    const log = vi.spyOn(console, "log").mockImplementation(() => {});
+    const name = `key:${crypto.randomUUID()}`;
+    const t = 9_000_000;
+    await recordDecision({}, name, event({ at: t }));
+    for (let i = 0; i < 10_000; i++) await recordDecision({}, `key:flood-${i}`, event({ at: t }));
+    log.mockClear();
+    await recordDecision({}, name, event({ at: t + 1 }));
+    expect(log).toHaveBeenCalledTimes(1);
   });
 });
