@@ -17,6 +17,7 @@ export default {
     "src/client/result.ts",
     "src/config.ts",
     "src/key.ts",
+    "src/path.ts",
     "src/http.ts",
     "src/telemetry.ts",
   ],

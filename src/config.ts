@@ -7,6 +7,7 @@ import { HEADER_FORMS, type HeaderForm } from "./client/headers.ts";
 import { describe, formatDuration, parseDuration } from "./core/duration.ts";
 import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "./core/limits.ts";
 import { KEY_CHARS } from "./key.ts";
+import { ESCAPED_SLASHES, type EscapedSlashes, normalizePath } from "./path.ts";
 
 /** A limit with its tick and its header name: what the object is sent and the headers show. */
 export interface Limit extends CoreLimit {
@@ -78,6 +79,8 @@ export interface LimiterConfig {
   readonly shadow: boolean;
   /** The form of the rate-limit header fields. */
   readonly headers: HeaderForm;
+  /** How request paths are normalised before rules match them (README, "Paths"). */
+  readonly paths: { readonly escapedSlashes: EscapedSlashes };
 }
 
 /** The proxy's configuration: a limiter, its origin, and the operators' API. */
@@ -121,6 +124,7 @@ export const LIMITER_FIELDS = [
   "object_timeout",
   "leases",
   "headers",
+  "paths",
 ] as const;
 
 /** The settings only the proxy reads. */
@@ -204,7 +208,23 @@ function limiterSettings(rl: Obj, root: string): LimiterConfig {
     failureMode: parseFailureMode(rl.failure_mode, root),
     shadow: optionalBoolean(rl.shadow, `${root}.shadow`, false),
     headers: parseHeaderForm(rl.headers, root),
+    paths: parsePaths(rl.paths, root),
   };
+}
+
+/** `paths = { escaped_slashes = "reject" }`: what an encoded slash or backslash in a path gets. */
+function parsePaths(value: unknown, root: string): { readonly escapedSlashes: EscapedSlashes } {
+  if (value === undefined) return { escapedSlashes: "reject" };
+  const p = object(value, `${root}.paths`);
+  unknownFields(p, ["escaped_slashes"], `${root}.paths`);
+  const v = p.escaped_slashes;
+  if (v === undefined) return { escapedSlashes: "reject" };
+  if (typeof v === "string" && (ESCAPED_SLASHES as readonly string[]).includes(v)) {
+    return { escapedSlashes: v as EscapedSlashes };
+  }
+  throw new ConfigError(
+    `${root}.paths.escaped_slashes: expected one of ${ESCAPED_SLASHES.map((f) => JSON.stringify(f)).join(", ")}, got ${describe(v)}`,
+  );
 }
 
 function parseHeaderForm(value: unknown, root: string): HeaderForm {
@@ -448,6 +468,19 @@ function parseCost(value: unknown, field: string): CostRule {
   if (NOT_IN_PATHNAME.test(pathPrefix)) {
     throw new ConfigError(
       `${field}.path: a request path never holds this unencoded (no query, fragment, spaces or non-ASCII; percent-encode them as in the URL), got ${JSON.stringify(pathPrefix)}`,
+    );
+  }
+  // Rules match normalised paths: a prefix written otherwise could never match.
+  let normal: string;
+  try {
+    // Through the URL parser first, as a request's path is (it resolves literal dot segments).
+    normal = normalizePath(new URL(`http://rule.invalid${pathPrefix}`).pathname, "keep").match;
+  } catch {
+    normal = "";
+  }
+  if (normal !== pathPrefix) {
+    throw new ConfigError(
+      `${field}.path: requests are matched on their normalised path (README, "Paths"), so write it as ${normal ? JSON.stringify(normal) : "a path without dot segments"}, got ${JSON.stringify(pathPrefix)}`,
     );
   }
   const cost = c.cost;

@@ -17,6 +17,7 @@ import { costFor } from "./config.ts";
 import { HttpError, refusal } from "./http.ts";
 import { createLimiter, type Limiter, type LimiterOptions, namespaceOf } from "./index.ts";
 import { readKey } from "./key.ts";
+import { normalized } from "./path.ts";
 import { recordDecision } from "./telemetry.ts";
 
 export type { RateLimitResult } from "./client/result.ts";
@@ -87,7 +88,7 @@ export function rateLimit<E extends Env = Env>(
   async function decide(c: Context<E>): Promise<{ result: RateLimitResult; ns: LimiterNamespace } | null> {
     const units =
       cost === undefined
-        ? costFor(config, c.req.method, new URL(c.req.url).pathname)
+        ? costFor(config, c.req.method, normalized(new URL(c.req.url).pathname, config).match)
         : typeof cost === "number"
           ? cost
           : await cost(c);

@@ -205,7 +205,7 @@ export default {
     if (!config) return new Response("invalid RATE_LIMIT", { status: 500 });
     const send = (r: Request) => fetch(r);
     const role = env.BENCH_ROLE;
-    if (role === "pass") return proxy(request, config, send);
+    if (role === "pass") return proxy(request, config, send, new URL(request.url), new URL(request.url).pathname);
     if (role === "chart") {
       if (new URL(request.url).pathname === "/__bench/grants") {
         const out = Response.json(grants);
@@ -244,7 +244,7 @@ export default {
       await (env.NOOP as DurableObjectNamespace<Noop>)
         .getByName(`key:${key}`)
         .decide(config.defaultPlan?.limits ?? [], 1);
-      return proxy(request, config, send);
+      return proxy(request, config, send, new URL(request.url), new URL(request.url).pathname);
     }
     if (role === "stand-in") {
       // Made once per env: spreading env reads every binding, which is not the Worker's work.
@@ -285,6 +285,6 @@ export default {
     }
     if (grantedAt === 0) return denied();
     if (chart) grants.push(grantedAt);
-    return proxy(request, config, send);
+    return proxy(request, config, send, new URL(request.url), new URL(request.url).pathname);
   },
 } satisfies ExportedHandler<BenchEnv>;

@@ -37,11 +37,12 @@ export const HISTORY_BUCKETS = 60;
 /**
  * Whether the admin API answers `request`: only while `ADMIN_TOKEN` is set, for a path under
  * `admin.path`, or for any request that carries the admin token (it is never proxied, whatever its
- * path: a near-miss of the admin path must not send the token to the origin).
+ * path: a near-miss of the admin path must not send the token to the origin). `path` is the
+ * request's normalised path (src/path.ts).
  */
-export async function isAdminRequest(request: Request, env: AdminEnv, config: Config): Promise<boolean> {
+export async function isAdminRequest(request: Request, path: string, env: AdminEnv, config: Config): Promise<boolean> {
   if (!env.ADMIN_TOKEN) return false;
-  if (new URL(request.url).pathname.startsWith(config.admin.path)) return true;
+  if (path.startsWith(config.admin.path)) return true;
   return BEARER.test(request.headers.get("authorization") ?? "") && (await authorized(request, env.ADMIN_TOKEN));
 }
 
@@ -62,11 +63,11 @@ const FIELDS: Record<Action, readonly string[]> = {
 /** Answers one admin request; never throws, never proxies. */
 export async function handleAdmin(
   request: Request,
+  path: string,
   env: AdminEnv,
   config: Config,
   ctx: AdminContext,
 ): Promise<Response> {
-  const path = new URL(request.url).pathname;
   const sub = path.slice(config.admin.path.length);
   try {
     if (!path.startsWith(config.admin.path)) {

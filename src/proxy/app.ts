@@ -10,6 +10,7 @@ import { type Config, ConfigError, costFor, parseConfig } from "../config.ts";
 import { copyHeaders, HttpError, problem, refusal } from "../http.ts";
 import { identify, readKey } from "../key.ts";
 import type { RateLimiter } from "../object/index.ts";
+import { type NormalPath, normalized } from "../path.ts";
 import { keyId, logEvent, recordDecision } from "../telemetry.ts";
 import { handleAdmin, isAdminRequest } from "./admin.ts";
 import { forward, type OriginFetcher } from "./forward.ts";
@@ -85,13 +86,15 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
       return problem(500, "Rate limiter misconfigured", (config as ConfigError).message);
     }
     try {
-      if (env.ADMIN_TOKEN && (await isAdminRequest(request, env, config))) {
-        return await handleAdmin(request, env, config, {
+      const url = new URL(request.url);
+      const path = normalized(url.pathname, config);
+      if (env.ADMIN_TOKEN && (await isAdminRequest(request, path.match, env, config))) {
+        return await handleAdmin(request, path.match, env, config, {
           forget: (name) => client.forget(env.LIMITER, name, hooks),
           now,
         });
       }
-      return await limitAndForward(request, env, config, client, hooks);
+      return await limitAndForward(request, url, path, env, config, client, hooks);
     } catch (e) {
       if (e instanceof HttpError) return e.toResponse();
       logEvent("internal_error", { message: errorName(e) }, "error");
@@ -108,6 +111,8 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
 
 async function limitAndForward(
   request: Request,
+  url: URL,
+  path: NormalPath,
   env: WorkerEnv,
   config: Config,
   client: LimiterClient<Config>,
@@ -123,18 +128,17 @@ async function limitAndForward(
   ) {
     throw new HttpError(400, "Bad Request", `A ${request.method} request cannot carry a body; send it without one.`);
   }
-  const url = new URL(request.url);
-  const cost = costFor(config, request.method, url.pathname);
-  if (cost === 0) return forward(request, config, send, url);
+  const cost = costFor(config, request.method, path.match);
+  if (cost === 0) return forward(request, config, send, url, path.path);
   const ip = request.headers.get("cf-connecting-ip");
   const { name, plan } = identify(config, readKey(request, config.key), ip);
-  if (!plan.limits) return forward(request, config, send, url);
+  if (!plan.limits) return forward(request, config, send, url, path.path);
 
   const result = await client.limit(env.LIMITER, name, plan, cost, hooks);
   hooks.onDecision?.(result, name);
   await recordDecision(env, name, result);
   if (!result.allowed) return refusal(result);
-  const response = await forward(request, config, send, url);
+  const response = await forward(request, config, send, url, path.path);
   copyHeaders(result.headers, response.headers);
   if (config.refundStatuses.has(response.status)) {
     const refund = client.refund(env.LIMITER, result).catch(async (e: unknown) => {

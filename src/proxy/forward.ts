@@ -30,22 +30,23 @@ function dropHopByHop(headers: Headers): void {
 export type OriginFetcher = (request: Request) => Promise<Response>;
 
 /**
- * Sends the request to ORIGIN + path + query, bodies streamed both ways, redirects passed
+ * Sends the request to ORIGIN + `path` + query, bodies streamed both ways, redirects passed
  * back. Resolves (never rejects for origin failures) to a problem-details `502` when the origin
  * cannot be reached or drops the connection before its response headers, or `504` when it
  * sends no response headers within the timeout — returned rather than thrown, so the caller
  * adds `RateLimit` headers to them like to any response that spent quota. A connection dropped
  * after the headers can no longer become a `502`: the client's read of the body fails instead.
- * `incoming` is `request.url` parsed, when the caller already has it.
+ * `incoming` is `request.url` parsed; `path`, the normalised path the rules matched (src/path.ts).
  */
 export async function forward(
   request: Request,
   config: Config,
   send: OriginFetcher,
-  incoming: URL = new URL(request.url),
+  incoming: URL,
+  path: string,
 ): Promise<Response> {
   const target = new URL(config.origin);
-  target.pathname = joinPath(config.origin.pathname, incoming.pathname);
+  target.pathname = joinPath(config.origin.pathname, path);
   target.search = incoming.search;
 
   const headers = new Headers(request.headers);

@@ -599,31 +599,37 @@ describe("times an operator gives", () => {
 });
 
 describe("the admin token outside the admin path", () => {
-  it.each([
-    "/__LIMITER/status",
-    "/%5F%5Flimiter/status",
-    "//__limiter/status",
-    "/__limiter",
-    "/__limiter;/status",
-    "/v1/anything",
-  ])("%s with the admin token: 404, never proxied, never counted", async (path) => {
-    const e = adminEnv();
-    const res = await handle(
-      new Request(`https://limiter.example${path}`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${TOKEN}`, "x-probe": path },
-        body: "{}",
-      }),
-      e,
-    );
-    const body = await problemBody(res);
-    expect(res.status).toBe(404);
-    expect(body.detail).toBe(
-      "This request carries the admin token, so it is never proxied; the admin API lives under /__limiter/.",
-    );
-    const all = (await (await fetch(`${originUrl}/__arrivals`)).json()) as { headers: Record<string, string> }[];
-    expect(all.filter((a) => a.headers["x-probe"] === path)).toEqual([]);
-  });
+  it.each(["/__LIMITER/status", "/__limiter", "/v1/anything"])(
+    "%s with the admin token: 404, never proxied, never counted",
+    async (path) => {
+      const e = adminEnv();
+      const res = await handle(
+        new Request(`https://limiter.example${path}`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${TOKEN}`, "x-probe": path },
+          body: "{}",
+        }),
+        e,
+      );
+      const body = await problemBody(res);
+      expect(res.status).toBe(404);
+      expect(body.detail).toBe(
+        "This request carries the admin token, so it is never proxied; the admin API lives under /__limiter/.",
+      );
+      const all = (await (await fetch(`${originUrl}/__arrivals`)).json()) as { headers: Record<string, string> }[];
+      expect(all.filter((a) => a.headers["x-probe"] === path)).toEqual([]);
+    },
+  );
+
+  it.each(["/%5F%5Flimiter/status", "//__limiter/status", "/__limiter;/status"])(
+    "%s is the admin path once normalised: the admin API answers it, with or without the token",
+    async (path) => {
+      const post = (headers: Record<string, string>) =>
+        handle(new Request(`https://limiter.example${path}`, { method: "POST", headers, body: "{}" }), adminEnv());
+      expect((await problemBody(await post({ authorization: `Bearer ${TOKEN}` }))).detail).toMatch(/^key: required/);
+      expect((await post({ "x-api-key": freshKey() })).status).toBe(401);
+    },
+  );
 
   it("without the token a near-miss of the admin path is ordinary traffic: limited and proxied", async () => {
     const key = freshKey();

@@ -68,7 +68,7 @@ async function readAll(body: ReadableStream<Uint8Array>): Promise<{ bytes: Uint8
 describe("what reaches the origin", () => {
   it("method, path, query, headers and body arrive as sent, under ORIGIN's path prefix", async () => {
     const decisions: RateLimitResult[] = [];
-    const path = "/v1/items%2Fx/a%20b/caf%C3%A9;v=1/@:x";
+    const path = "/v1/items%3Fx/a%20b/caf%C3%A9;v=1/@:x";
     const query = "?q=1&q=2&s=a%2Bb+c&empty=&flag&u=%E2%9C%93";
     const body = JSON.stringify({ hello: "world", n: 1 });
     const init = keyed({
@@ -512,5 +512,21 @@ describe("ORIGIN_SERVICE", () => {
       ORIGIN_SERVICE: service,
     });
     expect((await problemOf(res, 504)).title).toBe("Gateway Timeout");
+  });
+});
+
+describe("the path the origin receives", () => {
+  it("is the normalised path the rules matched: unreserved escapes decoded, dot segments and empty ones gone", async () => {
+    const res = await handle(new Request("https://w.example//%76%31/./x/../items/%7e%61?q=%2F", keyed()), limited);
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as Echo).url).toBe("/base/v1/items/~a?q=%2F");
+  });
+
+  it("an encoded slash or a dot segment with parameters: 400 before anything is counted", async () => {
+    for (const path of ["/health%2F..%2Fv1/x", "/v1%5Cx", "/health/..;/v1/x"]) {
+      const res = await handle(new Request(`https://w.example${path}`, keyed()), limited);
+      expect((await problemOf(res, 400)).title, path).toBe("Bad Request");
+      expect(res.headers.has("RateLimit"), path).toBe(false);
+    }
   });
 });

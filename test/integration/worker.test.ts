@@ -13,6 +13,7 @@ import {
   freshKey,
   handle,
   objectError,
+  originUrl,
   request,
 } from "./helpers.ts";
 
@@ -283,6 +284,47 @@ describe("refund and header forms in the proxy", () => {
     const legacy = await handle(request(freshKey()), envWith({ ...oneLimit(5), headers: "legacy" }));
     expect(legacy.headers.get("X-RateLimit-Limit")).toBe("5");
     expect(legacy.headers.has("RateLimit-Policy")).toBe(false);
+  });
+});
+
+describe("rules match the path the origin will see", () => {
+  const costs = {
+    limits: [{ limit: 10, window: "1m" }],
+    costs: [
+      { path: "/health", cost: 0 },
+      { method: "POST", path: "/v1/expensive", cost: 5 },
+    ],
+  };
+
+  it("no spelling of a costly route rides the free /health rule, with or without a key", async () => {
+    const e = envWith(costs);
+    const probe = crypto.randomUUID();
+    for (const path of ["/health%2F..%2Fv1/expensive", "/health/..;/v1/expensive", "/health%5C..%5Cv1/expensive"]) {
+      const res = await handle(request(null, `${path}?probe=${probe}`, { method: "POST" }), e);
+      expect(res.status, path).toBe(400);
+    }
+    // Resolved by the URL parser before the Worker sees it: /v1/expensive, which needs a key.
+    expect((await handle(request(null, `/health/../v1/expensive?probe=${probe}`, { method: "POST" }), e)).status).toBe(
+      401,
+    );
+    const all = (await (await fetch(`${originUrl}/__arrivals`)).json()) as { url: string }[];
+    expect(all.filter((a) => a.url.includes(probe))).toEqual([]);
+  });
+
+  it("an equivalent spelling is charged as the route it names, and reaches the origin as that route", async () => {
+    const e = envWith(costs);
+    const key = freshKey();
+    const res = await handle(request(key, "/%76%31/expensive", { method: "POST" }), e);
+    expect(res.headers.get("RateLimit")).toBe('"per-minute";r=5;t=60');
+    expect((await arrivalsFor(key)).map((a) => a.url)).toEqual(["/v1/expensive"]);
+  });
+
+  it("paths.escaped_slashes = unescape decodes them and matches what they name", async () => {
+    const e = envWith({ ...costs, paths: { escaped_slashes: "unescape" } });
+    const key = freshKey();
+    const res = await handle(request(key, "/health%2F..%2Fv1/expensive", { method: "POST" }), e);
+    expect(res.headers.get("RateLimit")).toBe('"per-minute";r=5;t=60');
+    expect((await arrivalsFor(key)).map((a) => a.url)).toEqual(["/v1/expensive"]);
   });
 });
 

@@ -32,6 +32,7 @@ import {
   ringLayout,
 } from "../../src/core/index.ts";
 import { KEY_CHARS } from "../../src/key.ts";
+import { normalizePath } from "../../src/path.ts";
 
 type Obj = Record<string, unknown>;
 
@@ -110,6 +111,7 @@ describe("parseConfig: valid configs", () => {
     leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 1_000 },
     admin: { path: "/__limiter/" },
     headers: "draft-11",
+    paths: { escapedSlashes: "reject" },
     refundStatuses: new Set(),
   };
 
@@ -213,6 +215,7 @@ limits = [
     leases: { enabled: true, max_units: 50, max_lifetime: "500ms" },
     admin: { path: "/ops/limiter/" },
     headers: "draft-6",
+    paths: { escaped_slashes: "unescape" },
     refund: { status: [500, 503] },
   };
   const fullConfig = {
@@ -250,6 +253,7 @@ limits = [
     shadow: true,
     admin: { path: "/ops/limiter/" },
     headers: "draft-6",
+    paths: { escapedSlashes: "unescape" },
     refundStatuses: new Set([500, 503]),
   };
 
@@ -1163,6 +1167,30 @@ const BAD: readonly BadCase[] = [
     field: "RATE_LIMIT.admin.path",
     quotes: `got ${JSON.stringify(path)}`,
   })),
+  // paths, and cost rules written otherwise than normalised
+  ...["REJECT", "decode", true, null].map(
+    (v): BadCase => ({
+      what: `paths.escaped_slashes ${JSON.stringify(v)}`,
+      rateLimit: rl({ paths: { escaped_slashes: v } }),
+      field: "RATE_LIMIT.paths.escaped_slashes",
+      quotes: `got ${typeof v === "string" ? JSON.stringify(v) : String(v)}`,
+    }),
+  ),
+  { what: "paths not a table", rateLimit: rl({ paths: "reject" }), field: "RATE_LIMIT.paths", quotes: 'got "reject"' },
+  ...[
+    ["/%76%31/search", 'write it as "/v1/search"'],
+    ["/v1/../search", 'write it as "/search"'],
+    ["//v1", 'write it as "/v1"'],
+    ["/a/..;/b", "write it as a path without dot segments"],
+    ["/a;b", 'write it as "/a"'],
+  ].map(
+    ([path, quotes]): BadCase => ({
+      what: `cost path ${path}`,
+      rateLimit: rl({ costs: [{ path, cost: 1 }] }),
+      field: "RATE_LIMIT.costs[0].path",
+      quotes: quotes as string,
+    }),
+  ),
   // headers, refund
   ...["draft-5", "DRAFT-11", "", "x-ratelimit", true, null, 7].map(
     (v): BadCase => ({
@@ -1392,6 +1420,7 @@ describe("properties", () => {
     ["RATE_LIMIT", "failure_mode"],
     ["RATE_LIMIT", "shadow"],
     ["RATE_LIMIT", "origin_timeout"],
+    ["RATE_LIMIT", "paths"],
     ["RATE_LIMIT", "extra"],
   ];
   const base = () => ({
@@ -1503,7 +1532,14 @@ describe("properties", () => {
     },
     "RATE_LIMIT.costs.0.path": {
       exact: true,
-      ok: (v) => typeof v === "string" && v.startsWith("/") && !/[^\x21-\x7e]|["#<>?`{}\\]/.test(v),
+      ok: (v) => {
+        if (typeof v !== "string" || !v.startsWith("/") || /[^\x21-\x7e]|["#<>?`{}\\]/.test(v)) return false;
+        try {
+          return normalizePath(new URL(`http://x${v}`).pathname, "keep").match === v;
+        } catch {
+          return false;
+        }
+      },
     },
     "RATE_LIMIT.costs.0.cost": { exact: true, ok: (v) => Number.isSafeInteger(v) && (v as number) >= 0 },
     "RATE_LIMIT.key": { exact: false, ok: optional(isObject) },
@@ -1527,6 +1563,7 @@ describe("properties", () => {
     "RATE_LIMIT.failure_mode": { exact: true, ok: optional((v) => v === "open" || v === "closed") },
     "RATE_LIMIT.shadow": { exact: true, ok: optional((v) => typeof v === "boolean") },
     "RATE_LIMIT.origin_timeout": { exact: true, ok: optional((v) => durationOk(v, MAX_ORIGIN_TIMEOUT_MS)) },
+    "RATE_LIMIT.paths": { exact: false, ok: optional(isObject) },
     "RATE_LIMIT.extra": { exact: true, ok: () => false },
   };
 
