@@ -4,13 +4,17 @@
 import { describe, expect, it } from "vitest";
 import { type Background, LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
 import { type LimiterConfig, type Plan, parseLimiterConfig } from "../../src/config.ts";
-import { type Ask, type Decision, KeyLog, type LimitSpec } from "../../src/core/index.ts";
+import { type Ask, type Decision, KeyLog, type LimitSpec, type NamedLimit } from "../../src/core/index.ts";
 
 const T0 = 1_800_000_000_000;
 
 /** The object's behaviour for one key, in memory: the real core's decisions at the shared clock. */
 class Store {
   readonly logs = new Map<string, KeyLog>();
+  /** An operator's block per object name: its end (ms). */
+  readonly blocks = new Map<string, number>();
+  /** An operator's override per object name: the limits decided against instead. */
+  readonly overrides = new Map<string, NamedLimit[]>();
   readonly calls: { name: string; method: string; ask?: Ask; units?: number }[] = [];
   /** Makes the next calls fail: an Error with these flags, or a promise that never settles. */
   fail: { retryable?: boolean; overloaded?: boolean } | "hang" | null = null;
@@ -18,13 +22,25 @@ class Store {
 
   constructor(readonly now: () => number) {}
 
+  /** The key's log for the limits applied (an override's, else those sent), as the object keeps it. */
   log(name: string, limits: readonly LimitSpec[]): KeyLog {
-    let log = this.logs.get(name);
+    const applied = this.overrides.get(name) ?? limits;
+    const id = `${name}\u0000${JSON.stringify(applied)}`;
+    let log = this.logs.get(id);
     if (!log) {
-      log = new KeyLog(limits);
-      this.logs.set(name, log);
+      log = new KeyLog(applied);
+      this.logs.set(id, log);
     }
     return log;
+  }
+
+  /** A decision as the object returns it: a block refuses, an override says it applied. */
+  #decide(name: string, limits: readonly LimitSpec[], decide: (log: KeyLog) => Decision, cost: number): Decision {
+    const log = this.log(name, limits);
+    const until = this.blocks.get(name);
+    const d = until !== undefined && until > this.now() ? log.refuse(this.now(), cost, until) : decide(log);
+    const override = this.overrides.get(name);
+    return override ? { ...d, limitsOverride: override } : d;
   }
 
   async #maybeFail(): Promise<void> {
@@ -37,7 +53,7 @@ class Store {
       take: async (limits: readonly LimitSpec[], ask: Ask): Promise<Decision> => {
         this.calls.push({ name, method: "take", ask });
         await this.#maybeFail();
-        return this.log(name, limits).take(this.now(), ask).decision;
+        return this.#decide(name, limits, (log) => log.take(this.now(), ask).decision, ask.cost);
       },
       giveBack: async (limits: readonly LimitSpec[], recordedAt: readonly number[], units: number) => {
         this.calls.push({ name, method: "giveBack", units });
@@ -46,7 +62,7 @@ class Store {
       peek: async (limits: readonly LimitSpec[], cost: number): Promise<Decision> => {
         this.calls.push({ name, method: "peek" });
         await this.#maybeFail();
-        return this.log(name, limits).check(this.now(), cost);
+        return this.#decide(name, limits, (log) => log.check(this.now(), cost), cost);
       },
     });
     return { getByName: stub } as unknown as LimiterNamespace;
@@ -253,5 +269,72 @@ describe("LimiterClient.forget", () => {
     await t.settle();
     expect(t.client.leases.get("key:a")).toBeUndefined();
     expect(t.store.calls.filter((c) => c.method === "giveBack").map((c) => c.units)).toEqual([held]);
+  });
+});
+
+describe("operators' changes seen by the client", () => {
+  it("a block: refused with the block's wait and no limit blamed, then from the deny cache; leases dropped", async () => {
+    const t = setup();
+    for (let i = 0; i < 5; i++) {
+      await t.limit();
+      await t.settle();
+    }
+    const held = t.client.leases.get("key:a")?.held.reduce((n, h) => n + h.left, 0) ?? 0;
+    expect(held).toBeGreaterThan(0);
+    t.store.blocks.set("key:a", T0 + 90_000);
+    // Spend what is held; the next request asks the object and sees the block.
+    let r = await t.limit();
+    while (r.reason === "leased") r = await t.limit();
+    await t.settle();
+    expect(r).toMatchObject({ allowed: false, reason: "blocked", retryAfterMs: 90_000 });
+    expect(r.limits.map((l) => [l.remaining, l.exceeded])).toEqual([[0, false]]);
+    const takes = t.store.count("take");
+    t.advance(10);
+    const cached = await t.limit();
+    expect(cached).toMatchObject({ allowed: false, reason: "blocked", retryAfterMs: 90_000 - 10 });
+    expect(t.store.count("take")).toBe(takes);
+  });
+
+  it("an override: the result and headers show its limits; leases granted under the plan's are given back", async () => {
+    const t = setup();
+    for (let i = 0; i < 5; i++) {
+      await t.limit();
+      await t.settle();
+    }
+    t.store.overrides.set("key:a", [{ limit: 7, windowMs: 10_000, tickMs: 1, name: "vip" }]);
+    let r = await t.limit();
+    while (r.reason === "leased") r = await t.limit();
+    await t.settle();
+    expect(r.reason).toBe("granted");
+    expect(r.limits.map((l) => [l.name, l.limit, l.windowMs])).toEqual([["vip", 7, 10_000]]);
+    expect(r.headers.get("RateLimit-Policy")).toBe('"vip";q=7;w=10');
+    // What this isolate still holds was granted under the override: nothing of the plan's is spent any more.
+    const held = t.client.leases.get("key:a")?.held ?? [];
+    expect(held.every((h) => h.applied?.[0]?.name === "vip")).toBe(true);
+  });
+});
+
+describe("the deny cache's detail", () => {
+  it("knows which limit refuses and learns the exact wait of each other cost", async () => {
+    const t = setup({
+      limits: [
+        { limit: 5, window: "1s" },
+        { limit: 50, window: "1m" },
+      ],
+      leases: false,
+    });
+    await t.limit("key:a", 5);
+    t.advance(100);
+    // A cost the cache has no wait for yet: the object answers, and the cache learns it.
+    expect(await t.limit("key:a", 2)).toMatchObject({ reason: "over_limit", retryAfterMs: 900 });
+    t.advance(10);
+    const first = await t.limit("key:a", 2);
+    expect(first).toMatchObject({ reason: "cached_denial", retryAfterMs: 890 });
+    // The per-second limit refuses; the per-minute one is not known here.
+    expect(first.limits.map((l) => [l.name, l.remaining, l.resetMs, l.exceeded])).toEqual([
+      ["per-second", 0, 890, true],
+      ["per-minute", null, null, false],
+    ]);
+    expect(first.headers.get("RateLimit")).toBe('"per-second";r=0;t=1');
   });
 });
