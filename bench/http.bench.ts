@@ -64,6 +64,8 @@ const RATE_LIMIT = {
     { name: "deny", key_prefix: "deny_", limits: [{ limit: 1, window: "1h" }] },
     { name: "chart", key_prefix: "chart_", limits: [{ limit: CHART.limit, window: CHART.windowMs }] },
     { name: "util", key_prefix: "util_", limits: [{ limit: UTIL.limit, window: UTIL.windowMs }] },
+    // The pass-through reference: the product's own path for a key it never limits (no object call).
+    { name: "free", key_prefix: "free_", unlimited: true },
   ],
 };
 
@@ -139,7 +141,14 @@ async function main(): Promise<void> {
       },
       {
         id: "pass",
-        label: "(2) pass-through Worker",
+        label: "(2) pass-through: the product, a key of an unlimited plan",
+        url: () => u.product,
+        key: manyKeys("free_"),
+        expect: 200,
+      },
+      {
+        id: "bare",
+        label: "(2b) bare proxy Worker (config parse and proxy, none of the product's request path)",
         url: () => u.pass,
         key: manyKeys("k"),
         expect: 200,
@@ -297,6 +306,7 @@ async function main(): Promise<void> {
       ["no-op object call, 1000 keys / (2) pass-through", "floor", "pass"],
       ["no-op object call, hot key / (2) pass-through", "floorhot", "pass"],
       ["stand-in object / (2) pass-through", "standin", "pass"],
+      ["(2b) bare proxy / (2) pass-through", "bare", "pass"],
       ["(3) allowed / no-op object call, 1000 keys", "allowed", "floor"],
       ["(3) allowed / no-op object call, hot key", "hot", "floorhot"],
       ["(3) allowed now / at BENCH_BASELINE, 1000 keys", "allowed", "before"],
@@ -553,7 +563,7 @@ async function distance(u: Runtime["urls"]) {
     readonly far: boolean;
   }
   const variants: Variant[] = [
-    { id: "pass", label: "(2) pass-through Worker", url: u.pass, key: "hot", rtt: 0, far: false },
+    { id: "pass", label: "(2) pass-through: the product, unlimited plan", url: u.far, key: "free_far", rtt: 0, far: false },
   ];
   for (const rtt of RTTS) {
     variants.push(

@@ -6,7 +6,7 @@
 
 /** The least score (%) per file: the last full run's, rounded down, less one point of slack. */
 export const FLOORS: Readonly<Record<string, number>> = {
-  "src/config.ts": 97,
+  "src/config.ts": 94,
   "src/core/duration.ts": 99,
   "src/core/limits.ts": 98,
   "src/core/log.ts": 95,
@@ -20,7 +20,7 @@ export const FLOORS: Readonly<Record<string, number>> = {
   "src/key.ts": 91,
   "src/http.ts": 91,
   "src/telemetry.ts": 90,
-  "src/path.ts": 0,
+  "src/path.ts": 76,
 };
 
 /** What the report holds of one mutant that matters here. */

@@ -14,7 +14,7 @@ import type { Context, Env, MiddlewareHandler } from "hono";
 import type { Background, LimiterNamespace } from "./client/index.ts";
 import type { RateLimitResult } from "./client/result.ts";
 import { costFor } from "./config.ts";
-import { HttpError, refusal } from "./http.ts";
+import { copyHeaders, HttpError, refusal } from "./http.ts";
 import { createLimiter, type Limiter, type LimiterOptions, namespaceOf } from "./index.ts";
 import { readKey } from "./key.ts";
 import { normalized } from "./path.ts";
@@ -115,9 +115,9 @@ function background(c: Context): Background {
 /** Copies the decision's headers onto the handler's response (copied first when its headers are immutable). */
 function setHeaders(c: Context, headers: Headers): void {
   try {
-    for (const [name, value] of headers) c.res.headers.set(name, value);
+    copyHeaders(headers, c.res.headers);
   } catch {
     c.res = new Response(c.res.body, c.res);
-    for (const [name, value] of headers) c.res.headers.set(name, value);
+    copyHeaders(headers, c.res.headers);
   }
 }

@@ -1686,6 +1686,19 @@ describe("parseConfig: settings at their edges", () => {
     );
   });
 
+  it("paths: the default is reject, also for an empty table; refund takes 200 and 599", () => {
+    expect(parse(MINIMUM).paths).toEqual({ escapedSlashes: "reject" });
+    expect(parse({ ...MINIMUM, paths: {} }).paths).toEqual({ escapedSlashes: "reject" });
+    expect(parse({ ...MINIMUM, paths: { escaped_slashes: "keep" } }).paths).toEqual({ escapedSlashes: "keep" });
+    expect(configError(() => parse({ ...MINIMUM, paths: { escaped_slashes: "x" } })).message).toBe(
+      'RATE_LIMIT.paths.escaped_slashes: expected one of "reject", "unescape", "keep", got "x"',
+    );
+    expect(configError(() => parse({ ...MINIMUM, headers: "x" })).message).toBe(
+      'RATE_LIMIT.headers: expected one of "draft-11", "draft-8", "draft-7", "draft-6", "legacy", "none", got "x"',
+    );
+    expect([...parse({ ...MINIMUM, refund: { status: [200, 599] } }).refundStatuses]).toEqual([200, 599]);
+  });
+
   it("refuses a fractional leases.max_units", () => {
     expect(configError(() => parse({ ...MINIMUM, leases: { max_units: 1.5 } })).message).toBe(
       "RATE_LIMIT.leases.max_units: expected a positive integer, got 1.5",

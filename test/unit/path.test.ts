@@ -3,7 +3,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { costFor, parseConfig } from "../../src/config.ts";
-import { type EscapedSlashes, normalizePath, PathError } from "../../src/path.ts";
+import { HttpError } from "../../src/http.ts";
+import { type EscapedSlashes, normalized, normalizePath, PathError } from "../../src/path.ts";
 
 /** What the Worker sees: the URL parser's pathname of a request target. */
 const pathname = (target: string) => new URL(`https://api.example${target}`).pathname;
@@ -42,6 +43,50 @@ describe("normalizePath", () => {
       path: "/v1;v=2/search;jsessionid=1",
       match: "/v1/search",
     });
+  });
+});
+
+describe("the refusals", () => {
+  const refusal = (target: string) => {
+    try {
+      normal(target);
+    } catch (e) {
+      return [(e as Error).name, (e as Error).message];
+    }
+    return null;
+  };
+
+  it("say what was refused and why", () => {
+    expect(refusal("/a%2Fb")).toEqual([
+      "PathError",
+      "The path holds an encoded slash (%2F), which servers read differently; send it unencoded.",
+    ]);
+    expect(refusal("/a%5cb")?.[1]).toBe(
+      "The path holds an encoded backslash (%5C), which servers read differently; send it unencoded.",
+    );
+    expect(refusal("/a/..;x/b")?.[1]).toBe(
+      'The path has a dot segment with parameters ("..;x"), which servers read differently.',
+    );
+  });
+
+  it("normalized() follows the config and makes a refusal a 400 problem", () => {
+    const config = (escaped_slashes: string) =>
+      parseConfig({
+        ORIGIN: "https://o.example",
+        RATE_LIMIT: { limits: [{ limit: 1, window: "1s" }], paths: { escaped_slashes } },
+      });
+    expect(normalized("/a%2Fb", config("keep")).path).toBe("/a%2Fb");
+    expect(normalized("/x%2F..%2Fb", config("unescape")).path).toBe("/b");
+    let caught: unknown;
+    try {
+      normalized("/a%2Fb", config("reject"));
+    } catch (e) {
+      caught = e;
+    }
+    expect(caught).toBeInstanceOf(HttpError);
+    expect((caught as HttpError).status).toBe(400);
+    expect((caught as HttpError).title).toBe("Bad Request");
+    expect((caught as HttpError).message).toMatch(/^The path holds an encoded slash/);
   });
 });
 
