@@ -45,7 +45,7 @@ afterAll(async () => {
 
 /** The limiter's objects on disk (Miniflare keeps one SQLite database each): file → its tables, sorted. */
 async function objectTables(): Promise<Map<string, string[]>> {
-  const dir = join(state.path, "v3/do/strict-rate-limiter-RateLimiter");
+  const dir = join(state.path, "v3/do/strict-edge-rate-limiter-RateLimiter");
   const names = await readdir(dir).catch(() => [] as string[]);
   const out = new Map<string, string[]>();
   for (const n of names) {

@@ -28,7 +28,7 @@ afterAll(async () => {
 
 /** The limiter's objects on disk: one SQLite database each in Miniflare's DO directory (its metadata.sqlite aside). */
 async function objectsOnDisk(dir: string): Promise<number> {
-  const entries = await readdir(join(dir, "v3/do/strict-rate-limiter-RateLimiter")).catch(() => [] as string[]);
+  const entries = await readdir(join(dir, "v3/do/strict-edge-rate-limiter-RateLimiter")).catch(() => [] as string[]);
   return entries.filter((e) => e.endsWith(".sqlite") && e !== "metadata.sqlite").length;
 }
 
