@@ -409,7 +409,7 @@ describe("invalid config, end to end", () => {
       // The project's wrangler.toml with its [vars.RATE_LIMIT] table replaced by the bad one.
       config = join(dir.path, "wrangler.toml");
       const project = await readFile(join(ROOT, "wrangler.toml"), "utf8");
-      const main = JSON.stringify(join(ROOT, "src/index.ts"));
+      const main = JSON.stringify(join(ROOT, "src/proxy/index.ts"));
       const toml = project.replace(/^main = .*$/m, `main = ${main}`).replace(/\[vars\.RATE_LIMIT\][\s\S]*$/, bad.toml);
       await writeFile(config, toml);
     }
