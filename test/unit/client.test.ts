@@ -338,3 +338,95 @@ describe("the deny cache's detail", () => {
     expect(first.headers.get("RateLimit")).toBe('"per-second";r=0;t=1');
   });
 });
+
+describe("what a result says", () => {
+  it("a cost above one limit blames only that limit", async () => {
+    const t = setup({
+      limits: [
+        { limit: 5, window: "1s" },
+        { limit: 15, window: "1m" },
+      ],
+    });
+    const r = await t.limit("key:a", 6);
+    expect(r.limits.map((l) => [l.name, l.exceeded])).toEqual([
+      ["per-second", true],
+      ["per-minute", false],
+    ]);
+    expect(r.headers.get("RateLimit-Policy")).toBe('"per-second";q=5;w=1, "per-minute";q=15;w=60');
+  });
+
+  it("a leased grant: the object's remaining plus what the lease still holds, resets counted down on this clock", async () => {
+    const t = setup();
+    let leased = null;
+    for (let i = 0; i < 20 && !leased; i++) {
+      const r = await t.limit();
+      await t.settle();
+      if (r.reason === "leased") leased = r;
+    }
+    expect(leased).not.toBeNull();
+    const held = t.client.leases.get("key:a")?.held[0];
+    expect(held).toBeDefined();
+    t.advance(100);
+    const next = await t.limit();
+    expect(next.reason).toBe("leased");
+    const h = t.client.leases.get("key:a")?.held.find((x) => x.limits === held?.limits) ?? held;
+    expect(next.limits[0]?.remaining).toBe((h?.limits[0]?.remaining ?? 0) + (h?.left ?? 0));
+    expect(next.limits[0]?.resetMs).toBe(
+      Math.max(0, (h?.limits[0]?.resetMs ?? 0) - (t.client.now() - (h?.sentAt ?? 0))),
+    );
+  });
+
+  it("peek counts units held here only while their lease lasts", async () => {
+    const t = setup();
+    for (let i = 0; i < 5; i++) {
+      await t.limit();
+      await t.settle();
+    }
+    const held = t.client.leases.get("key:a")?.held.reduce((n, h) => n + h.left, 0) ?? 0;
+    expect(held).toBeGreaterThan(0);
+    const atObject = 100 - 5 - held;
+    expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject + held);
+    t.advance(1000); // expired, not given back yet (no request has seen it)
+    expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject);
+  });
+});
+
+describe("one lease call per key at a time", () => {
+  it("requests arriving while the key's lease call is out wait for it, then spend from it", async () => {
+    const t = setup();
+    for (let i = 0; i < 3; i++) {
+      await t.limit();
+      await t.settle();
+    }
+    // Spend what is held, so the next request asks the object for a lease itself.
+    for (const h of t.client.leases.get("key:a")?.held ?? []) h.left = 0;
+    let release: () => void = () => {};
+    let released = false;
+    let takesBeforeRelease = 0;
+    const ns = t.ns;
+    const slow = {
+      getByName: (name: string) => {
+        const stub = ns.getByName(name);
+        return {
+          ...stub,
+          take: async (...args: Parameters<typeof stub.take>) => {
+            if (!released) {
+              takesBeforeRelease += 1;
+              if (takesBeforeRelease === 1) await new Promise<void>((r) => (release = r));
+            }
+            return stub.take(...args);
+          },
+        };
+      },
+    };
+    const first = t.client.limit(slow, "key:a", t.plan, 1, t.bg);
+    const others = Array.from({ length: 3 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    // The others poll on their own timers; none may ask the object while the lease call is out.
+    await new Promise((r) => setTimeout(r, 10));
+    expect(takesBeforeRelease).toBe(1);
+    released = true;
+    release();
+    const results = await Promise.all([first, ...others]);
+    expect(results.map((r) => r.reason)).toEqual(["granted", "leased", "leased", "leased"]);
+  });
+});
