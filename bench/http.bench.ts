@@ -563,7 +563,14 @@ async function distance(u: Runtime["urls"]) {
     readonly far: boolean;
   }
   const variants: Variant[] = [
-    { id: "pass", label: "(2) pass-through: the product, unlimited plan", url: u.far, key: "free_far", rtt: 0, far: false },
+    {
+      id: "pass",
+      label: "(2) pass-through: the product, unlimited plan",
+      url: u.far,
+      key: "free_far",
+      rtt: 0,
+      far: false,
+    },
   ];
   for (const rtt of RTTS) {
     variants.push(

@@ -42,7 +42,7 @@ const UNRESERVED = /[A-Za-z0-9._~-]/;
 export function normalizePath(pathname: string, escapedSlashes: EscapedSlashes = "reject"): NormalPath {
   // Most paths need nothing: no escapes, no parameters, no empty segments.
   if (!/[%;]|\/\//.test(pathname)) return { path: pathname, match: pathname };
-  const decoded = pathname.replace(/%([0-9A-Fa-f]{2})/g, (escape, hex: string) => {
+  const decoded = pathname.replace(/%([0-9A-Fa-f]{2})/g, (sequence, hex: string) => {
     const code = Number.parseInt(hex, 16);
     const c = String.fromCharCode(code);
     if (UNRESERVED.test(c)) return c;
@@ -53,9 +53,9 @@ export function normalizePath(pathname: string, escapedSlashes: EscapedSlashes =
         );
       }
       if (escapedSlashes === "unescape") return "/";
-      return escape.toUpperCase();
+      return sequence.toUpperCase();
     }
-    return escape.toUpperCase();
+    return sequence.toUpperCase();
   });
   const segments: string[] = [];
   for (const segment of decoded.split("/").slice(1)) {
