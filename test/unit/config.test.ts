@@ -1501,7 +1501,8 @@ describe("properties", () => {
   const ACCEPTS: Record<string, { exact: boolean; ok: (v: unknown) => boolean }> = {
     ORIGIN: { exact: false, ok: (v) => typeof v === "string" },
     RATE_LIMIT: { exact: false, ok: (v) => isObject(v) || typeof v === "string" },
-    "RATE_LIMIT.limits": { exact: false, ok: nonEmptyArray },
+    // Left out, the plans alone apply (the base has plans).
+    "RATE_LIMIT.limits": { exact: false, ok: optional(nonEmptyArray) },
     "RATE_LIMIT.limits.0": { exact: false, ok: isObject },
     "RATE_LIMIT.limits.0.limit": { exact: true, ok: (v) => Number.isSafeInteger(v) && (v as number) >= 1 },
     "RATE_LIMIT.limits.0.window": { exact: true, ok: (v) => durationOk(v) },
