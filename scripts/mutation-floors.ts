@@ -6,21 +6,21 @@
 
 /** The least score (%) per file: the last full run's, rounded down, less one point of slack. */
 export const FLOORS: Readonly<Record<string, number>> = {
-  "src/config.ts": 94,
+  "src/config.ts": 96,
   "src/core/duration.ts": 99,
   "src/core/limits.ts": 98,
-  "src/core/log.ts": 95,
+  "src/core/log.ts": 94,
   "src/core/ring.ts": 93,
-  "src/client/deny-cache.ts": 96,
+  "src/client/deny-cache.ts": 94,
   "src/client/leases.ts": 97,
-  "src/client/index.ts": 52,
+  "src/client/index.ts": 67,
   "src/client/headers.ts": 94,
   "src/client/policy.ts": 85,
   "src/client/result.ts": 99,
-  "src/key.ts": 91,
+  "src/key.ts": 90,
   "src/http.ts": 91,
-  "src/telemetry.ts": 90,
-  "src/path.ts": 76,
+  "src/telemetry.ts": 89,
+  "src/path.ts": 88,
 };
 
 /** What the report holds of one mutant that matters here. */
