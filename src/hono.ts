@@ -12,13 +12,14 @@
 
 import type { Context, Env, MiddlewareHandler } from "hono";
 import type { Background, LimiterNamespace } from "./client/index.ts";
+import { errorName } from "./client/policy.ts";
 import type { RateLimitResult } from "./client/result.ts";
 import { costFor } from "./config.ts";
 import { copyHeaders, HttpError, refusal } from "./http.ts";
 import { createLimiter, type Limiter, type LimiterOptions, namespaceOf } from "./index.ts";
 import { readKey } from "./key.ts";
 import { normalized } from "./path.ts";
-import { recordDecision } from "./telemetry.ts";
+import { keyId, logEvent, recordDecision } from "./telemetry.ts";
 
 export type { RateLimitResult } from "./client/result.ts";
 
@@ -28,6 +29,13 @@ export type RateLimitVariables = {
 };
 
 type Maybe<T> = T | Promise<T>;
+
+/** A request's decision, the namespace it was made in, and the key's object name. */
+interface Decided {
+  readonly result: RateLimitResult;
+  readonly ns: LimiterNamespace;
+  readonly name: string;
+}
 
 /** The middleware's options: a limiter's settings (or a `limiter` to share), and how to read each request. */
 export interface RateLimitOptions<E extends Env = Env> extends Omit<LimiterOptions, "key"> {
@@ -62,13 +70,12 @@ export function rateLimit<E extends Env = Env>(
   const { key, cost, skip, refund, handler, limiter: given, ...settings } = options;
   const limiter =
     given ?? createLimiter({ ...settings, ...(typeof key === "function" || key === undefined ? {} : { key }) });
-  const { config, client } = limiter;
-  const binding = settings.binding ?? "LIMITER";
+  const { config, client, binding } = limiter;
 
   return async (c, next) => {
     const ctx = c as unknown as Context<E>;
     if (skip && (await skip(ctx))) return next();
-    let decided: { result: RateLimitResult; ns: LimiterNamespace } | null;
+    let decided: Decided | null;
     try {
       decided = await decide(ctx);
     } catch (e) {
@@ -76,16 +83,23 @@ export function rateLimit<E extends Env = Env>(
       throw e;
     }
     if (!decided) return next();
-    const { result, ns } = decided;
+    const { result, ns, name } = decided;
     c.set("rateLimit", result);
     if (!result.allowed) return handler ? handler(ctx, result) : refusal(result);
     await next();
     setHeaders(c, result.headers);
-    if (refund && (await refund(ctx))) await client.refund(ns, result);
+    if (refund && (await refund(ctx))) {
+      // The response stands whatever happens to the refund: units not given back count until they leave the window.
+      try {
+        await client.refund(ns, result);
+      } catch (e) {
+        logEvent("refund_failed", { key_id: await keyId(name), message: errorName(e) }, "error");
+      }
+    }
   };
 
   /** The request's decision, or null when it costs nothing. */
-  async function decide(c: Context<E>): Promise<{ result: RateLimitResult; ns: LimiterNamespace } | null> {
+  async function decide(c: Context<E>): Promise<Decided | null> {
     const units =
       cost === undefined
         ? costFor(config, c.req.method, normalized(new URL(c.req.url).pathname, config).match)
@@ -98,7 +112,7 @@ export function rateLimit<E extends Env = Env>(
     const ns = namespaceOf(c.env as object, binding);
     const result = await client.limit(ns, name, plan, units, background(c));
     await recordDecision(c.env as object, name, result);
-    return { result, ns };
+    return { result, ns, name };
   }
 }
 

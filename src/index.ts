@@ -99,6 +99,8 @@ export interface LimiterOptions extends LimiterSettings {
 export interface Limiter {
   /** The parsed configuration. */
   readonly config: LimiterConfig;
+  /** The name of the `RateLimiter` binding it reads from `env`. */
+  readonly binding: string;
   /** The client behind it (its lease table and deny cache are readable, for tests and measurements). */
   readonly client: LimiterClient;
   /**
@@ -160,6 +162,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
 
   return {
     config,
+    binding,
     client,
     identify: named,
     async limit(env, key, { cost = 1, ctx } = {}) {

@@ -2,7 +2,7 @@
 // keys, costs, skip, refund, custom denials, and the app's own Env kept.
 import { env } from "cloudflare:workers";
 import { Hono } from "hono";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { type RateLimitVariables, rateLimit } from "../../src/hono.ts";
 import { createLimiter } from "../../src/index.ts";
 import { problemOf } from "../support/problem.ts";
@@ -118,5 +118,42 @@ describe("rateLimit()", () => {
     const key = freshKey();
     expect((await get(a, "/a/x", key)).status).toBe(200);
     expect((await get(a, "/b/x", key)).status).toBe(429);
+  });
+
+  it("a shared limiter reads its own binding", async () => {
+    const limiter = createLimiter({ limits: [{ limit: 1, window: "1m" }], leases: false, binding: "OTHER" });
+    const a = new Hono<{ Bindings: { OTHER: typeof env.LIMITER } }>();
+    a.use("/x", rateLimit({ limiter }));
+    a.get("/x", (c) => c.text("ok"));
+    const res = await a.request("/x", { headers: { "x-api-key": freshKey() } }, { OTHER: env.LIMITER });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("RateLimit")).toBe('"per-minute";r=0;t=60');
+  });
+
+  it("a refund that fails leaves the handler's response as it was, and is logged by key_id", async () => {
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    const real = env.LIMITER;
+    const failing = {
+      getByName: (name: string) => {
+        const stub = real.getByName(name);
+        return {
+          take: (...args: Parameters<typeof stub.take>) => stub.take(...args),
+          giveBack: () => Promise.reject(new Error("object gone")),
+        };
+      },
+    } as unknown as typeof env.LIMITER;
+    const a = new Hono<AppEnv>();
+    a.use("/api/*", rateLimit<AppEnv>({ limits: [{ limit: 5, window: "1m" }], leases: false, refund: () => true }));
+    a.get("/api/hello", (c) => c.text("served", 201));
+    const key = freshKey();
+    const res = await a.request("/api/hello", { headers: { "x-api-key": key } }, { ...bindings, LIMITER: failing });
+    expect(res.status).toBe(201);
+    expect(await res.text()).toBe("served");
+    const lines = error.mock.calls.map((c) => JSON.parse(String(c[0])) as Record<string, unknown>);
+    const failed = lines.find((l) => l.event === "refund_failed");
+    expect(failed).toMatchObject({ message: "object gone" });
+    expect(failed?.key_id).toMatch(/^[0-9a-f]{12}$/);
+    expect(JSON.stringify(lines)).not.toContain(key);
+    error.mockRestore();
   });
 });
