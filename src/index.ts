@@ -158,7 +158,6 @@ export function createLimiter(options: LimiterOptions): Limiter {
     const found = identify(config, key, ip);
     return prefix === undefined ? found : { ...found, name: `${prefix}/${found.name}` };
   };
-  const keyed = (key: string) => named(key);
 
   return {
     config,
@@ -167,18 +166,18 @@ export function createLimiter(options: LimiterOptions): Limiter {
     identify: named,
     async limit(env, key, { cost = 1, ctx } = {}) {
       const ns = namespace(env);
-      const { name, plan } = keyed(key);
+      const { name, plan } = named(key);
       return client.limit(ns, name, plan, cost, ctx ? { waitUntil: (p) => ctx.waitUntil?.(p) } : {});
     },
     async peek(env, key, { cost = 1 } = {}) {
       const ns = namespace(env);
-      const { name, plan } = keyed(key);
+      const { name, plan } = named(key);
       return client.peek(ns, name, plan, cost);
     },
     refund: async (env, result) => client.refund(namespace(env), result),
     async reset(env, key) {
       const ns = namespace(env);
-      const { name, plan } = keyed(key);
+      const { name, plan } = named(key);
       if (!plan.limits) return;
       const limits = plan.limits;
       await callObject(() => ns.getByName(name).reset(limits, 1) as Promise<unknown>, config.objectTimeoutMs);

@@ -7,7 +7,8 @@
 import { type KeySource, type LimiterConfig, type Plan, planForKey } from "./config.ts";
 import { HttpError, unauthorized } from "./http.ts";
 
-const BEARER = /^Bearer[ \t]+(.*)$/i;
+/** `Authorization: Bearer <token>`; group 1 is the token (also the admin API's). */
+export const BEARER = /^Bearer[ \t]+(.*)$/i;
 /**
  * Printable ASCII without spaces or commas: what a key may contain. No commas, because a
  * repeated header reaches the Worker joined as `a, b` (or `a, ` with an empty second line),

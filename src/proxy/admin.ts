@@ -9,7 +9,7 @@ import { withDeadline } from "../client/policy.ts";
 import { type Config, ConfigError, type Limit, type Plan, parseLimits, planForKey } from "../config.ts";
 import { describe, parseDuration } from "../core/duration.ts";
 import { HttpError, problem } from "../http.ts";
-import { KEY_CHARS } from "../key.ts";
+import { BEARER, KEY_CHARS } from "../key.ts";
 import { type KeyStatus, MAX_TIME_MS, type Override, type RateLimiter } from "../object/index.ts";
 import { keyId, logEvent } from "../telemetry.ts";
 import { adminPage } from "./admin-page.ts";
@@ -45,8 +45,6 @@ export async function isAdminRequest(request: Request, path: string, env: AdminE
   if (path.startsWith(config.admin.path)) return true;
   return BEARER.test(request.headers.get("authorization") ?? "") && (await authorized(request, env.ADMIN_TOKEN));
 }
-
-const BEARER = /^Bearer[ \t]+(.*)$/i;
 
 type Action = "status" | "reset" | "block" | "unblock" | "override" | "override/delete";
 const ACTIONS: readonly Action[] = ["status", "reset", "block", "unblock", "override", "override/delete"];
