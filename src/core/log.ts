@@ -105,8 +105,12 @@ export class KeyLog {
     const log = new KeyLog(limits);
     const t = Math.floor(now);
     const byRing = new Map<number, SlotRow[]>();
+    // A ring whose every row was given back (cost 0) is stored, and empty: not a new tick to seed.
+    const stored = new Set<number>();
     for (const r of rows) {
-      if (!Number.isSafeInteger(r.ts) || !Number.isSafeInteger(r.cost) || r.cost <= 0) continue;
+      if (!Number.isSafeInteger(r.ts) || !Number.isSafeInteger(r.cost) || r.cost < 0) continue;
+      stored.add(r.ring);
+      if (r.cost === 0) continue;
       const list = byRing.get(r.ring);
       if (list) list.push(r);
       else byRing.set(r.ring, [r]);
@@ -115,7 +119,7 @@ export class KeyLog {
     // Rows of a ring that no longer exists must go (a rewrite deletes them).
     let rewrite = [...byRing.keys()].some((tick) => !current.has(tick));
     for (const ring of log.rings) {
-      const own = byRing.get(ring.tickMs);
+      const own = stored.has(ring.tickMs) ? (byRing.get(ring.tickMs) ?? []) : undefined;
       const window = longestWindow(ring, log);
       let slots: SlotRow[];
       if (own) {

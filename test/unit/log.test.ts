@@ -532,6 +532,19 @@ describe("restore: stored rows as the object finds them", () => {
     expect(log.peek(50).limits[0]?.remaining).toBe(3);
   });
 
+  it("keeps a ring whose every row was given back empty: it is not a new tick, seeded from another ring", () => {
+    // Found by the model test (seed 1108532162): a grant at 0, the 1 ms ring's slot gone by 1, the 2 ms ring's slot
+    // refunded. Seeding the 2 ms ring from the 1 ms ring's dead row counted the refunded unit again, and rewrote.
+    const limits = [
+      { limit: 1, windowMs: 1 },
+      { limit: 16, windowMs: 2, tickMs: 2 },
+    ];
+    const { log, rewrite } = KeyLog.restore(limits, [row(1, 0, 0, 1), row(2, 0, 0, 0)], 1);
+    expect(rewrite).toBe(false);
+    expect(slots(log)).toEqual([]);
+    expect(log.peek(1).limits.map((l) => l.remaining)).toEqual([1, 16]);
+  });
+
   it("takes its own rows in any order", () => {
     const limits = [{ limit: 5, windowMs: 100 }];
     const rows = [row(1, 2, 60, 1), row(1, 0, 20, 1), row(1, 1, 40, 2)];
