@@ -1,12 +1,25 @@
-// Vitest for Stryker (npm run test:mutation): the "unit" project alone, in plain Node. The "workers" project
-// runs inside workerd and must not be used: Stryker's runner instruments code in this process only.
+// Vitest for Stryker (npm run test:mutation), in plain Node: Stryker's runner instruments code in this process only,
+// so workerd cannot be used. The unit tests as they are; the Durable Object and integration tests against the Node
+// stand-in for workerd (test/node/: `cloudflare:workers` and `cloudflare:test` over node:sqlite). `npm test` runs the
+// same tests inside workerd, which stays the judge of what they prove.
+import { fileURLToPath } from "node:url";
 import { defineConfig } from "vitest/config";
 
+const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
+
 export default defineConfig({
+  resolve: {
+    alias: {
+      "cloudflare:workers": here("./test/node/workers.ts"),
+      "cloudflare:test": here("./test/node/test.ts"),
+    },
+  },
   test: {
-    name: "unit",
+    name: "node",
     environment: "node",
-    include: ["test/unit/**/*.test.ts"],
+    include: ["test/unit/**/*.test.ts", "test/durable/**/*.test.ts", "test/integration/**/*.test.ts"],
+    globalSetup: ["./test/node/global-setup.ts"],
+    setupFiles: ["./test/node/setup.ts"],
     // One worker reused across Stryker's many small runs (its runner already limits Vitest to one worker); the
     // unit tests pass this way, and static mutants were killed the same with isolation on.
     isolate: false,

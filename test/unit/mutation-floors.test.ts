@@ -43,8 +43,11 @@ describe("mutation floors", () => {
     const mutated = config.mutate.flatMap((pattern) => {
       if (pattern.startsWith("!")) return [];
       if (!pattern.includes("*")) return [pattern];
-      const dir = pattern.slice(0, pattern.lastIndexOf("/"));
-      return readdirSync(dir)
+      // `dir/*.ts` or `dir/**/*.ts`
+      const recursive = pattern.includes("/**/");
+      const dir = pattern.slice(0, pattern.indexOf("/*"));
+      return readdirSync(dir, { recursive })
+        .map(String)
         .filter((f) => f.endsWith(".ts"))
         .map((f) => `${dir}/${f}`);
     });
