@@ -22,6 +22,22 @@ export interface Plan {
   readonly limits: readonly Limit[] | null;
   /** Lease lifetime for this plan's keys (ms): `leases.max_lifetime`, at most 1/32 of the shortest window; 0: no leases. */
   readonly leaseMs: number;
+  /** Routes with their own budgets for this plan's keys (the plan's own `routes`, else the top-level ones). */
+  readonly routes: readonly Route[];
+}
+
+/**
+ * A route's own budget (README, "Per-route budgets"): requests matching `method` and starting with
+ * `pathPrefix` must fit these limits as well as their key's, per key.
+ */
+export interface Route {
+  readonly name: string;
+  readonly method: string | null;
+  /** Null: matched by name only (the library's `limit(…, { route })`). */
+  readonly pathPrefix: string | null;
+  readonly limits: readonly Limit[];
+  /** The plan's limits followed by the route's: what a request of this route is shown (one list, built once). */
+  readonly shown: readonly Limit[];
 }
 
 /** How isolates lease units ahead of use (README, "Leases"). */
@@ -115,6 +131,7 @@ type Obj = Record<string, unknown>;
 /** The settings of a limiter, in the proxy and in the library. */
 export const LIMITER_FIELDS = [
   "limits",
+  "routes",
   "plans",
   "anonymous",
   "costs",
@@ -142,7 +159,7 @@ export function parseConfig(vars: { ORIGIN?: unknown; RATE_LIMIT?: unknown }): C
   const rl = object(fromJsonString(vars.RATE_LIMIT, root), root);
   unknownFields(rl, [...LIMITER_FIELDS, ...PROXY_FIELDS], root);
   return {
-    ...limiterSettings(rl, root),
+    ...limiterSettings(rl, root, true),
     origin,
     originTimeoutMs: parseTimeout(rl.origin_timeout, `${root}.origin_timeout`, DEFAULTS.originTimeoutMs),
     admin: parseAdmin(rl.admin, root),
@@ -164,15 +181,17 @@ export function parseLimiterConfig(value: unknown, root: string): LimiterConfig 
     }
   }
   unknownFields(rl, LIMITER_FIELDS, root);
-  return limiterSettings(rl, root);
+  return limiterSettings(rl, root, false);
 }
 
-function limiterSettings(rl: Obj, root: string): LimiterConfig {
+/** The settings of a limiter; `routePaths`: whether every route needs a `path` (the proxy matches on nothing else). */
+function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterConfig {
   const key = parseKeySource(rl.key, root);
   const leases = parseLeases(rl.leases, root);
 
+  const routes = rl.routes === undefined ? [] : parseRoutes(rl.routes, `${root}.routes`, routePaths);
   const plans = optionalArray(rl.plans, `${root}.plans`).map((p, i) =>
-    parsePlan(p, `${root}.plans[${i}]`, key.maxLength, leases, root),
+    parsePlan(p, `${root}.plans[${i}]`, key.maxLength, leases, root, routes, routePaths),
   );
   const names = new Set<string>();
   for (const [i, p] of plans.entries()) {
@@ -186,17 +205,38 @@ function limiterSettings(rl: Obj, root: string): LimiterConfig {
     }
   }
   const defaultPlan =
-    rl.limits === undefined ? null : makePlan("default", "", parseLimits(rl.limits, `${root}.limits`), leases);
+    rl.limits === undefined
+      ? null
+      : makePlan("default", "", parseLimits(rl.limits, `${root}.limits`), leases, routes, `${root}.routes`);
   if (!defaultPlan && plans.length === 0) {
     throw new ConfigError(`${root}.limits: required (or give ${root}.plans); without limits nothing would be limited`);
   }
   let anonymous: Plan | null = null;
   if (rl.anonymous !== undefined) {
     const a = object(rl.anonymous, `${root}.anonymous`);
-    unknownFields(a, ["limits"], `${root}.anonymous`);
-    anonymous = makePlan("anonymous", "", parseLimits(a.limits, `${root}.anonymous.limits`), leases);
+    unknownFields(a, ["limits", "routes"], `${root}.anonymous`);
+    const own = a.routes === undefined ? null : parseRoutes(a.routes, `${root}.anonymous.routes`, routePaths);
+    anonymous = makePlan(
+      "anonymous",
+      "",
+      parseLimits(a.limits, `${root}.anonymous.limits`),
+      leases,
+      own ?? routes,
+      own ? `${root}.anonymous.routes` : `${root}.routes`,
+    );
   }
 
+  const takers = optionalArray(rl.plans, `${root}.plans`).filter((p) => {
+    const raw = p as Obj;
+    return raw.unlimited !== true && raw.routes === undefined;
+  });
+  const anonymousTakes = anonymous !== null && (rl.anonymous as Obj).routes === undefined;
+  if (!defaultPlan && routes.length > 0 && takers.length === 0 && !anonymousTakes) {
+    // Top-level routes that no plan takes would silently do nothing.
+    throw new ConfigError(
+      `${root}.routes: no plan uses them (every plan with limits has its own routes, and there is no ${root}.limits); remove them or move them into a plan`,
+    );
+  }
   return {
     objectTimeoutMs: parseTimeout(rl.object_timeout, `${root}.object_timeout`, DEFAULTS.objectTimeoutMs),
     leases,
@@ -336,9 +376,17 @@ function parseLeases(value: unknown, root: string): LeaseSettings {
   return { enabled, maxUnits, maxLifetimeMs };
 }
 
-function parsePlan(value: unknown, field: string, maxKeyLength: number, leases: LeaseSettings, root: string): Plan {
+function parsePlan(
+  value: unknown,
+  field: string,
+  maxKeyLength: number,
+  leases: LeaseSettings,
+  root: string,
+  routes: readonly RouteSetting[],
+  routePaths: boolean,
+): Plan {
   const p = object(value, field);
-  unknownFields(p, ["name", "key_prefix", "limits", "unlimited"], field);
+  unknownFields(p, ["name", "key_prefix", "limits", "unlimited", "routes"], field);
   const name = nonEmptyString(p.name, `${field}.name`);
   if (!/^[A-Za-z0-9_.-]+$/.test(name)) {
     throw new ConfigError(`${field}.name: use letters, digits, "_", "-" or "." only, got ${JSON.stringify(name)}`);
@@ -361,12 +409,99 @@ function parsePlan(value: unknown, field: string, maxKeyLength: number, leases: 
   if (!unlimited && p.limits === undefined) {
     throw new ConfigError(`${field}.limits: required (or set unlimited = true)`);
   }
-  return makePlan(name, keyPrefix, unlimited ? null : parseLimits(p.limits, `${field}.limits`), leases);
+  if (unlimited && p.routes !== undefined) {
+    throw new ConfigError(`${field}.routes: an unlimited plan has no budgets; remove routes or unlimited = true`);
+  }
+  if (unlimited) return makePlan(name, keyPrefix, null, leases, [], field);
+  const own = p.routes === undefined ? null : parseRoutes(p.routes, `${field}.routes`, routePaths);
+  const limits = parseLimits(p.limits, `${field}.limits`);
+  return makePlan(name, keyPrefix, limits, leases, own ?? routes, own ? `${field}.routes` : `${root}.routes`);
 }
 
-function makePlan(name: string, keyPrefix: string, limits: Limit[] | null, leases: LeaseSettings): Plan {
+/** A plan: its limits, lease lifetime, and routes (each route's limits named apart from the plan's). */
+function makePlan(
+  name: string,
+  keyPrefix: string,
+  limits: Limit[] | null,
+  leases: LeaseSettings,
+  settings: readonly RouteSetting[],
+  routesField: string,
+): Plan {
   const leaseMs = limits && leases.enabled ? Math.min(leases.maxLifetimeMs, maxLeaseMs(limits)) : 0;
-  return { name, keyPrefix, limits, leaseMs };
+  if (!limits) return { name, keyPrefix, limits, leaseMs, routes: [] };
+  const routes = settings.map((r, i): Route => {
+    for (const [j, l] of r.limits.entries()) {
+      if (limits.some((k) => k.name === l.name)) {
+        throw new ConfigError(
+          `${routesField}[${i}].limits[${j}].name: ${JSON.stringify(l.name)} is also a limit of plan ${JSON.stringify(name)}; the headers show both, so give the route's limit another name`,
+        );
+      }
+    }
+    return { ...r, shown: [...limits, ...r.limits] };
+  });
+  return { name, keyPrefix, limits, leaseMs, routes };
+}
+
+/** A route as parsed, before it is joined to a plan's limits. */
+type RouteSetting = Omit<Route, "shown">;
+
+/** The shape of a route's name: it names the route in headers, logs and the admin API. */
+const ROUTE_NAME = /^[a-z][a-z0-9_.-]*$/;
+
+/** `routes = [{ name, method?, path, limits }]`: first match wins; a route an earlier one always matches first is an error. */
+function parseRoutes(value: unknown, field: string, pathRequired: boolean): RouteSetting[] {
+  const routes = array(value, field).map((item, i): RouteSetting => {
+    const f = `${field}[${i}]`;
+    const r = object(item, f);
+    unknownFields(r, ["name", "method", "path", "limits"], f);
+    const name = nonEmptyString(r.name, `${f}.name`);
+    if (!ROUTE_NAME.test(name) || name.length > 64) {
+      throw new ConfigError(
+        `${f}.name: use up to 64 lower-case letters, digits, "_", "-" or ".", starting with a letter, got ${JSON.stringify(name)}`,
+      );
+    }
+    const { method, pathPrefix } =
+      r.path === undefined && !pathRequired ? { method: null, pathPrefix: null } : parseMatch(r, f);
+    if (pathPrefix === null && r.method !== undefined) {
+      throw new ConfigError(`${f}.path: required with a method (a route is matched on both)`);
+    }
+    const limits = parseLimits(r.limits, `${f}.limits`, (l) =>
+      Array.isArray(r.limits) && r.limits.length === 1 ? name : `${name}-${l}`,
+    );
+    return { name, method, pathPrefix, limits };
+  });
+  for (const [i, r] of routes.entries()) {
+    const twin = routes.findIndex((q, j) => j < i && q.name === r.name);
+    if (twin !== -1) {
+      throw new ConfigError(`${field}[${i}].name: ${JSON.stringify(r.name)} is already used by ${field}[${twin}]`);
+    }
+  }
+  shadowed(routes, field);
+  return routes;
+}
+
+/** A rule that matches requests: an optional method and a path prefix (null: a route matched by name only). */
+interface Match {
+  readonly method: string | null;
+  readonly pathPrefix: string | null;
+}
+
+/** Fails on a rule that an earlier one always matches first (costs, routes): it could never apply. */
+function shadowed(rules: readonly Match[], field: string): void {
+  for (const [i, r] of rules.entries()) {
+    const path = r.pathPrefix;
+    if (path === null) continue;
+    const earlier = rules.findIndex(
+      (q, j) =>
+        j < i && q.pathPrefix !== null && (q.method === null || q.method === r.method) && path.startsWith(q.pathPrefix),
+    );
+    if (earlier !== -1) {
+      const q = rules[earlier] as Match;
+      throw new ConfigError(
+        `${field}[${i}]: ${r.method ?? "any method"} ${JSON.stringify(r.pathPrefix)} never applies, every such request already matches ${field}[${earlier}] (${q.method ?? "any method"} ${JSON.stringify(q.pathPrefix)}) and the first match wins; put the more specific rule first`,
+      );
+    }
+  }
 }
 
 const WINDOW_NAMES: Readonly<Record<number, string>> = {
@@ -381,7 +516,11 @@ const WINDOW_NAMES: Readonly<Record<number, string>> = {
  *
  * @throws ConfigError naming `field[i]`
  */
-export function parseLimits(value: unknown, field: string): Limit[] {
+export function parseLimits(
+  value: unknown,
+  field: string,
+  defaultName: (windowName: string) => string = (w) => w,
+): Limit[] {
   const list = array(value, field);
   if (list.length === 0) throw new ConfigError(`${field}: expected at least one limit`);
   const limits = list.map((item, i): Limit => {
@@ -396,7 +535,7 @@ export function parseLimits(value: unknown, field: string): Limit[] {
     const windowMs = wrap(() => parseDuration(l.window, `${f}.window`));
     let name: string;
     if (l.name === undefined) {
-      name = WINDOW_NAMES[windowMs] ?? `per-${formatDuration(windowMs)}`;
+      name = defaultName(WINDOW_NAMES[windowMs] ?? `per-${formatDuration(windowMs)}`);
     } else {
       name = nonEmptyString(l.name, `${f}.name`);
       // The name goes into RateLimit-Policy as a structured-field string: printable ASCII only.
@@ -437,17 +576,7 @@ export function parseLimits(value: unknown, field: string): Limit[] {
 
 function parseCosts(value: unknown, root: string): CostRule[] {
   const rules = optionalArray(value, `${root}.costs`).map((c, i) => parseCost(c, `${root}.costs[${i}]`));
-  for (const [i, r] of rules.entries()) {
-    const earlier = rules.findIndex(
-      (q, j) => j < i && (q.method === null || q.method === r.method) && r.pathPrefix.startsWith(q.pathPrefix),
-    );
-    if (earlier !== -1) {
-      const q = rules[earlier] as CostRule;
-      throw new ConfigError(
-        `${root}.costs[${i}]: ${r.method ?? "any method"} ${JSON.stringify(r.pathPrefix)} never applies, every such request already matches ${root}.costs[${earlier}] (${q.method ?? "any method"} ${JSON.stringify(q.pathPrefix)}) and the first match wins; put the more specific rule first`,
-      );
-    }
-  }
+  shadowed(rules, `${root}.costs`);
   return rules;
 }
 
@@ -457,6 +586,16 @@ const NOT_IN_PATHNAME = /[^\x21-\x7e]|["#<>?`{}\\]/;
 function parseCost(value: unknown, field: string): CostRule {
   const c = object(value, field);
   unknownFields(c, ["method", "path", "cost"], field);
+  const { method, pathPrefix } = parseMatch(c, field);
+  const cost = c.cost;
+  if (typeof cost !== "number" || !Number.isSafeInteger(cost) || cost < 0) {
+    throw new ConfigError(`${field}.cost: expected a whole number ≥ 0 (0 means not limited), got ${describe(cost)}`);
+  }
+  return { method, pathPrefix, cost };
+}
+
+/** A rule's `method` (optional) and `path` prefix, written as requests' normalised paths are (README, "Paths"). */
+function parseMatch(c: Obj, field: string): { method: string | null; pathPrefix: string } {
   const method = c.method === undefined ? null : nonEmptyString(c.method, `${field}.method`).toUpperCase();
   if (method !== null && !/^[A-Z]+$/.test(method)) {
     throw new ConfigError(`${field}.method: expected an HTTP method such as "POST", got ${JSON.stringify(c.method)}`);
@@ -483,11 +622,7 @@ function parseCost(value: unknown, field: string): CostRule {
       `${field}.path: requests are matched on their normalised path (README, "Paths"), so write it as ${normal ? JSON.stringify(normal) : "a path without dot segments"}, got ${JSON.stringify(pathPrefix)}`,
     );
   }
-  const cost = c.cost;
-  if (typeof cost !== "number" || !Number.isSafeInteger(cost) || cost < 0) {
-    throw new ConfigError(`${field}.cost: expected a whole number ≥ 0 (0 means not limited), got ${describe(cost)}`);
-  }
-  return { method, pathPrefix, cost };
+  return { method, pathPrefix };
 }
 
 function parseKeySource(value: unknown, root: string): KeySource {
@@ -604,6 +739,14 @@ function wrap<T>(f: () => T): T {
 export function planForKey(config: LimiterConfig, key: string): Plan | null {
   for (const p of config.plans) if (key.startsWith(p.keyPrefix)) return p;
   return config.defaultPlan;
+}
+
+/** The route whose budget a request of `plan` also uses: the first of the plan's routes it matches, else null. */
+export function routeFor(plan: Plan, method: string, path: string): Route | null {
+  for (const r of plan.routes) {
+    if (r.pathPrefix !== null && (r.method === null || r.method === method) && path.startsWith(r.pathPrefix)) return r;
+  }
+  return null;
 }
 
 /** The cost of a request: the first matching rule's, else 1. */

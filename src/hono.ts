@@ -14,7 +14,7 @@ import type { Context, Env, MiddlewareHandler } from "hono";
 import type { Background, LimiterNamespace } from "./client/index.ts";
 import { errorName } from "./client/policy.ts";
 import type { RateLimitResult } from "./client/result.ts";
-import { costFor } from "./config.ts";
+import { costFor, routeFor } from "./config.ts";
 import { copyHeaders, HttpError, refusal } from "./http.ts";
 import { createLimiter, type Limiter, type LimiterOptions, namespaceOf } from "./index.ts";
 import { readKey } from "./key.ts";
@@ -100,17 +100,15 @@ export function rateLimit<E extends Env = Env>(
 
   /** The request's decision, or null when it costs nothing. */
   async function decide(c: Context<E>): Promise<Decided | null> {
+    const path = normalized(new URL(c.req.url).pathname, config).match;
     const units =
-      cost === undefined
-        ? costFor(config, c.req.method, normalized(new URL(c.req.url).pathname, config).match)
-        : typeof cost === "number"
-          ? cost
-          : await cost(c);
+      cost === undefined ? costFor(config, c.req.method, path) : typeof cost === "number" ? cost : await cost(c);
     if (units === 0) return null;
     const k = typeof key === "function" ? (await key(c)) || null : readKey(c.req.raw, config.key);
     const { name, plan } = limiter.identify(k, c.req.header("cf-connecting-ip") ?? null);
     const ns = namespaceOf(c.env as object, binding);
-    const result = await client.limit(ns, name, plan, units, background(c));
+    const route = routeFor(plan, c.req.method, path);
+    const result = await client.limit(ns, name, plan, units, background(c), route);
     await recordDecision(c.env as object, name, result);
     return { result, ns, name };
   }

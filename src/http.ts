@@ -79,6 +79,7 @@ export function refusal(r: RateLimitResult): Response {
     status: 429,
     detail,
     violated_policies: names,
+    ...(r.route === null ? {} : { route: r.route }),
     retry_after: never ? null : seconds(r.retryAfterMs),
     retry_after_ms: never ? null : r.retryAfterMs,
   };

@@ -16,7 +16,7 @@ import type { HeaderForm } from "./client/headers.ts";
 import { type Background, LimiterClient, type LimiterNamespace } from "./client/index.ts";
 import { callObject } from "./client/policy.ts";
 import type { RateLimitResult } from "./client/result.ts";
-import { ConfigError, type LimiterConfig, parseLimiterConfig } from "./config.ts";
+import { ConfigError, type LimiterConfig, type Plan, parseLimiterConfig, type Route } from "./config.ts";
 import type { Duration } from "./core/duration.ts";
 import { checkKey, type Identity, identify } from "./key.ts";
 
@@ -39,12 +39,23 @@ export interface LimitSetting {
   readonly name?: string;
 }
 
-/** A plan chosen by key prefix: its own limits, or none (`unlimited`). */
+/** A plan chosen by key prefix: its own limits (and routes, in place of the top-level ones), or none (`unlimited`). */
 export interface PlanSetting {
   readonly name: string;
   readonly key_prefix: string;
   readonly limits?: readonly LimitSetting[];
+  readonly routes?: readonly RouteSetting[];
   readonly unlimited?: boolean;
+}
+
+/** A route with its own budget per key: requests of it must fit these limits as well as the key's. */
+export interface RouteSetting {
+  /** Lower-case letters, digits, `_`, `-`, `.`; names the route's limits in the headers by default. */
+  readonly name: string;
+  /** Matched by the hono middleware (optional here: `limit(…, { route: name })` needs none). */
+  readonly method?: string;
+  readonly path?: string;
+  readonly limits: readonly LimitSetting[];
 }
 
 /**
@@ -57,6 +68,11 @@ export interface LimiterSettings {
   readonly plans?: readonly PlanSetting[];
   /** Limits for requests without a key, per client IP (the hono middleware only). */
   readonly anonymous?: { readonly limits: readonly LimitSetting[] };
+  /**
+   * Routes with their own budget per key (README, "Per-route budgets"): `limit(…, { route })` names
+   * one; the hono middleware matches `method` and `path` when it is given no `route`.
+   */
+  readonly routes?: readonly RouteSetting[];
   /** What a request costs by method and path prefix (the hono middleware, when it is given no `cost`). */
   readonly costs?: readonly { readonly method?: string; readonly path: string; readonly cost: number }[];
   /** Where the hono middleware reads keys when it is given no `key` function, and what a key may be. */
@@ -95,6 +111,21 @@ export interface LimiterOptions extends LimiterSettings {
   readonly clock?: () => number;
 }
 
+/** The options of one `limit()` call. */
+export interface LimitCallOptions {
+  /** The request's units (default 1). */
+  readonly cost?: number;
+  /** The runtime's execution context: lease refills and give-backs outlive the response. */
+  readonly ctx?: Background;
+  /**
+   * A route's name from `routes`: the request must fit that route's budget too (for keys whose plan
+   * has no route of that name, the key's limits alone apply).
+   *
+   * @throws RangeError when no plan has a route of that name
+   */
+  readonly route?: string;
+}
+
 /** A limiter: one client (its leases and deny cache) for one configuration. */
 export interface Limiter {
   /** The parsed configuration. */
@@ -110,9 +141,9 @@ export interface Limiter {
    *
    * @throws HttpError 400 for a malformed key, 401 for a key that matches no plan or `key.pattern`
    */
-  limit(env: object, key: string, options?: { cost?: number; ctx?: Background }): Promise<RateLimitResult>;
+  limit(env: object, key: string, options?: LimitCallOptions): Promise<RateLimitResult>;
   /** What a request of `cost` (default 1) would get now, consuming nothing (`reason: "peek"` when it would pass). */
-  peek(env: object, key: string, options?: { cost?: number }): Promise<RateLimitResult>;
+  peek(env: object, key: string, options?: Omit<LimitCallOptions, "ctx">): Promise<RateLimitResult>;
   /**
    * Gives back exactly what `result` was granted (once): the request is not counted. Resolves
    * false when there was nothing to give back.
@@ -164,15 +195,16 @@ export function createLimiter(options: LimiterOptions): Limiter {
     binding,
     client,
     identify: named,
-    async limit(env, key, { cost = 1, ctx } = {}) {
+    async limit(env, key, { cost = 1, ctx, route } = {}) {
       const ns = namespace(env);
       const { name, plan } = named(key);
-      return client.limit(ns, name, plan, cost, ctx ? { waitUntil: (p) => ctx.waitUntil?.(p) } : {});
+      const bg = ctx ? { waitUntil: (p: Promise<unknown>) => ctx.waitUntil?.(p) } : {};
+      return client.limit(ns, name, plan, cost, bg, routeNamed(config, plan, route));
     },
-    async peek(env, key, { cost = 1 } = {}) {
+    async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);
       const { name, plan } = named(key);
-      return client.peek(ns, name, plan, cost);
+      return client.peek(ns, name, plan, cost, routeNamed(config, plan, route));
     },
     refund: async (env, result) => client.refund(namespace(env), result),
     async reset(env, key) {
@@ -180,10 +212,28 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const { name, plan } = named(key);
       if (!plan.limits) return;
       const limits = plan.limits;
-      await callObject(() => ns.getByName(name).reset(limits, 1) as Promise<unknown>, config.objectTimeoutMs);
+      const routes = plan.routes.map((r) => ({ name: r.name, limits: r.limits }));
+      await callObject(() => ns.getByName(name).reset(limits, 1, routes) as Promise<unknown>, config.objectTimeoutMs);
       client.forget(ns, name);
     },
   };
+}
+
+/**
+ * The plan's route called `name`; null without a name, or when the plan has no such route (its
+ * keys have the key's limits only).
+ *
+ * @throws RangeError when no plan has a route of that name (a typo would otherwise limit nothing)
+ */
+export function routeNamed(config: LimiterConfig, plan: Plan, name: string | undefined): Route | null {
+  if (name === undefined) return null;
+  const route = plan.routes.find((r) => r.name === name);
+  if (route) return route;
+  const plans = [config.defaultPlan, config.anonymous, ...config.plans];
+  if (!plans.some((p) => p?.routes.some((r) => r.name === name))) {
+    throw new RangeError(`route: no plan has a route named ${JSON.stringify(name)}`);
+  }
+  return null;
 }
 
 /** `env[binding]`, checked to be a Durable Object namespace. */

@@ -10,7 +10,7 @@ import { type RateLimitResult, violated } from "./client/result.ts";
 /** What telemetry reads of a decision (a {@link RateLimitResult}). */
 export type DecisionRecord = Pick<
   RateLimitResult,
-  "plan" | "cost" | "reason" | "allowed" | "at" | "retryAfterMs" | "limits"
+  "plan" | "route" | "cost" | "reason" | "allowed" | "at" | "retryAfterMs" | "limits"
 >;
 
 /** One data point, as Analytics Engine's `writeDataPoint` takes it. */
@@ -66,7 +66,7 @@ export function logEvent(
 /**
  * The data point of one decision. `index1`: key_id. Blobs: reason, plan, `"allowed"`/`"denied"`
  * (whether the request was served), the refusing limits' names joined by `,`, the key kind
- * (`key`/`ip`). Doubles: cost, 1 when allowed else 0, the exact wait in ms (0 when the limits
+ * (`key`/`ip`), the route whose budget applied (`""`: none). Doubles: cost, 1 when allowed else 0, the exact wait in ms (0 when the limits
  * fit, −1 when it can never pass).
  */
 export function dataPoint(name: string, e: DecisionRecord, id: string): DataPoint {
@@ -79,6 +79,7 @@ export function dataPoint(name: string, e: DecisionRecord, id: string): DataPoin
       e.allowed ? "allowed" : "denied",
       violated(e).join(","),
       name.slice(0, name.indexOf(":")),
+      e.route ?? "",
     ],
     doubles: [e.cost, e.allowed ? 1 : 0, retry],
   };
@@ -99,6 +100,7 @@ export async function recordDecision(env: TelemetryEnv, name: string, e: Decisio
     logEvent(e.reason === "shadow" ? "shadow_deny" : "denied", {
       reason: e.reason,
       plan: e.plan,
+      ...(e.route === null ? {} : { route: e.route }),
       key_id: id,
       cost: e.cost,
       violated: violated(e),

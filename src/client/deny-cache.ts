@@ -54,6 +54,13 @@ export class DenyCache {
     this.#entries.delete(name);
   }
 
+  /** Deletes a key's entry and its routes' entries (`<key>\0<route>`): after an operator's change to the key. */
+  deleteKey(name: string): void {
+    this.#entries.delete(name);
+    const routes = `${name}\u0000`;
+    for (const k of this.#entries.keys()) if (k.startsWith(routes)) this.#entries.delete(k);
+  }
+
   get size(): number {
     return this.#entries.size;
   }

@@ -5,7 +5,8 @@
  * Engine, the proxy and the library's users all read. Two clients share nothing.
  */
 
-import type { Limit, LimiterConfig, Plan } from "../config.ts";
+import type { Limit, LimiterConfig, Plan, Route } from "../config.ts";
+import type { RouteBudget } from "../core/budgets.ts";
 import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
 import type { Ask } from "../core/log.ts";
@@ -30,10 +31,15 @@ export interface LimiterNamespace {
 
 /** The object's RPC methods the client calls (see src/object/index.ts). */
 export interface LimiterStub {
-  take(limits: readonly LimitSpec[], ask: Ask): Promise<Decision>;
-  giveBack(limits: readonly LimitSpec[], recordedAt: readonly number[], units: number): Promise<number>;
-  peek(limits: readonly LimitSpec[], cost: number): Promise<Decision>;
-  reset(limits: readonly LimitSpec[], buckets: number): Promise<unknown>;
+  take(limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Promise<Decision>;
+  giveBack(
+    limits: readonly LimitSpec[],
+    recordedAt: readonly number[],
+    units: number,
+    route?: RouteBudget,
+  ): Promise<number>;
+  peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget): Promise<Decision>;
+  reset(limits: readonly LimitSpec[], buckets: number, routes?: readonly RouteBudget[]): Promise<unknown>;
 }
 
 /** Keeps background work (lease refills, give-backs) alive after the response: the runtime's `waitUntil`. */
@@ -70,6 +76,13 @@ interface Grant {
   /** The lease it was spent from, and that lease's key entry (null: the object granted it). */
   readonly held: HeldLease | null;
   readonly entry: KeyLeases | null;
+  /** The route budget it was also recorded in. */
+  readonly route?: RouteBudget;
+}
+
+/** What the object is sent of a route: its name and limits. */
+function budget(route: Route): RouteBudget {
+  return { name: route.name, limits: route.limits };
 }
 
 export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
@@ -107,17 +120,21 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     plan: Plan,
     cost: number,
     bg: Background = {},
+    route: Route | null = null,
   ): Promise<RateLimitResult> {
     if (!Number.isSafeInteger(cost) || cost < 1) {
       throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)} (peek() reads without consuming)`);
     }
     const limits = plan.limits;
     if (!limits) return this.#finish(plan, [], cost, "unlimited", true, [], [], 0, this.now());
+    const all = route?.shown ?? limits;
     // Every limit is at least 1, so only a cost above 1 can exceed one.
-    if (cost > 1 && limits.some((l) => cost > l.limit)) {
-      const exceeded = limits.map((l) => cost > l.limit);
-      return this.#finish(plan, limits, cost, "too_costly", false, [], exceeded, Number.POSITIVE_INFINITY, this.now());
+    if (cost > 1 && all.some((l) => cost > l.limit)) {
+      const exceeded = all.map((l) => cost > l.limit);
+      const never = Number.POSITIVE_INFINITY;
+      return this.#finish(plan, all, cost, "too_costly", false, [], exceeded, never, this.now(), route);
     }
+    if (route) return this.#decideRoute(ns, name, plan, limits, route, cost, bg);
     return this.#decide(ns, name, plan, limits, cost, bg);
   }
 
@@ -126,7 +143,13 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * whether it would be granted now, `retryAfterMs` when it would be. Units this isolate holds
    * on lease count as remaining.
    */
-  async peek(ns: LimiterNamespace, name: string, plan: Plan, cost = 1): Promise<RateLimitResult> {
+  async peek(
+    ns: LimiterNamespace,
+    name: string,
+    plan: Plan,
+    cost = 1,
+    route: Route | null = null,
+  ): Promise<RateLimitResult> {
     if (!Number.isSafeInteger(cost) || cost < 1) {
       throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)}`);
     }
@@ -135,15 +158,16 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     let d: Decision;
     try {
       d = await callObject(
-        () => ns.getByName(name).peek(limits, cost),
+        () => (route ? ns.getByName(name).peek(limits, cost, budget(route)) : ns.getByName(name).peek(limits, cost)),
         this.config.objectTimeoutMs,
         (e) => this.#log("limiter_retry", name, e, "warn"),
       );
     } catch (e) {
-      return this.#failed(plan, cost, e);
+      return this.#failed(plan, cost, e, route);
     }
-    const shown = this.#shown(limits, d.limitsOverride);
-    const entry = this.leases.get(name);
+    const shown = this.#shown(limits, d.limitsOverride, route);
+    // Units this isolate holds on lease count as remaining, for the key's own limits (route requests never lease).
+    const entry = route ? undefined : this.leases.get(name);
     let held = 0;
     const now = this.now();
     if (entry && d.blockedBy === undefined) {
@@ -151,10 +175,10 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         if (now < h.expiresAt && sameLimits(h.applied, d.limitsOverride ?? null)) held += h.left;
     }
     const states = d.limits.map((l) => withLease(l, held));
-    if (d.allowed || held >= cost) return this.#finish(plan, shown, cost, "peek", true, states, [], 0, d.now);
+    if (d.allowed || held >= cost) return this.#finish(plan, shown, cost, "peek", true, states, [], 0, d.now, route);
     const reason = d.blockedBy !== undefined ? "blocked" : d.neverAllowed ? "too_costly" : "over_limit";
     const exceeded = d.limits.map((l) => l.exceeded);
-    return this.#finish(plan, shown, cost, reason, false, states, exceeded, d.retryAfterMs, d.now);
+    return this.#finish(plan, shown, cost, reason, false, states, exceeded, d.retryAfterMs, d.now, route);
   }
 
   /**
@@ -179,7 +203,10 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       return true;
     }
     await callObject(
-      () => ns.getByName(g.name).giveBack(g.limits, g.recordedAt, g.units),
+      () =>
+        g.route
+          ? ns.getByName(g.name).giveBack(g.limits, g.recordedAt, g.units, g.route)
+          : ns.getByName(g.name).giveBack(g.limits, g.recordedAt, g.units),
       this.config.objectTimeoutMs,
       (e) => this.#log("limiter_retry", g.name, e, "warn"),
     );
@@ -191,10 +218,64 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * cached denial for the key, so its next request asks the object.
    */
   forget(ns: LimiterNamespace, name: string, bg: Background = {}): void {
-    this.denyCache.delete(name);
+    this.denyCache.deleteKey(name);
     const unused: Unused[] = [];
     this.leases.drop(name, unused);
     this.#giveBack(ns, unused, bg);
+  }
+
+  /**
+   * A request of a route with its own budget: per request at the key's object, which checks the
+   * key's limits and the route's together and records in both or neither. It never spends or asks
+   * for leases (a lease counts only in the key's budget); its deny cache entry is the route's own.
+   */
+  async #decideRoute(
+    ns: LimiterNamespace,
+    name: string,
+    plan: Plan,
+    limits: readonly Limit[],
+    route: Route,
+    cost: number,
+    bg: Background,
+  ): Promise<RateLimitResult> {
+    const now = this.now();
+    const cached = routeEntry(name, route);
+    if (!this.config.shadow) {
+      const blocked = this.denyCache.get(cached, now);
+      const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
+      if (blocked && retryAt !== undefined) {
+        return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now, route);
+      }
+    }
+    let d: Decision;
+    try {
+      d = await this.#ask(ns, name, limits, { cost }, budget(route));
+    } catch (e) {
+      return this.#failed(plan, cost, e, route);
+    }
+    this.#remember(cached, d, cost, now);
+    const unused: Unused[] = [];
+    this.#observe(name, d, unused);
+    this.#giveBack(ns, unused, bg);
+    const shown = this.#shown(limits, d.limitsOverride, route);
+    if (!d.allowed) {
+      const reason = d.blockedBy !== undefined ? "blocked" : "over_limit";
+      const exceeded = d.limits.map((l) => l.exceeded);
+      return this.#finish(plan, shown, cost, reason, false, d.limits, exceeded, d.retryAfterMs, d.now, route);
+    }
+    const result = this.#finish(plan, shown, cost, "granted", true, d.limits, [], 0, d.now, route);
+    if (d.recordedAt) {
+      this.#grants.set(result, {
+        name,
+        limits,
+        recordedAt: d.recordedAt,
+        units: cost,
+        held: null,
+        entry: null,
+        route: budget(route),
+      });
+    }
+    return result;
   }
 
   async #decide(
@@ -284,6 +365,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     exceeded: readonly boolean[],
     retryAfterMs: number,
     at: number,
+    route: Route | null = null,
   ): RateLimitResult {
     let allowed = fits;
     let why = reason;
@@ -309,7 +391,17 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const headers = new Headers();
     if (!unavailable) setRateLimitHeaders(headers, this.config.headers, shown, states, at);
     if (!allowed && Number.isFinite(wait)) headers.set("Retry-After", String(seconds(wait)));
-    return { allowed, reason: why, plan: plan.name, cost, retryAfterMs: wait, limits, at, headers };
+    return {
+      allowed,
+      reason: why,
+      plan: plan.name,
+      route: route?.name ?? null,
+      cost,
+      retryAfterMs: wait,
+      limits,
+      at,
+      headers,
+    };
   }
 
   /** A request served from a lease: the object's view at the grant, plus what the lease still holds. */
@@ -339,12 +431,13 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     blocked: Blocked,
     retryAt: number,
     now: number,
+    route: Route | null = null,
   ): RateLimitResult {
     const states = blocked.freeAt.map((at) => (at > now ? { remaining: 0, resetMs: at - now } : null));
     const isBlock = blocked.blockedBy !== undefined && now < blocked.blockedBy;
     // A block refuses whatever the limits say: no limit is what refused it.
     const exceeded = blocked.freeAt.map((at) => !isBlock && at > now);
-    const shown = this.#shown(limits, blocked.applied);
+    const shown = this.#shown(limits, blocked.applied, route);
     return this.#finish(
       plan,
       shown,
@@ -355,28 +448,36 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       exceeded,
       retryAt - now,
       now,
+      route,
     );
   }
 
   /** The object's call was late or failed: a result for the failure mode. */
-  #failed(plan: Plan, cost: number, e: unknown): RateLimitResult {
+  #failed(plan: Plan, cost: number, e: unknown, route: Route | null = null): RateLimitResult {
     const reason: Reason = e instanceof LimiterTimeout ? "limiter_timeout" : "limiter_error";
     logEvent(
       "limiter_unavailable",
       { reason, failure_mode: this.config.failureMode, overloaded: isOverloaded(e), message: errorName(e) },
       "error",
     );
-    return this.#finish(plan, plan.limits ?? [], cost, reason, false, [], [], 0, this.now());
+    return this.#finish(plan, route?.shown ?? plan.limits ?? [], cost, reason, false, [], [], 0, this.now(), route);
   }
 
-  /** The limits to show: the plan's, or an operator's override (one list per distinct override). */
-  #shown(limits: readonly Limit[], override: readonly NamedLimit[] | null | undefined): readonly Limit[] {
-    if (!override) return limits;
-    const id = JSON.stringify(override);
+  /**
+   * The limits to show: the plan's, or an operator's override (one list per distinct override), then
+   * the route's when the request has one.
+   */
+  #shown(
+    limits: readonly Limit[],
+    override: readonly NamedLimit[] | null | undefined,
+    route: Route | null = null,
+  ): readonly Limit[] {
+    if (!override) return route?.shown ?? limits;
+    const id = route ? `${JSON.stringify(override)}\u0000${route.name}` : JSON.stringify(override);
     let view = this.#views.get(id);
     if (!view) {
       if (this.#views.size >= 1000) this.#views.clear();
-      view = override as readonly Limit[];
+      view = route ? [...(override as readonly Limit[]), ...route.limits] : (override as readonly Limit[]);
       this.#views.set(id, view);
     }
     return view;
@@ -386,17 +487,14 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * One call to the key's object under the deadline and retry policy. Stubs are not cached across
    * requests: workerd binds a stub to the request that made it.
    */
-  #ask(ns: LimiterNamespace, name: string, limits: readonly Limit[], ask: Ask): Promise<Decision> {
+  #ask(ns: LimiterNamespace, name: string, limits: readonly Limit[], ask: Ask, route?: RouteBudget): Promise<Decision> {
     const start = this.now();
     return callObject(
       () =>
-        ns
-          .getByName(name)
-          .take(limits, ask)
-          .then((d) => {
-            this.leases.observeRtt(this.now() - start);
-            return d;
-          }),
+        (route ? ns.getByName(name).take(limits, ask, route) : ns.getByName(name).take(limits, ask)).then((d) => {
+          this.leases.observeRtt(this.now() - start);
+          return d;
+        }),
       this.config.objectTimeoutMs,
       (e) => this.#log("limiter_retry", name, e, "warn"),
     );
@@ -497,6 +595,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   #log(event: string, name: string, e: unknown, level: "warn" | "error" = "error"): void {
     void keyId(name).then((id) => logEvent(event, { key_id: id, message: errorName(e) }, level));
   }
+}
+
+/** The deny cache entry of a route's requests: the key's name and the route's (a NUL byte is in neither). */
+function routeEntry(name: string, route: Route): string {
+  return `${name}\u0000${route.name}`;
 }
 
 function shortestWindow(limits: readonly Limit[]): number {

@@ -51,6 +51,8 @@ export interface RateLimitResult {
   readonly reason: Reason;
   /** The plan that applied (`"default"`, `"anonymous"`, or a plan's name). */
   readonly plan: string;
+  /** The route whose budget applied as well (README, "Per-route budgets"), or null. */
+  readonly route: string | null;
   /** The units the request asked for. */
   readonly cost: number;
   /**
@@ -59,7 +61,7 @@ export interface RateLimitResult {
    * the limits would have imposed. 0 otherwise.
    */
   readonly retryAfterMs: number;
-  /** Per limit applied (an operator's override, else the plan's), in order. */
+  /** Per limit applied (an operator's override, else the plan's), in order, then the route's limits. */
   readonly limits: readonly LimitResult[];
   /** When it was decided (ms since the epoch): the object's clock when the object decided, else this isolate's. */
   readonly at: number;

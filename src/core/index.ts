@@ -1,4 +1,5 @@
 /** @module The pure core: durations, limits and their rings, and the exact decision. No runtime imports. */
+export { combine, type RouteBudget, type TakenTogether, takeTogether } from "./budgets.ts";
 export type { Decision, Lease, LimitStatus, NamedLimit } from "./decision.ts";
 export { type Duration, type DurationUnit, formatDuration, MAX_DURATION_MS, parseDuration } from "./duration.ts";
 export {

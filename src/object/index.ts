@@ -7,6 +7,7 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
+import { combine, type RouteBudget, takeTogether } from "../core/budgets.ts";
 import type { Decision, NamedLimit } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
 import { type Ask, type History, KeyLog } from "../core/log.ts";
@@ -14,6 +15,8 @@ import type { SlotRow } from "../core/ring.ts";
 
 const UPSERT =
   "INSERT INTO grants (ring, key, ts, cost) VALUES (?, ?, ?, ?) ON CONFLICT (ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
+const ROUTE_UPSERT =
+  "INSERT INTO route_grants (route, ring, key, ts, cost) VALUES (?, ?, ?, ?, ?) ON CONFLICT (route, ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
 
 /**
  * The latest time an operator may give (a block's end, an override's expiry), and the latest alarm
@@ -57,6 +60,8 @@ export interface KeyStatus {
   readonly history: History & { readonly limit: number };
   /** Whether the key has any stored state at all. */
   readonly stored: boolean;
+  /** Each route budget asked about, as a request of that route of cost 0 would see it (its own limits only). */
+  readonly routes: readonly { readonly name: string; readonly decision: Decision }[];
 }
 
 export class RateLimiter extends DurableObject<unknown> {
@@ -71,6 +76,8 @@ export class RateLimiter extends DurableObject<unknown> {
   #tables = false;
   #blockUntil: number | null = null;
   #override: Override | null = null;
+  /** Route budgets' logs in memory, by route name (README, "Per-route budgets"). */
+  readonly #routes = new Map<string, KeyLog>();
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
@@ -95,50 +102,85 @@ export class RateLimiter extends DurableObject<unknown> {
    * for a grant, nothing for a denial. Synchronous up to the alarm, so no other call interleaves;
    * the output gate holds the answer until the rows are durable.
    */
-  take(limits: readonly LimitSpec[], ask: Ask): Decision | Promise<Decision> {
+  take(limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Decision | Promise<Decision> {
     try {
       const now = this.clock();
       const override = this.#activeOverride(now);
       const log = this.#logFor(override?.limits ?? limits);
+      if (route !== undefined) return this.#takeRoute(now, log, override, ask, route);
       if (this.#blockUntil !== null && this.#blockUntil > now) {
         return withOverride(log.refuse(now, ask.cost, this.#blockUntil), override);
       }
       const { decision, writes } = log.take(now, ask);
       this.#write(writes);
-      const out = withOverride(decision, override);
-      if (writes.length === 0 || this.#alarmAt !== null) return out;
-      this.#alarmAt = log.idleAt;
-      return this.ctx.storage.setAlarm(Math.min(this.#alarmAt, MAX_TIME_MS)).then(() => out);
+      return this.#armAfter(writes.length > 0, log.idleAt, withOverride(decision, override));
     } catch (e) {
       return Promise.reject(e); // as from an async method: invalid input is a rejection
     }
   }
 
   /**
+   * A request of a route with its own budget: it must fit the key's limits and the route's, and is
+   * recorded in both or neither, per request (a route's requests never lease).
+   */
+  #takeRoute(
+    now: number,
+    log: KeyLog,
+    override: Override | null,
+    ask: Ask,
+    route: RouteBudget,
+  ): Decision | Promise<Decision> {
+    const routeLog = this.#routeLogFor(route);
+    if (this.#blockUntil !== null && this.#blockUntil > now) {
+      const until = this.#blockUntil;
+      return withOverride(combine([log.refuse(now, ask.cost, until), routeLog.refuse(now, ask.cost, until)]), override);
+    }
+    const { decision, writes } = takeTogether([log, routeLog], now, ask.cost);
+    const [own = [], routed = []] = writes;
+    this.#write(own);
+    for (const w of routed) this.#sql.exec(ROUTE_UPSERT, route.name, w.ring, w.key, w.ts, w.cost);
+    return this.#armAfter(own.length > 0, Math.max(log.idleAt, routeLog.idleAt), withOverride(decision, override));
+  }
+
+  /** Sets the idle alarm at `idleAt` after a write when none is set, then answers `out`. */
+  #armAfter(wrote: boolean, idleAt: number, out: Decision): Decision | Promise<Decision> {
+    if (!wrote || this.#alarmAt !== null) return out;
+    this.#alarmAt = idleAt;
+    return this.ctx.storage.setAlarm(Math.min(idleAt, MAX_TIME_MS)).then(() => out);
+  }
+
+  /**
    * Takes back `units` of a lease (its `recordedAt`) that the caller will never use. Units whose
    * record has left every window are skipped. Returns the units' rows written.
    */
-  giveBack(limits: readonly LimitSpec[], recordedAt: readonly number[], units: number): number {
+  giveBack(limits: readonly LimitSpec[], recordedAt: readonly number[], units: number, route?: RouteBudget): number {
     const log = this.#logFor(this.#activeOverride(this.clock())?.limits ?? limits);
+    const routeLog = route === undefined ? null : this.#routeLogFor(route);
+    const rings = log.rings.length + (routeLog?.rings.length ?? 0);
     // A lease granted under other limits (an override came or went): its units simply expire.
-    if (!Array.isArray(recordedAt) || recordedAt.length !== log.rings.length) return 0;
-    const writes = log.giveBack(recordedAt, units);
+    if (!Array.isArray(recordedAt) || recordedAt.length !== rings) return 0;
+    const writes = log.giveBack(recordedAt.slice(0, log.rings.length), units);
     this.#write(writes);
-    return writes.length;
+    if (routeLog === null || route === undefined) return writes.length;
+    const routed = routeLog.giveBack(recordedAt.slice(log.rings.length), units);
+    for (const w of routed) this.#sql.exec(ROUTE_UPSERT, route.name, w.ring, w.key, w.ts, w.cost);
+    return writes.length + routed.length;
   }
 
   /**
    * Whether a request of `cost` would be granted now, under the limits applied now (an
    * operator's override, else `limits`) and any block; consumes nothing and writes nothing.
    */
-  peek(limits: readonly LimitSpec[], cost = 1): Decision {
+  peek(limits: readonly LimitSpec[], cost = 1, route?: RouteBudget): Decision {
     const now = this.clock();
     const override = this.#activeOverride(now, false);
-    const log = this.#view(override?.limits ?? limits);
+    const logs = [this.#view(override?.limits ?? limits)];
+    if (route !== undefined) logs.push(this.#routeView(route));
     if (this.#blockUntil !== null && this.#blockUntil > now) {
-      return withOverride(log.refuse(now, cost, this.#blockUntil), override);
+      const until = this.#blockUntil;
+      return withOverride(combine(logs.map((log) => log.refuse(now, cost, until))), override);
     }
-    return withOverride(log.check(now, cost), override);
+    return withOverride(combine(logs.map((log) => log.check(now, cost))), override);
   }
 
   /**
@@ -146,7 +188,7 @@ export class RateLimiter extends DurableObject<unknown> {
    * `limits`), any block and override, and the longest window's grants in `buckets` buckets.
    * Consumes nothing and writes nothing: a key never seen stays without any stored state.
    */
-  status(limits: readonly LimitSpec[], buckets = 60): KeyStatus {
+  status(limits: readonly LimitSpec[], buckets = 60, routes: readonly RouteBudget[] = []): KeyStatus {
     const now = this.clock();
     const override = this.#activeOverride(now, false);
     const log = this.#view(override?.limits ?? limits);
@@ -162,6 +204,10 @@ export class RateLimiter extends DurableObject<unknown> {
       override,
       history: { ...log.history(longest, decision.now, buckets), limit: longest },
       stored: this.#tables,
+      routes: (Array.isArray(routes) ? routes : []).map((r) => ({
+        name: r.name,
+        decision: this.#routeView(r).peek(now),
+      })),
     };
   }
 
@@ -170,13 +216,16 @@ export class RateLimiter extends DurableObject<unknown> {
    * isolates and not expired, or rounded up to a tick) still count: they may still be spent.
    * Blocks and overrides stay.
    */
-  reset(limits: readonly LimitSpec[], buckets = 60): KeyStatus {
+  reset(limits: readonly LimitSpec[], buckets = 60, routes: readonly RouteBudget[] = []): KeyStatus {
     if (this.#tables) {
       const log = this.#logFor(this.#activeOverride(this.clock())?.limits ?? limits);
       const through = log.forget(this.clock());
       this.#sql.exec("DELETE FROM grants WHERE ts <= ?", through);
+      // Route budgets never lease: everything they recorded up to now goes (logs in memory are rebuilt on next use).
+      this.#routes.clear();
+      this.#sql.exec("DELETE FROM route_grants WHERE ts <= ?", through);
     }
-    return this.status(limits, buckets);
+    return this.status(limits, buckets, routes);
   }
 
   /** Refuses every request of the key until `until` (ms), with `Retry-After` to then. */
@@ -231,6 +280,7 @@ export class RateLimiter extends DurableObject<unknown> {
     const idleAt = this.#idleAt();
     if (idleAt <= this.clock()) {
       this.#log = null;
+      this.#routes.clear();
       this.#blockUntil = null;
       this.#override = null;
       await this.ctx.storage.deleteAll();
@@ -249,6 +299,8 @@ export class RateLimiter extends DurableObject<unknown> {
   #idleAt(): number {
     const stored = this.#tables ? this.#storedIdleAt() : null;
     let at = (this.#log ? this.#log.idleAt : stored) ?? Number.NEGATIVE_INFINITY;
+    for (const log of this.#routes.values()) at = Math.max(at, log.idleAt);
+    if (this.#tables) at = Math.max(at, this.#storedRouteIdleAt() ?? at);
     if (this.#blockUntil !== null) at = Math.max(at, this.#blockUntil);
     if (this.#override) at = Math.max(at, this.#override.expiresAt ?? Number.POSITIVE_INFINITY);
     return at;
@@ -307,6 +359,10 @@ export class RateLimiter extends DurableObject<unknown> {
       "CREATE TABLE IF NOT EXISTS grants (ring INTEGER NOT NULL, key INTEGER NOT NULL, ts INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (ring, key)) WITHOUT ROWID",
     );
     this.#sql.exec("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID");
+    // Route budgets (README, "Per-route budgets"): the same rows, per route name.
+    this.#sql.exec(
+      "CREATE TABLE IF NOT EXISTS route_grants (route TEXT NOT NULL, ring INTEGER NOT NULL, key INTEGER NOT NULL, ts INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (route, ring, key)) WITHOUT ROWID",
+    );
     // 0.1.0 kept one 1ms ring in `slots (slot, ts, cost)`: carry its rows over once.
     const old = this.#sql.exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'slots'").toArray();
     if (old.length > 0) {
@@ -324,6 +380,58 @@ export class RateLimiter extends DurableObject<unknown> {
       .one();
     if (row.ts === null) return null;
     return row.ts + Number(row.w ?? 0);
+  }
+
+  /** Route rows' last window: the newest route row plus the longest route window ever used (it only grows). */
+  #storedRouteIdleAt(): number | null {
+    const row = this.#sql
+      .exec<{ ts: number | null; w: string | null }>(
+        "SELECT (SELECT MAX(ts) FROM route_grants) AS ts, (SELECT v FROM meta WHERE k = 'route_window_ms') AS w",
+      )
+      .one();
+    if (row.ts === null) return null;
+    return row.ts + Number(row.w ?? 0);
+  }
+
+  /** A route's log to read from: the one in memory, else one built from storage without writing. */
+  #routeView(route: RouteBudget): KeyLog {
+    const log = this.#routes.get(route.name);
+    if (log !== undefined && sameLimits(log, route.limits)) return log;
+    if (!this.#tables) return new KeyLog(route.limits);
+    return KeyLog.restore(route.limits, this.#routeRows(route.name), this.clock()).log;
+  }
+
+  /** A route's log: built from storage on first use, rebuilt when its limits change. */
+  #routeLogFor(route: RouteBudget): KeyLog {
+    const have = this.#routes.get(route.name);
+    if (have !== undefined && sameLimits(have, route.limits)) return have;
+    if (typeof route.name !== "string" || route.name.length === 0) {
+      throw new RangeError(`route.name: expected a non-empty string, got ${JSON.stringify(route.name)}`);
+    }
+    this.#ensureTables();
+    const { log, rewrite } = KeyLog.restore(route.limits, this.#routeRows(route.name), this.clock());
+    if (rewrite) {
+      this.ctx.storage.transactionSync(() => {
+        this.#sql.exec("DELETE FROM route_grants WHERE route = ?", route.name);
+        for (const w of log.rows()) this.#sql.exec(ROUTE_UPSERT, route.name, w.ring, w.key, w.ts, w.cost);
+      });
+    }
+    const longest = Math.max(...log.limits.map((l) => l.windowMs));
+    const stored = this.#sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'route_window_ms'").toArray()[0];
+    if (stored === undefined || Number(stored.v) < longest) {
+      this.#sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('route_window_ms', ?)", String(longest));
+    }
+    this.#routes.set(route.name, log);
+    return log;
+  }
+
+  #routeRows(name: string): { ring: number; key: number; ts: number; cost: number }[] {
+    return this.#sql
+      .exec<{ ring: number; key: number; ts: number; cost: number }>(
+        "SELECT ring, key, ts, cost FROM route_grants WHERE route = ?",
+        name,
+      )
+      .toArray();
   }
 
   /** The log for these limits to read from: the one in memory, else one built from storage without writing. */

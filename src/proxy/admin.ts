@@ -7,6 +7,8 @@
 
 import { withDeadline } from "../client/policy.ts";
 import { type Config, ConfigError, type Limit, type Plan, parseLimits, planForKey } from "../config.ts";
+import type { RouteBudget } from "../core/budgets.ts";
+import type { LimitStatus, NamedLimit } from "../core/decision.ts";
 import { describe, parseDuration } from "../core/duration.ts";
 import { HttpError, problem } from "../http.ts";
 import { BEARER, KEY_CHARS } from "../key.ts";
@@ -156,7 +158,7 @@ async function run(
     case "status":
       break;
     case "reset":
-      await call(stub().reset(limits, HISTORY_BUCKETS));
+      await call(stub().reset(limits, HISTORY_BUCKETS, budgets(plan)));
       break;
     case "block": {
       const until = when(body, "until", "block until", ctx.now());
@@ -191,8 +193,13 @@ async function run(
     ctx.forget(name);
     logEvent("admin", { action, key_id: id, plan: plan.name, ...fields });
   }
-  const status = (await call(stub().status(limits, HISTORY_BUCKETS))) as KeyStatus;
+  const status = (await call(stub().status(limits, HISTORY_BUCKETS, budgets(plan)))) as KeyStatus;
   return json(statusJson(id, plan, limits, status));
+}
+
+/** The plan's route budgets as the object takes them. */
+function budgets(plan: Plan): RouteBudget[] {
+  return plan.routes.map((r) => ({ name: r.name, limits: r.limits }));
 }
 
 /** The status of a key as the API returns it (README, "Operating it"). */
@@ -211,20 +218,7 @@ export function statusJson(
     stored: s.stored,
     now: iso(s.now),
     now_ms: s.now,
-    limits: applied.map((l, i) => {
-      const st = s.decision.limits[i];
-      const remaining = st?.remaining ?? l.limit;
-      return {
-        name: l.name,
-        limit: l.limit,
-        window_ms: l.windowMs,
-        tick_ms: l.tickMs,
-        used: Math.max(0, l.limit - remaining),
-        remaining,
-        reset_ms: st?.resetMs ?? 0,
-        source: s.override ? "override" : "plan",
-      };
-    }),
+    limits: applied.map((l, i) => limitState(l, s.decision.limits[i], s.override ? "override" : "plan")),
     block:
       s.blockedUntil === null
         ? null
@@ -234,6 +228,15 @@ export function statusJson(
             remaining_ms: s.blockedUntil - s.now,
           },
     override: s.override === null ? null : overrideJson(s.override),
+    routes: plan.routes.map((r) => {
+      const d = s.routes?.find((x) => x.name === r.name)?.decision;
+      return {
+        name: r.name,
+        method: r.method,
+        path: r.pathPrefix,
+        limits: r.limits.map((l, i) => limitState(l, d?.limits[i], "route")),
+      };
+    }),
     history: {
       limit: longest?.name ?? null,
       window_ms: longest?.windowMs ?? 0,
@@ -242,6 +245,18 @@ export function statusJson(
       counts: s.history.counts,
       ahead: s.history.ahead,
     },
+  };
+}
+
+/** One limit of a key's status: its settings, and what is used and left of it now. */
+function limitState(l: Limit | NamedLimit, st: LimitStatus | undefined, source: string): Record<string, unknown> {
+  const remaining = st?.remaining ?? l.limit;
+  return {
+    ...limitJson(l),
+    used: Math.max(0, l.limit - remaining),
+    remaining,
+    reset_ms: st?.resetMs ?? 0,
+    source,
   };
 }
 

@@ -6,7 +6,7 @@
 import { type Background, type ClientOptions, LimiterClient } from "../client/index.ts";
 import { errorName } from "../client/policy.ts";
 import type { RateLimitResult } from "../client/result.ts";
-import { type Config, ConfigError, costFor, parseConfig } from "../config.ts";
+import { type Config, ConfigError, costFor, parseConfig, routeFor } from "../config.ts";
 import { copyHeaders, HttpError, problem, refusal } from "../http.ts";
 import { identify, readKey } from "../key.ts";
 import type { RateLimiter } from "../object/index.ts";
@@ -134,7 +134,8 @@ async function limitAndForward(
   const { name, plan } = identify(config, readKey(request, config.key), ip);
   if (!plan.limits) return forward(request, config, send, url, path.path);
 
-  const result = await client.limit(env.LIMITER, name, plan, cost, hooks);
+  const route = routeFor(plan, request.method, path.match);
+  const result = await client.limit(env.LIMITER, name, plan, cost, hooks, route);
   hooks.onDecision?.(result, name);
   await recordDecision(env, name, result);
   if (!result.allowed) return refusal(result);

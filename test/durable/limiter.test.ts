@@ -5,7 +5,7 @@ import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "c
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
-import type { RateLimiter } from "../../src/object/index.ts";
+import type { KeyStatus, RateLimiter } from "../../src/object/index.ts";
 import { object, perSecond, T0 } from "./object.ts";
 
 describe("take", () => {
@@ -337,5 +337,124 @@ describe("idle alarm", () => {
     o.at(T0 + 999);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect((await o.take(perSecond, 1)).allowed).toBe(false);
+  });
+});
+
+describe("route budgets", () => {
+  const own: LimitSpec[] = [{ limit: 10, windowMs: 1000, tickMs: 1 }];
+  const search = { name: "search", limits: [{ limit: 2, windowMs: 60_000, tickMs: 1 }] };
+  const take = (o: Awaited<ReturnType<typeof object>>, cost = 1, route = search) =>
+    o.stub.take(own, { cost }, route) as Promise<Decision>;
+  /** The route_grants rows: route, time and cost. */
+  const routeRows = (o: Awaited<ReturnType<typeof object>>) =>
+    runInDurableObject(o.stub, (_: RateLimiter, state) =>
+      state.storage.sql
+        .exec<{ route: string; ts: number; cost: number }>(
+          "SELECT route, ts, cost FROM route_grants ORDER BY route, ts",
+        )
+        .toArray()
+        .map((r) => ({ ...r })),
+    );
+
+  it("commits a request to the key's budget and the route's together: one row each, and none when one refuses", async () => {
+    const o = await object();
+    expect(await take(o)).toMatchObject({ allowed: true, recordedAt: [T0, T0] });
+    expect(o.written()).toBe(1);
+    expect(await routeRows(o)).toEqual([{ route: "search", ts: T0, cost: 1 }]);
+    o.at(T0 + 10);
+    await take(o);
+    o.at(T0 + 20);
+    const refused = await take(o);
+    expect(refused).toMatchObject({
+      allowed: false,
+      retryAfterMs: 60_000 - 20,
+      limits: [
+        { remaining: 8, exceeded: false },
+        { remaining: 0, exceeded: true },
+      ],
+    });
+    // The refusal wrote nothing: the key's budget still holds 8, the route's rows are the two grants.
+    expect(o.written()).toBe(1);
+    expect(await routeRows(o)).toHaveLength(2);
+    expect((await o.take(own, 8)).allowed).toBe(true);
+    // Now the key's budget refuses too: the route's request waits for the later of the two.
+    expect((await take(o)).retryAfterMs).toBe(60_000 - 20);
+  });
+
+  it("keeps each route's budget apart, and a plain request counts in the key's budget only", async () => {
+    const o = await object();
+    const exportRoute = { name: "export", limits: [{ limit: 1, windowMs: 60_000, tickMs: 1 }] };
+    await take(o, 2);
+    expect((await take(o, 1, exportRoute)).allowed).toBe(true);
+    expect((await take(o, 1, exportRoute)).allowed).toBe(false);
+    expect((await take(o)).allowed).toBe(false);
+    expect((await o.take(own, 7)).allowed).toBe(true); // 10 − 2 − 1
+    expect((await o.take(own, 1)).allowed).toBe(false);
+    expect(await routeRows(o)).toEqual([
+      { route: "export", ts: T0, cost: 1 },
+      { route: "search", ts: T0, cost: 2 },
+    ]);
+  });
+
+  it("rebuilds a route's budget after an eviction, gives a refund back to both, and peeks at both", async () => {
+    const o = await object();
+    const first = await take(o);
+    await take(o);
+    await o.evict();
+    o.at(T0 + 5);
+    expect((await take(o)).allowed).toBe(false);
+    expect(await o.stub.giveBack(own, first.recordedAt ?? [], 1, search)).toBe(2);
+    expect((await o.stub.peek(own, 1, search)) as Decision).toMatchObject({
+      allowed: true,
+      limits: [{ remaining: 9 }, { remaining: 1 }],
+    });
+    expect((await take(o)).allowed).toBe(true);
+    expect((await take(o)).allowed).toBe(false);
+  });
+
+  it("is blocked with the key, shows its routes in status, and forgets them on reset", async () => {
+    const o = await object();
+    await take(o, 2);
+    const status = (await o.stub.status(own, 10, [search])) as KeyStatus;
+    expect(status.routes).toEqual([
+      {
+        name: "search",
+        decision: expect.objectContaining({ limits: [{ remaining: 0, resetMs: 60_000, exceeded: false }] }),
+      },
+    ]);
+    await o.stub.block(T0 + 5000);
+    expect(await take(o)).toMatchObject({ allowed: false, blockedBy: T0 + 5000 });
+    await o.stub.unblock();
+    o.at(T0 + 1);
+    const reset = (await o.stub.reset(own, 10, [search])) as KeyStatus;
+    expect(reset.routes[0]?.decision.limits[0]?.remaining).toBe(2);
+    expect(await routeRows(o)).toEqual([]);
+    expect((await take(o)).allowed).toBe(true);
+  });
+
+  it("keeps the key alive until the route's longest window has passed, then deletes everything", async () => {
+    const o = await object();
+    await take(o);
+    expect(await o.alarm()).toBe(T0 + 60_000);
+    await o.evict();
+    o.at(T0 + 1000);
+    // The key's own grant has left; the route's still counts (an evicted object reads it from storage).
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await routeRows(o)).toHaveLength(1);
+    expect(await o.alarm()).toBe(T0 + 60_000);
+    o.at(T0 + 60_000);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect((await o.stored()).tables).toEqual([]);
+  });
+
+  it("rejects a route without a name, and a cost of 0, recording nothing", async () => {
+    const o = await object();
+    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
+      await expect(instance.take(own, { cost: 1 }, { name: "", limits: search.limits })).rejects.toThrow(
+        /^route\.name: /,
+      );
+      await expect(instance.take(own, { cost: 0, leaseUnits: 1 }, search)).rejects.toThrow(/^cost: /);
+    });
+    expect(await o.rows()).toEqual([]);
   });
 });

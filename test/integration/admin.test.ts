@@ -532,8 +532,12 @@ describe("telemetry", () => {
       "cached_denial",
       "blocked",
     ]);
-    expect(points[0]).toEqual({ indexes: [id], blobs: ["granted", "free", "allowed", "", "key"], doubles: [1, 1, 0] });
-    expect(points[3]?.blobs).toEqual(["cached_denial", "free", "denied", "per-minute", "key"]);
+    expect(points[0]).toEqual({
+      indexes: [id],
+      blobs: ["granted", "free", "allowed", "", "key", ""],
+      doubles: [1, 1, 0],
+    });
+    expect(points[3]?.blobs).toEqual(["cached_denial", "free", "denied", "per-minute", "key", ""]);
     expect(points[3]?.doubles?.[2]).toBeGreaterThan(59_000);
     expect(JSON.stringify(points)).not.toContain(key);
   });
@@ -640,5 +644,40 @@ describe("the admin token outside the admin path", () => {
     expect(res.status).toBe(200);
     expect(res.headers.get("RateLimit")).toBe('"per-minute";r=4;t=60');
     expect(await arrivalsFor(key)).toHaveLength(1);
+  });
+});
+
+describe("routes", () => {
+  it("status shows the plan's routes with what is used of each; reset forgets them too", async () => {
+    const e = adminEnv(
+      {},
+      { ...RL, routes: [{ name: "search", path: "/v1/search", limits: [{ limit: 2, window: "1m" }] }] },
+    );
+    const key = freshKey();
+    await handle(request(key, "/v1/search"), e);
+    const status = await admin(e, "status", { key });
+    expect(status.routes).toEqual([
+      {
+        name: "search",
+        method: null,
+        path: "/v1/search",
+        limits: [
+          {
+            name: "search",
+            limit: 2,
+            window_ms: 60_000,
+            tick_ms: 1,
+            used: 1,
+            remaining: 1,
+            reset_ms: expect.any(Number),
+            source: "route",
+          },
+        ],
+      },
+    ]);
+    expect((status.limits as { used: number }[])[0]?.used).toBe(1);
+    const reset = await admin(e, "reset", { key });
+    expect((reset.routes as { limits: { used: number }[] }[])[0]?.limits[0]?.used).toBe(0);
+    expect(await admin(e, "status", { key: freshKey("live_") })).not.toHaveProperty("routes");
   });
 });

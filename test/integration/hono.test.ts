@@ -157,3 +157,21 @@ describe("rateLimit()", () => {
     error.mockRestore();
   });
 });
+
+describe("routes", () => {
+  it("matches the request's method and normalised path against routes: the route's budget applies too", async () => {
+    const a = app({
+      limits: [{ limit: 5, window: "1m" }],
+      routes: [{ name: "search", method: "POST", path: "/api/search", limits: [{ limit: 1, window: "1m" }] }],
+    });
+    const key = freshKey();
+    const post = (path: string) => get(a, path, key, { method: "POST" });
+    const first = await post("/api/search");
+    expect(first.status).toBe(200);
+    expect(first.headers.get("RateLimit-Policy")).toBe('"per-minute";q=5;w=60, "search";q=1;w=60');
+    const refused = await post("/api/%73earch");
+    expect(refused.status).toBe(429);
+    expect(await problemOf(refused, 429)).toMatchObject({ violated_policies: ["search"], route: "search" });
+    expect((await get(a, "/api/hello", key)).headers.get("RateLimit")).toBe('"per-minute";r=3;t=60');
+  });
+});

@@ -206,3 +206,35 @@ describe("settings", () => {
     expect([...(await none.limit(env, freshKey())).headers]).toEqual([]);
   });
 });
+
+describe("routes", () => {
+  it("limit(…, { route }) checks the route's budget with the key's; peek and reset see both; an unknown name throws", async () => {
+    const limiter = createLimiter({
+      limits: [{ limit: 10, window: "1m" }],
+      routes: [{ name: "search", limits: [{ limit: 2, window: "1m" }] }],
+      plans: [{ name: "small", key_prefix: "s_", limits: [{ limit: 5, window: "1m" }], routes: [] }],
+      leases: false,
+    });
+    const key = freshKey();
+    const first = await limiter.limit(env, key, { route: "search" });
+    expect(first).toMatchObject({ allowed: true, route: "search" });
+    expect(first.limits.map((l) => [l.name, l.remaining])).toEqual([
+      ["per-minute", 9],
+      ["search", 1],
+    ]);
+    await limiter.limit(env, key, { route: "search" });
+    const refused = await limiter.limit(env, key, { route: "search" });
+    expect(refused).toMatchObject({ allowed: false, route: "search" });
+    expect(refused.limits.filter((l) => l.exceeded).map((l) => l.name)).toEqual(["search"]);
+    expect((await limiter.limit(env, key)).limits.map((l) => l.remaining)).toEqual([7]);
+    expect((await limiter.peek(env, key, { route: "search" })).allowed).toBe(false);
+    await limiter.reset(env, key);
+    expect(await limiter.peek(env, key, { route: "search" })).toMatchObject({ allowed: true, reason: "peek" });
+    // A plan without the route: the key's limits alone; a name no plan has: an error, not a silent pass.
+    const small = await limiter.limit(env, freshKey("s_"), { route: "search" });
+    expect(small).toMatchObject({ allowed: true, route: null });
+    await expect(limiter.limit(env, key, { route: "serach" })).rejects.toThrow(
+      'route: no plan has a route named "serach"',
+    );
+  });
+});

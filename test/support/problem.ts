@@ -12,13 +12,24 @@ export interface Problem {
   readonly status: number;
   readonly detail: string;
   readonly violated_policies?: string[];
+  /** The route whose budget applied (README, "Per-route budgets"). */
+  readonly route?: string;
   readonly retry_after?: number | null;
   readonly retry_after_ms?: number | null;
   readonly [member: string]: unknown;
 }
 
 /** The members the limiter ever puts in a problem body; anything else is a leak or a change to review. */
-const MEMBERS = new Set(["type", "title", "status", "detail", "violated_policies", "retry_after", "retry_after_ms"]);
+const MEMBERS = new Set([
+  "type",
+  "title",
+  "status",
+  "detail",
+  "violated_policies",
+  "route",
+  "retry_after",
+  "retry_after_ms",
+]);
 
 /**
  * What must never appear in a body sent to a client: a stack frame (`\n    at f (file:1:2)` or

@@ -22,6 +22,7 @@ import {
   parseConfig,
   parseLimiterConfig,
   planForKey,
+  routeFor,
 } from "../../src/config.ts";
 import {
   defaultTickMs,
@@ -51,7 +52,7 @@ const MINIMUM_LIMITS: Limit[] = [
   { limit: 1000, windowMs: 60_000, tickMs: 1, name: "per-minute" },
 ];
 const MINIMUM_POLICY = '"per-second";q=100;w=1, "per-minute";q=1000;w=60';
-const MINIMUM_PLAN = { limits: MINIMUM_LIMITS, leaseMs: 31 };
+const MINIMUM_PLAN = { limits: MINIMUM_LIMITS, leaseMs: 31, routes: [] };
 const DEFAULT_KEY = { header: "x-api-key", bearer: true, query: null, maxLength: 256, pattern: null };
 
 function parse(rateLimit: unknown, origin: unknown = ORIGIN): Config {
@@ -157,6 +158,7 @@ describe("parseConfig: valid configs", () => {
           keyPrefix: "test_",
           limits: [{ limit: 10, windowMs: 60_000, tickMs: 1, name: "per-minute" }],
           leaseMs: 1000,
+          routes: [],
         },
       ],
     });
@@ -224,12 +226,13 @@ limits = [
     objectTimeoutMs: 250,
     leases: { enabled: true, maxUnits: 50, maxLifetimeMs: 500 },
     plans: [
-      { name: "live", keyPrefix: "live_", limits: null, leaseMs: 0 },
+      { name: "live", keyPrefix: "live_", limits: null, leaseMs: 0, routes: [] },
       {
         name: "test",
         keyPrefix: "test_",
         limits: [{ limit: 10, windowMs: 60_000, tickMs: 1, name: "tests" }],
         leaseMs: 500,
+        routes: [],
       },
     ],
     defaultPlan: {
@@ -237,12 +240,14 @@ limits = [
       keyPrefix: "",
       limits: [{ limit: 100, windowMs: 1_000, tickMs: 1, name: "per-second" }],
       leaseMs: 31,
+      routes: [],
     },
     anonymous: {
       name: "anonymous",
       keyPrefix: "",
       limits: [{ limit: 5, windowMs: 60_000, tickMs: 1, name: "per-minute" }],
       leaseMs: 500,
+      routes: [],
     },
     costs: [
       { method: null, pathPrefix: "/health", cost: 0 },
@@ -1683,7 +1688,7 @@ describe("parseConfig: settings at their edges", () => {
       "createLimiter.limits: required (or give createLimiter.plans); without limits nothing would be limited",
     );
     expect(configError(() => parseLimiterConfig({ ...MINIMUM, origin: "x" }, "createLimiter")).message).toMatch(
-      /^createLimiter\.origin: unknown setting; expected one of limits, plans, /,
+      /^createLimiter\.origin: unknown setting; expected one of limits, routes, plans, /,
     );
   });
 
@@ -1704,5 +1709,139 @@ describe("parseConfig: settings at their edges", () => {
     expect(configError(() => parse({ ...MINIMUM, leases: { max_units: 1.5 } })).message).toBe(
       "RATE_LIMIT.leases.max_units: expected a positive integer, got 1.5",
     );
+  });
+});
+
+describe('routes (README, "Per-route budgets")', () => {
+  const ROUTES = [
+    { name: "search", method: "post", path: "/v1/search", limits: [{ limit: 5, window: "1m" }] },
+    {
+      name: "export",
+      path: "/v1/export/",
+      limits: [
+        { limit: 2, window: "1h" },
+        { limit: 10, window: "1d" },
+      ],
+    },
+  ];
+  const withRoutes = (routes: unknown, more: object = {}) =>
+    parse({ limits: [{ limit: 1000, window: "1m" }], routes, ...more });
+
+  it("parses the issue's shape: a route's limits are named after it, and shown after the plan's", () => {
+    const config = withRoutes(ROUTES);
+    const [search, exp] = config.defaultPlan?.routes ?? [];
+    expect(search).toMatchObject({
+      name: "search",
+      method: "POST",
+      pathPrefix: "/v1/search",
+      limits: [{ limit: 5, windowMs: 60_000, tickMs: 1, name: "search" }],
+    });
+    expect(exp?.limits.map((l) => l.name)).toEqual(["export-per-hour", "export-per-day"]);
+    expect(exp?.shown.map((l) => l.name)).toEqual(["per-minute", "export-per-hour", "export-per-day"]);
+    expect(routeFor(config.defaultPlan as Plan, "POST", "/v1/search/deep")).toBe(search);
+    expect(routeFor(config.defaultPlan as Plan, "GET", "/v1/search")).toBeNull();
+    expect(routeFor(config.defaultPlan as Plan, "GET", "/v1/export/x")).toBe(exp);
+    expect(routeFor(config.defaultPlan as Plan, "GET", "/v1/export")).toBeNull();
+  });
+
+  it("gives plans the top-level routes unless they have their own; unlimited plans have none", () => {
+    const config = withRoutes(ROUTES, {
+      plans: [
+        { name: "test", key_prefix: "test_", limits: [{ limit: 10, window: "1m" }], routes: [ROUTES[0]] },
+        { name: "pro", key_prefix: "pro_", limits: [{ limit: 10, window: "1s" }] },
+        { name: "free", key_prefix: "free_", unlimited: true },
+      ],
+      anonymous: { limits: [{ limit: 5, window: "1m" }] },
+    });
+    expect(config.plans.map((p) => p.routes.map((r) => r.name))).toEqual([["search"], ["search", "export"], []]);
+    expect(config.anonymous?.routes.map((r) => r.name)).toEqual(["search", "export"]);
+  });
+
+  it("fails loudly, naming the field", () => {
+    const cases: [unknown, object, string][] = [
+      ["x", {}, 'RATE_LIMIT.routes: expected an array, got "x"'],
+      [[{ path: "/a", limits: [{ limit: 1, window: "1s" }] }], {}, "RATE_LIMIT.routes[0].name: required"],
+      [
+        [{ name: "Search", path: "/a", limits: [{ limit: 1, window: "1s" }] }],
+        {},
+        'RATE_LIMIT.routes[0].name: use up to 64 lower-case letters, digits, "_", "-" or ".", starting with a letter, got "Search"',
+      ],
+      [[{ name: "a", limits: [{ limit: 1, window: "1s" }] }], {}, "RATE_LIMIT.routes[0].path: required"],
+      [[{ name: "a", path: "/a" }], {}, "RATE_LIMIT.routes[0].limits: required"],
+      [[{ name: "a", path: "/a", limits: [] }], {}, "RATE_LIMIT.routes[0].limits: expected at least one limit"],
+      [
+        [{ name: "a", path: "/a", limits: [{ limit: 0, window: "1s" }] }],
+        {},
+        "RATE_LIMIT.routes[0].limits[0].limit: expected a positive integer, got 0",
+      ],
+      [
+        [{ name: "a", path: "/a", limits: [{ limit: 1, window: "1s" }], cost: 2 }],
+        {},
+        "RATE_LIMIT.routes[0].cost: unknown setting; expected one of name, method, path, limits",
+      ],
+      [
+        [
+          { name: "a", path: "/a", limits: [{ limit: 1, window: "1s" }] },
+          { name: "a", path: "/b", limits: [{ limit: 1, window: "1s" }] },
+        ],
+        {},
+        'RATE_LIMIT.routes[1].name: "a" is already used by RATE_LIMIT.routes[0]',
+      ],
+      [
+        [
+          { name: "v1", path: "/v1/", limits: [{ limit: 1, window: "1s" }] },
+          { name: "search", method: "POST", path: "/v1/search", limits: [{ limit: 1, window: "1s" }] },
+        ],
+        {},
+        'RATE_LIMIT.routes[1]: POST "/v1/search" never applies, every such request already matches RATE_LIMIT.routes[0] (any method "/v1/") and the first match wins; put the more specific rule first',
+      ],
+      [
+        [{ name: "a", path: "/a", limits: [{ limit: 1, window: "1m", name: "per-minute" }] }],
+        {},
+        'RATE_LIMIT.routes[0].limits[0].name: "per-minute" is also a limit of plan "default"; the headers show both, so give the route\'s limit another name',
+      ],
+      [
+        [{ name: "a", path: "/%7e", limits: [{ limit: 1, window: "1s" }] }],
+        {},
+        'RATE_LIMIT.routes[0].path: requests are matched on their normalised path (README, "Paths"), so write it as "/~", got "/%7e"',
+      ],
+    ];
+    for (const [routes, more, message] of cases) {
+      expect(configError(() => withRoutes(routes, more)).message, JSON.stringify(routes)).toBe(message);
+    }
+    expect(
+      configError(() => parse({ plans: [{ name: "free", key_prefix: "f_", unlimited: true, routes: ROUTES }] }))
+        .message,
+    ).toBe("RATE_LIMIT.plans[0].routes: an unlimited plan has no budgets; remove routes or unlimited = true");
+    expect(
+      configError(() =>
+        parse({
+          routes: ROUTES,
+          plans: [{ name: "t", key_prefix: "t_", limits: [{ limit: 1, window: "1s" }], routes: [ROUTES[0]] }],
+        }),
+      ).message,
+    ).toBe(
+      "RATE_LIMIT.routes: no plan uses them (every plan with limits has its own routes, and there is no RATE_LIMIT.limits); remove them or move them into a plan",
+    );
+  });
+
+  it("the library's routes may go without a path (matched by name), but not a method without one", () => {
+    const lib = parseLimiterConfig(
+      { limits: [{ limit: 10, window: "1m" }], routes: [{ name: "search", limits: [{ limit: 1, window: "1m" }] }] },
+      "createLimiter",
+    );
+    expect(lib.defaultPlan?.routes[0]).toMatchObject({ name: "search", method: null, pathPrefix: null });
+    expect(routeFor(lib.defaultPlan as Plan, "GET", "/")).toBeNull();
+    expect(
+      configError(() =>
+        parseLimiterConfig(
+          {
+            limits: [{ limit: 10, window: "1m" }],
+            routes: [{ name: "s", method: "GET", limits: [{ limit: 1, window: "1m" }] }],
+          },
+          "createLimiter",
+        ),
+      ).message,
+    ).toBe("createLimiter.routes[0].path: required with a method (a route is matched on both)");
   });
 });

@@ -20,6 +20,7 @@ function result(over: Partial<RateLimitResult> = {}): RateLimitResult {
     allowed: false,
     reason: "over_limit",
     plan: "default",
+    route: null,
     cost: 1,
     retryAfterMs: 1500,
     limits: [limit(), limit({ name: "per-second", exceeded: false })],

@@ -99,6 +99,14 @@ export class Model {
     return this.#decision(t, cost, allowed, lease);
   }
 
+  /** What {@link take} would decide for `cost` at `now`, recording nothing (the clock moves, as the core's `check`). */
+  check(now: number, cost: number): Decision {
+    const t = Math.max(Math.floor(now), this.clock);
+    this.clock = t;
+    const allowed = this.limits.every((l) => this.#used(l, t) + cost <= l.limit);
+    return this.#decision(t, cost, allowed, null);
+  }
+
   giveBack(recordedAt: readonly number[], units: number): void {
     [...this.records.values()].forEach((list, r) => {
       const i = list.findIndex((g) => g.t === recordedAt[r]);

@@ -29,6 +29,7 @@ function event(over: Partial<DecisionRecord> & { refused?: string[] } = {}): Dec
   }));
   return {
     plan: "live",
+    route: null,
     cost: 1,
     reason: "over_limit",
     allowed: false,
@@ -48,18 +49,26 @@ describe("keyId", () => {
 });
 
 describe("dataPoint", () => {
-  it("index: key id; blobs: reason, plan, outcome, violated, kind; doubles: cost, allowed, wait", () => {
+  it("index: key id; blobs: reason, plan, outcome, violated, kind, route; doubles: cost, allowed, wait", () => {
     expect(dataPoint(NAME, event(), "abc")).toEqual({
       indexes: ["abc"],
-      blobs: ["over_limit", "live", "denied", "per-second", "key"],
+      blobs: ["over_limit", "live", "denied", "per-second", "key", ""],
       doubles: [1, 0, 1500],
     });
+    expect(dataPoint(NAME, event({ route: "search" }), "abc").blobs).toEqual([
+      "over_limit",
+      "live",
+      "denied",
+      "per-second",
+      "key",
+      "search",
+    ]);
     expect(
       dataPoint(NAME, event({ reason: "too_costly", retryAfterMs: Number.POSITIVE_INFINITY }), "a").doubles,
     ).toEqual([1, 0, -1]);
     expect(
       dataPoint("ip:1.2.3.4", event({ reason: "leased", allowed: true, retryAfterMs: 0, refused: [] }), "a"),
-    ).toEqual({ indexes: ["a"], blobs: ["leased", "live", "allowed", "", "ip"], doubles: [1, 1, 0] });
+    ).toEqual({ indexes: ["a"], blobs: ["leased", "live", "allowed", "", "ip", ""], doubles: [1, 1, 0] });
   });
 });
 
