@@ -1,9 +1,11 @@
 // The guarantee with the real clock: sustained overload on one key through the Worker, the real object and the
 // real origin. Every window of every limit holds at most N grants, the origin saw exactly the grants, and the
-// grants reach ≥ 95% of what an exact limiter allows for the same request times.
+// grants reach ≥ 95% of what an exact limiter allows for the same request times. Last, a key's route budget and its
+// own under overload from several isolates.
 import { describe, expect, it } from "vitest";
 import type { RateLimitResult } from "../../src/client/result.ts";
 import { KeyLog, type LimitSpec } from "../../src/core/index.ts";
+import { createProxy } from "../../src/proxy/app.ts";
 import { sweepViolation } from "../support/window.ts";
 import { arrivalsFor, envWith, freshKey, handle, request } from "./helpers.ts";
 
@@ -106,5 +108,63 @@ describe.each([
       `sweep: ${run.sentAt.length} requests, ${ok} granted (${run.leased} from leases), exact limiter ${best}`,
     );
     expect(ok).toBeGreaterThanOrEqual(Math.floor(share * best));
+  });
+});
+
+const KEY_LIMITS: LimitSpec[] = [{ limit: 60, windowMs: 1000 }];
+const SEARCH_LIMITS: LimitSpec[] = [{ limit: 7, windowMs: 1000 }];
+
+// Several isolates (one proxy each, one object namespace) under overload: every window of the key's budget and of the
+// route's holds at most N, judged over the real use times; the origin saw exactly the grants.
+describe.each([
+  ["with leases", true],
+  ["without leases", false],
+])("several isolates under overload, %s", (_, leases) => {
+  it("keeps every window of both budgets within N", async () => {
+    const config = {
+      limits: [{ limit: 60, window: "1s" }],
+      routes: [{ name: "search", path: "/v1/search", limits: [{ limit: 7, window: "1s" }] }],
+      leases,
+    };
+    const e = envWith(config);
+    const key = freshKey();
+    const grants: { t: number; cost: number; route: string | null }[] = [];
+    const onDecision = (d: RateLimitResult) => {
+      if (d.allowed) grants.push({ t: d.at, cost: 1, route: d.route });
+    };
+    const isolates = Array.from({ length: 3 }, () => createProxy());
+    const start = Date.now();
+    let sent = 0;
+    await Promise.all(
+      isolates.flatMap((isolate, i) =>
+        [0, 1].map(async (j) => {
+          while (Date.now() - start < 1500) {
+            const path = (i + j) % 2 === 0 ? "/v1/search" : "/v1/items";
+            sent += 1;
+            const response = await isolate.handle(request(key, path), e, { onDecision });
+            await response.arrayBuffer();
+            await new Promise((resolve) => setTimeout(resolve, 0));
+          }
+        }),
+      ),
+    );
+    const routed = grants.filter((g) => g.route === "search");
+    expect(sent).toBeGreaterThan(grants.length); // both budgets were reached
+    expect(routed.length).toBeGreaterThanOrEqual(7);
+    expect(
+      sweepViolation(
+        [...grants].sort((a, b) => a.t - b.t),
+        KEY_LIMITS,
+      ),
+    ).toBeNull();
+    expect(
+      sweepViolation(
+        [...routed].sort((a, b) => a.t - b.t),
+        SEARCH_LIMITS,
+      ),
+    ).toBeNull();
+    const arrivals = await arrivalsFor(key);
+    expect(arrivals).toHaveLength(grants.length);
+    expect(arrivals.filter((a) => a.url.startsWith("/v1/search"))).toHaveLength(routed.length);
   });
 });
