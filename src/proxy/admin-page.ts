@@ -1,7 +1,8 @@
 /**
  * @module The operators' page (`GET <admin.path>`): one HTML document with inline CSS and JS, no
  * build step and no external assets. It holds no data: it asks the admin API (same origin, with the
- * token typed into it) and shows a key's limits as bars and its longest window's grants as a chart.
+ * token typed into it) and shows a key's limits (and its routes' budgets) as bars and its longest window's grants as
+ * a chart.
  */
 
 /** The page, calling the admin API under `path`. */
@@ -142,11 +143,13 @@ function render(s) {
   $("now").textContent = s.now ? new Date(s.now_ms).toLocaleString() : "—";
   const box = $("limits");
   box.replaceChildren();
-  for (const l of s.limits) {
+  // The key's limits, then each route's (README, "Per-route budgets").
+  const routed = (s.routes || []).flatMap((r) => r.limits.map((l) => Object.assign({}, l, { route: (r.method ? r.method + " " : "") + (r.path || r.name) })));
+  for (const l of s.limits.concat(routed)) {
     const pct = l.limit > 0 ? Math.min(100, (100 * l.used) / l.limit) : 0;
     const row = el("div", { class: "limit", "data-limit": l.name });
     const head = el("div", { class: "head" });
-    head.append(el("strong", {}, l.name + " · " + l.limit + " per " + ms(l.window_ms) + (l.source === "override" ? " (override)" : "")));
+    head.append(el("strong", {}, l.name + " · " + l.limit + " per " + ms(l.window_ms) + (l.source === "override" ? " (override)" : l.route ? " (route " + l.route + ")" : "")));
     head.append(el("span", { class: "usage" }, l.used + " used · " + l.remaining + " left" + (l.reset_ms > 0 ? " · grows in " + ms(l.reset_ms) : "")));
     const bar = el("div", { class: "bar", role: "meter", "aria-valuemin": "0", "aria-valuemax": String(l.limit), "aria-valuenow": String(l.used) });
     bar.append(el("div", { class: pct >= 100 ? "full" : pct >= 80 ? "high" : "", style: "width:" + pct + "%" }));

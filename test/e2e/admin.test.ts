@@ -19,7 +19,14 @@ const TOKEN = "e2e-admin-token-0123456789";
 const RATE_LIMIT = {
   leases: false,
   limits: [{ limit: 100, window: "1m" }],
-  plans: [{ name: "small", key_prefix: "small_", limits: [{ limit: 20, window: "1m" }] }],
+  plans: [
+    {
+      name: "small",
+      key_prefix: "small_",
+      limits: [{ limit: 20, window: "1m" }],
+      routes: [{ name: "search", method: "POST", path: "/v1/search", limits: [{ limit: 5, window: "1m" }] }],
+    },
+  ],
 };
 
 let origin: Origin;
@@ -135,7 +142,7 @@ describe("the admin API over HTTP", () => {
     expect(added.map(([, tables]) => tables)).toEqual([[], [], []]);
     // The check bites: one request creates the tables.
     await traffic(key());
-    expect([...(await objectTables()).values()]).toContainEqual(["grants", "meta"]);
+    expect([...(await objectTables()).values()]).toContainEqual(["grants", "meta", "route_grants"]);
   });
 
   it("block → 429 with Retry-After from every request; override shows in the headers; both undone", async () => {
@@ -203,9 +210,14 @@ describe("the page in headless Chromium", () => {
     await browser?.close();
   });
 
-  it("looks a key up (bars and chart), resets it, and shows the reset; a wrong token shows the 401", async () => {
+  it("looks a key up (bars and chart, its route's too), resets it, and shows the reset; a wrong token shows the 401", async () => {
     const k = key();
-    for (let i = 0; i < 7; i++) expect((await traffic(k)).status).toBe(200);
+    for (let i = 0; i < 5; i++) expect((await traffic(k)).status).toBe(200);
+    for (let i = 0; i < 2; i++) {
+      const searched = await fetch(`${limiter.url}/v1/search`, { method: "POST", headers: { "x-api-key": k } });
+      await searched.arrayBuffer();
+      expect(searched.status).toBe(200);
+    }
     const page = await browser.newPage({ viewport: { width: 1000, height: 900 } });
     const requests: string[] = [];
     page.on("request", (r) => requests.push(new URL(r.url()).pathname));
@@ -229,6 +241,10 @@ describe("the page in headless Chromium", () => {
     expect(await page.textContent("#plan")).toBe("small");
     expect(await page.textContent(".limit[data-limit='per-minute'] .usage")).toMatch(/^7 used · 13 left/);
     expect(await page.getAttribute(".limit[data-limit='per-minute'] .bar", "aria-valuenow")).toBe("7");
+    expect(await page.textContent(".limit[data-limit='search'] strong")).toBe(
+      "search · 5 per 60 s (route POST /v1/search)",
+    );
+    expect(await page.textContent(".limit[data-limit='search'] .usage")).toMatch(/^2 used · 3 left/);
     const bars = await page.$$eval("#chart rect", (rs) => rs.map((r) => Number(r.getAttribute("data-count"))));
     expect(bars.reduce((a, b) => a + b, 0)).toBe(7);
     expect(await page.textContent("#chart-caption")).toMatch(/^7 granted in the window/);
@@ -239,6 +255,7 @@ describe("the page in headless Chromium", () => {
     await page.waitForSelector("#message.ok");
     expect(await page.textContent("#message")).toBe("Usage reset.");
     expect(await page.textContent(".limit[data-limit='per-minute'] .usage")).toMatch(/^0 used · 20 left/);
+    expect(await page.textContent(".limit[data-limit='search'] .usage")).toMatch(/^0 used · 5 left/);
     expect(await page.$$("#chart rect")).toHaveLength(0);
     await page.screenshot({ path: join(ROOT, "artifacts/admin-page.png"), fullPage: true });
 

@@ -2,7 +2,7 @@
 // backslashes and for parameters in dot segments, and the property that equivalent spellings match alike.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { costFor, parseConfig } from "../../src/config.ts";
+import { costFor, type Plan, parseConfig, routeFor } from "../../src/config.ts";
 import { HttpError } from "../../src/http.ts";
 import { type EscapedSlashes, normalized, normalizePath, PathError } from "../../src/path.ts";
 
@@ -99,9 +99,15 @@ describe("rules match what the origin will see", () => {
         { path: "/health", cost: 0 },
         { method: "POST", path: "/v1/expensive", cost: 10 },
       ],
+      routes: [
+        { name: "expensive", method: "POST", path: "/v1/expensive", limits: [{ limit: 1, window: "1m" }] },
+        { name: "a", path: "/a", limits: [{ limit: 1, window: "1m" }] },
+      ],
     },
   });
   const costOf = (target: string, method = "POST") => costFor(config, method, normal(target, "unescape").match);
+  const routeOf = (target: string, method = "POST") =>
+    routeFor(config.defaultPlan as Plan, method, normal(target, "unescape").match)?.name ?? null;
 
   it("no spelling of the costly route is free", () => {
     for (const target of [
@@ -115,11 +121,15 @@ describe("rules match what the origin will see", () => {
       "/v1/%65xpensive",
     ]) {
       expect(costOf(target), target).toBe(10);
+      expect(routeOf(target), target).toBe("expensive");
     }
   });
 
   it("property: a path and its RFC 3986 equivalents normalise alike, so they match the same rule", () => {
-    const segment = fc.stringMatching(/^[A-Za-z0-9._~-]{1,6}$/).filter((s) => s !== "." && s !== "..");
+    // Segments often start with "a" or "v1" so that the routes' prefixes come into play.
+    const segment = fc
+      .oneof(fc.constantFrom("a", "v1", "expensive"), fc.stringMatching(/^[A-Za-z0-9._~-]{1,6}$/))
+      .filter((s) => s !== "." && s !== "..");
     const spelling = (s: string) =>
       fc.array(fc.constantFrom("plain", "lower", "upper"), { minLength: s.length, maxLength: s.length }).map((how) =>
         [...s]
@@ -148,6 +158,7 @@ describe("rules match what the origin will see", () => {
       fc.property(equivalent, ({ canonical, spelled }) => {
         expect(normal(spelled).match.replace(/\/$/, "")).toBe(canonical);
         expect(costOf(spelled)).toBe(costOf(canonical));
+        expect(routeOf(spelled)).toBe(routeOf(canonical));
       }),
     );
   });
