@@ -42,6 +42,22 @@ describe("DenyCache", () => {
     expect(cache.size).toBe(1);
   });
 
+  it("deleteKey forgets a key's entry and its routes' (key NUL route), and no other key's", () => {
+    const cache = new DenyCache();
+    for (const name of ["key:a", "key:a\u0000search", "key:a\u0000export", "key:ab", "key:ab\u0000search"]) {
+      cache.set(name, blocked(1000), 0);
+    }
+    cache.deleteKey("key:a");
+    expect(["key:a", "key:a\u0000search", "key:a\u0000export"].map((n) => cache.get(n, 0))).toEqual([
+      undefined,
+      undefined,
+      undefined,
+    ]);
+    expect(cache.get("key:ab", 0)).toBeDefined();
+    expect(cache.get("key:ab\u0000search", 0)).toBeDefined();
+    expect(cache.size).toBe(2);
+  });
+
   it("replaces a key's entry in place: no room is made, and the key keeps its age", () => {
     const cache = new DenyCache(2);
     cache.set("a", blocked(1000), 0);
