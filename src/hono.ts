@@ -100,14 +100,16 @@ export function rateLimit<E extends Env = Env>(
 
   /** The request's decision, or null when it costs nothing. */
   async function decide(c: Context<E>): Promise<Decided | null> {
-    const path = normalized(new URL(c.req.url).pathname, config).match;
+    // The normalised path, read only when a rule needs it (a path the normaliser refuses is a 400 then).
+    let path: string | undefined;
+    const match = () => (path ??= normalized(new URL(c.req.url).pathname, config).match);
     const units =
-      cost === undefined ? costFor(config, c.req.method, path) : typeof cost === "number" ? cost : await cost(c);
+      cost === undefined ? costFor(config, c.req.method, match()) : typeof cost === "number" ? cost : await cost(c);
     if (units === 0) return null;
     const k = typeof key === "function" ? (await key(c)) || null : readKey(c.req.raw, config.key);
     const { name, plan } = limiter.identify(k, c.req.header("cf-connecting-ip") ?? null);
     const ns = namespaceOf(c.env as object, binding);
-    const route = routeFor(plan, c.req.method, path);
+    const route = plan.routes.length > 0 ? routeFor(plan, c.req.method, match()) : null;
     const result = await client.limit(ns, name, plan, units, background(c), route);
     await recordDecision(c.env as object, name, result);
     return { result, ns, name };

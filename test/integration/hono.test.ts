@@ -174,4 +174,13 @@ describe("routes", () => {
     expect(await problemOf(refused, 429)).toMatchObject({ violated_policies: ["search"], route: "search" });
     expect((await get(a, "/api/hello", key)).headers.get("RateLimit")).toBe('"per-minute";r=3;t=60');
   });
+
+  it("reads the path only when a rule needs it: with a cost given and no routes, an encoded slash is the app's business", async () => {
+    const a = app({ cost: 1 });
+    const res = await get(a, "/api/a%2Fb", freshKey());
+    expect(res.status).toBe(404); // hono's not-found, after the middleware counted it
+    expect(res.headers.get("RateLimit")).toBe('"per-minute";r=1;t=60');
+    const routed = app({ cost: 1, routes: [{ name: "s", path: "/api/s", limits: [{ limit: 1, window: "1m" }] }] });
+    expect((await get(routed, "/api/a%2Fb", freshKey())).status).toBe(400);
+  });
 });
