@@ -4,6 +4,7 @@
  */
 
 import { HEADER_FORMS, type HeaderForm } from "./client/headers.ts";
+import type { RouteBudget } from "./core/budgets.ts";
 import { describe, formatDuration, parseDuration } from "./core/duration.ts";
 import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "./core/limits.ts";
 import { KEY_CHARS } from "./key.ts";
@@ -739,6 +740,11 @@ function wrap<T>(f: () => T): T {
 export function planForKey(config: LimiterConfig, key: string): Plan | null {
   for (const p of config.plans) if (key.startsWith(p.keyPrefix)) return p;
   return config.defaultPlan;
+}
+
+/** A route as the key's object takes it (its name and limits): the object keeps its budget apart by name. */
+export function routeBudget(route: Route): RouteBudget {
+  return { name: route.name, limits: route.limits };
 }
 
 /** The route whose budget a request of `plan` also uses: the first of the plan's routes it matches, else null. */

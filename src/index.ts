@@ -16,7 +16,7 @@ import type { HeaderForm } from "./client/headers.ts";
 import { type Background, LimiterClient, type LimiterNamespace } from "./client/index.ts";
 import { callObject } from "./client/policy.ts";
 import type { RateLimitResult } from "./client/result.ts";
-import { ConfigError, type LimiterConfig, type Plan, parseLimiterConfig, type Route } from "./config.ts";
+import { ConfigError, type LimiterConfig, type Plan, parseLimiterConfig, type Route, routeBudget } from "./config.ts";
 import type { Duration } from "./core/duration.ts";
 import { checkKey, type Identity, identify } from "./key.ts";
 
@@ -212,7 +212,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const { name, plan } = named(key);
       if (!plan.limits) return;
       const limits = plan.limits;
-      const routes = plan.routes.map((r) => ({ name: r.name, limits: r.limits }));
+      const routes = plan.routes.map(routeBudget);
       await callObject(() => ns.getByName(name).reset(limits, 1, routes) as Promise<unknown>, config.objectTimeoutMs);
       client.forget(ns, name);
     },

@@ -5,7 +5,7 @@
  * Engine, the proxy and the library's users all read. Two clients share nothing.
  */
 
-import type { Limit, LimiterConfig, Plan, Route } from "../config.ts";
+import { type Limit, type LimiterConfig, type Plan, type Route, routeBudget } from "../config.ts";
 import type { RouteBudget } from "../core/budgets.ts";
 import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
@@ -78,11 +78,6 @@ interface Grant {
   readonly entry: KeyLeases | null;
   /** The route budget it was also recorded in. */
   readonly route?: RouteBudget;
-}
-
-/** What the object is sent of a route: its name and limits. */
-function budget(route: Route): RouteBudget {
-  return { name: route.name, limits: route.limits };
 }
 
 export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
@@ -158,7 +153,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     let d: Decision;
     try {
       d = await callObject(
-        () => (route ? ns.getByName(name).peek(limits, cost, budget(route)) : ns.getByName(name).peek(limits, cost)),
+        () =>
+          route ? ns.getByName(name).peek(limits, cost, routeBudget(route)) : ns.getByName(name).peek(limits, cost),
         this.config.objectTimeoutMs,
         (e) => this.#log("limiter_retry", name, e, "warn"),
       );
@@ -249,7 +245,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     }
     let d: Decision;
     try {
-      d = await this.#ask(ns, name, limits, { cost }, budget(route));
+      d = await this.#ask(ns, name, limits, { cost }, routeBudget(route));
     } catch (e) {
       return this.#failed(plan, cost, e, route);
     }
@@ -272,7 +268,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         units: cost,
         held: null,
         entry: null,
-        route: budget(route),
+        route: routeBudget(route),
       });
     }
     return result;

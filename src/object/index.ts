@@ -138,7 +138,7 @@ export class RateLimiter extends DurableObject<unknown> {
     const { decision, writes } = takeTogether([log, routeLog], now, ask.cost);
     const [own = [], routed = []] = writes;
     this.#write(own);
-    for (const w of routed) this.#sql.exec(ROUTE_UPSERT, route.name, w.ring, w.key, w.ts, w.cost);
+    this.#writeRoute(route.name, routed);
     return this.#armAfter(own.length > 0, Math.max(log.idleAt, routeLog.idleAt), withOverride(decision, override));
   }
 
@@ -163,7 +163,7 @@ export class RateLimiter extends DurableObject<unknown> {
     this.#write(writes);
     if (routeLog === null || route === undefined) return writes.length;
     const routed = routeLog.giveBack(recordedAt.slice(log.rings.length), units);
-    for (const w of routed) this.#sql.exec(ROUTE_UPSERT, route.name, w.ring, w.key, w.ts, w.cost);
+    this.#writeRoute(route.name, routed);
     return writes.length + routed.length;
   }
 
@@ -352,6 +352,10 @@ export class RateLimiter extends DurableObject<unknown> {
     for (const w of rows) this.#sql.exec(UPSERT, w.ring, w.key, w.ts, w.cost);
   }
 
+  #writeRoute(route: string, rows: readonly SlotRow[]): void {
+    for (const w of rows) this.#sql.exec(ROUTE_UPSERT, route, w.ring, w.key, w.ts, w.cost);
+  }
+
   #createTables(): void {
     this.#tables = true;
     // WITHOUT ROWID: the key is the row, so writing it writes one row, not a row and an index entry.
@@ -413,7 +417,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (rewrite) {
       this.ctx.storage.transactionSync(() => {
         this.#sql.exec("DELETE FROM route_grants WHERE route = ?", route.name);
-        for (const w of log.rows()) this.#sql.exec(ROUTE_UPSERT, route.name, w.ring, w.key, w.ts, w.cost);
+        this.#writeRoute(route.name, log.rows());
       });
     }
     const longest = Math.max(...log.limits.map((l) => l.windowMs));

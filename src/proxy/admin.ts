@@ -6,8 +6,7 @@
  */
 
 import { withDeadline } from "../client/policy.ts";
-import { type Config, ConfigError, type Limit, type Plan, parseLimits, planForKey } from "../config.ts";
-import type { RouteBudget } from "../core/budgets.ts";
+import { type Config, ConfigError, type Limit, type Plan, parseLimits, planForKey, routeBudget } from "../config.ts";
 import type { LimitStatus, NamedLimit } from "../core/decision.ts";
 import { describe, parseDuration } from "../core/duration.ts";
 import { HttpError, problem } from "../http.ts";
@@ -158,7 +157,7 @@ async function run(
     case "status":
       break;
     case "reset":
-      await call(stub().reset(limits, HISTORY_BUCKETS, budgets(plan)));
+      await call(stub().reset(limits, HISTORY_BUCKETS, plan.routes.map(routeBudget)));
       break;
     case "block": {
       const until = when(body, "until", "block until", ctx.now());
@@ -193,13 +192,8 @@ async function run(
     ctx.forget(name);
     logEvent("admin", { action, key_id: id, plan: plan.name, ...fields });
   }
-  const status = (await call(stub().status(limits, HISTORY_BUCKETS, budgets(plan)))) as KeyStatus;
+  const status = (await call(stub().status(limits, HISTORY_BUCKETS, plan.routes.map(routeBudget)))) as KeyStatus;
   return json(statusJson(id, plan, limits, status));
-}
-
-/** The plan's route budgets as the object takes them. */
-function budgets(plan: Plan): RouteBudget[] {
-  return plan.routes.map((r) => ({ name: r.name, limits: r.limits }));
 }
 
 /** The status of a key as the API returns it (README, "Operating it"). */
