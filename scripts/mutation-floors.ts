@@ -4,32 +4,35 @@
  * one file (`--mutate src/client/leases.ts`) is judged on that file alone. Runtime-neutral and pure.
  */
 
-/** The least score (%) per file: the last full run's, rounded down, less one point of slack. */
+/**
+ * The least score (%) per file: the last full run's, rounded down, less one point of slack (two for files changed
+ * after that run's snapshot: config, client/index, object, admin, index, hono).
+ */
 export const FLOORS: Readonly<Record<string, number>> = {
-  "src/config.ts": 96,
+  "src/config.ts": 92,
   "src/core/duration.ts": 99,
   "src/core/limits.ts": 98,
-  "src/core/log.ts": 94,
-  "src/core/budgets.ts": 0,
+  "src/core/log.ts": 93,
+  "src/core/budgets.ts": 96,
   "src/core/ring.ts": 93,
-  "src/client/deny-cache.ts": 94,
+  "src/client/deny-cache.ts": 87,
   "src/client/leases.ts": 97,
-  "src/client/index.ts": 67,
+  "src/client/index.ts": 71,
   "src/client/headers.ts": 94,
   "src/client/policy.ts": 85,
   "src/client/result.ts": 99,
-  "src/key.ts": 90,
-  "src/http.ts": 91,
-  "src/telemetry.ts": 89,
-  "src/path.ts": 88,
-  "src/object/index.ts": 76,
-  "src/proxy/app.ts": 62,
-  "src/proxy/forward.ts": 73,
-  "src/proxy/admin.ts": 74,
-  "src/proxy/admin-page.ts": 74,
+  "src/key.ts": 93,
+  "src/http.ts": 95,
+  "src/telemetry.ts": 87,
+  "src/path.ts": 87,
+  "src/object/index.ts": 72,
+  "src/proxy/app.ts": 60,
+  "src/proxy/forward.ts": 72,
+  "src/proxy/admin.ts": 71,
+  "src/proxy/admin-page.ts": 65,
   "src/proxy/index.ts": 99,
-  "src/index.ts": 72,
-  "src/hono.ts": 78,
+  "src/index.ts": 78,
+  "src/hono.ts": 76,
 };
 
 /** What the report holds of one mutant that matters here. */
