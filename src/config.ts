@@ -21,7 +21,7 @@ export interface Plan {
   /** Keys starting with this prefix use this plan (`""` for the default plan). */
   readonly keyPrefix: string;
   readonly limits: readonly Limit[] | null;
-  /** Lease lifetime for this plan's keys (ms): `leases.max_lifetime`, at most 1/32 of the shortest window; 0: no leases. */
+  /** Lease lifetime asked for this plan's keys (ms): `leases.max_lifetime`, at most the longest window and a minute; 0: no leases. The object shortens it near a limit. */
   readonly leaseMs: number;
   /** Routes with their own budgets for this plan's keys (the plan's own `routes`, else the top-level ones). */
   readonly routes: readonly Route[];
@@ -121,7 +121,7 @@ export const DEFAULTS = {
   maxKeyLength: 256,
   originTimeoutMs: 30_000,
   objectTimeoutMs: 5_000,
-  leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 1_000 } as LeaseSettings,
+  leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 10_000 } as LeaseSettings,
   failureMode: "closed" as FailureMode,
   adminPath: "/__limiter/",
   headers: "draft-11" as HeaderForm,

@@ -8,12 +8,12 @@
 import { type Limit, type LimiterConfig, type Plan, type Route, routeBudget } from "../config.ts";
 import type { RouteBudget } from "../core/budgets.ts";
 import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
-import type { LimitSpec } from "../core/limits.ts";
+import { type LimitSpec, ringSlackMs } from "../core/limits.ts";
 import type { Ask } from "../core/log.ts";
 import { keyId, logEvent } from "../telemetry.ts";
 import { type Blocked, DenyCache } from "./deny-cache.ts";
 import { type HeaderState, seconds, setRateLimitHeaders } from "./headers.ts";
-import { type HeldLease, type KeyLeases, LeaseTable, sameLimits, type Unused } from "./leases.ts";
+import { type HeldLease, IDLE_RETURN_MS, type KeyLeases, LeaseTable, sameLimits, type Unused } from "./leases.ts";
 import { callObject, errorName, isOverloaded, LimiterTimeout } from "./policy.ts";
 import type { LimitResult, RateLimitResult, Reason } from "./result.ts";
 
@@ -90,6 +90,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   readonly #grants = new WeakMap<RateLimitResult, Grant>();
   /** An operator's override limits as `Limit` lists, one per distinct override (header strings are cached per list). */
   readonly #views = new Map<string, readonly Limit[]>();
+  /** When this client next looks for idle keys' expired units to give back (its clock, ms). */
+  #idleCheckAt = 0;
 
   constructor(config: C, options: ClientOptions = {}) {
     this.config = config;
@@ -285,6 +287,10 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const unused: Unused[] = [];
     let now = this.now();
     const entry = plan.leaseMs > 0 ? this.leases.touch(name, limits, now, unused) : undefined;
+    if (now >= this.#idleCheckAt) {
+      this.#idleCheckAt = now + IDLE_RETURN_MS;
+      this.leases.idle(now, unused);
+    }
     try {
       // While this key's one lease call is out, wait for it — on this request's own timer: a request
       // must never await a promise another request made (workerd cancels such continuations when
@@ -292,7 +298,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       const waitDeadline = now + 2 * Math.max(this.leases.rttMs, WAIT_FLOOR_MS);
       for (;;) {
         if (entry) {
-          const held = this.leases.spend(entry, cost, now, unused);
+          const held = this.leases.spend(entry, cost, now);
           if (held) {
             this.#refill(ns, plan, name, entry, now, bg);
             return this.#leased(plan, name, cost, entry, held, now);
@@ -313,11 +319,19 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       // With a call still in flight after the rounds above, this one asks for itself only.
       const want =
         entry && !this.#inFlight(entry, now)
-          ? this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now)
-          : 0;
+          ? this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now, ringSlackMs(limits))
+          : undefined;
       const sentAt = now;
-      const call = this.#ask(ns, name, limits, { cost, leaseUnits: want, leaseMs: want > 0 ? plan.leaseMs : 0 });
-      if (entry && want > 0) this.#settle(entry, call, sentAt, shortestWindow(limits));
+      const asked = want !== undefined && want.units > 0;
+      const fromLog = entry !== undefined && asked && this.leases.fromLog(entry);
+      const call = this.#ask(ns, name, limits, {
+        cost,
+        leaseUnits: want?.units ?? 0,
+        leaseMs: want?.lifetimeMs ?? 0,
+        leaseFromLog: fromLog,
+        returns: entry ? this.leases.takeReturns(entry) : [],
+      });
+      if (entry && asked) this.#settle(entry, call, sentAt, fromLog ? 0 : shortestWindow(limits));
       let d: Decision;
       try {
         d = await call;
@@ -329,7 +343,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       if (!d.allowed && d.blockedBy === undefined && entry) {
         // Units this isolate was leased while the call was out count as used at the object: spend them.
         now = this.now();
-        const held = this.leases.spend(entry, cost, now, unused);
+        const held = this.leases.spend(entry, cost, now);
         if (held) return this.#leased(plan, name, cost, entry, held, now);
       }
       const shown = this.#shown(limits, d.limitsOverride);
@@ -338,7 +352,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         const exceeded = d.limits.map((l) => l.exceeded);
         return this.#finish(plan, shown, cost, reason, false, d.limits, exceeded, d.retryAfterMs, d.now);
       }
-      const units = d.lease?.units ?? 0;
+      // What the object has left, plus every unit this isolate holds (the new lease's included).
+      const units = entry ? this.leases.holding(entry, this.now(), d.limitsOverride ?? null).units : 0;
       const states = d.limits.map((l) => withLease(l, units));
       const result = this.#finish(plan, shown, cost, "granted", true, states, [], 0, d.now);
       if (d.recordedAt) {
@@ -402,9 +417,13 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
 
   /** A request served from a lease: the object's view at the grant, plus what the lease still holds. */
   #leased(plan: Plan, name: string, cost: number, entry: KeyLeases, held: HeldLease, now: number): RateLimitResult {
-    const elapsed = now - held.sentAt;
-    const states = held.limits.map((l) => ({
-      remaining: l.remaining + held.left,
+    // The object's latest view (the newest lease's), plus every unit this isolate still holds: leases are
+    // spent in order of expiry, not of grant, so the one spent may be the older view.
+    const { latest, units } = this.leases.holding(entry, now, held.applied);
+    const view = latest ?? held;
+    const elapsed = now - view.sentAt;
+    const states = view.limits.map((l) => ({
+      remaining: l.remaining + units,
       resetMs: Math.max(0, l.resetMs - elapsed),
     }));
     const shown = this.#shown(plan.limits ?? [], held.applied);
@@ -504,8 +523,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     };
     return call.then((d) => {
       if (d.lease) this.leases.add(entry, d.lease, sentAt, d.limits, d.limitsOverride ?? null);
-      // No lease (the key is near or at its limit): ask for none for a while, so that requests
-      // neither wait on lease calls nor make them while the object decides per request.
+      // No lease for a rate of this isolate's own (the key is near or at its limit): ask for none for
+      // a while, so that requests neither wait on lease calls nor make them while the object decides
+      // per request. (One sized from the key's log may simply find no history: `quietMs` 0.)
       else entry.quietUntil = sentAt + quietMs;
       done();
     }, done);
@@ -524,11 +544,17 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
 
   /** Asks for the next lease in the background when the held ones run low (off the request's path). */
   #refill(ns: LimiterNamespace, plan: Plan, name: string, entry: KeyLeases, now: number, bg: Background): void {
-    const want = this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now);
-    if (this.#inFlight(entry, now) || !this.leases.needsRefill(entry, now, want)) return;
     const limits = plan.limits ?? [];
-    const call = this.#ask(ns, name, limits, { cost: 0, leaseUnits: want, leaseMs: plan.leaseMs });
-    const settled = this.#settle(entry, call, now, shortestWindow(limits));
+    const want = this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now, ringSlackMs(limits));
+    if (this.#inFlight(entry, now) || !this.leases.needsRefill(entry, now, want)) return;
+    const call = this.#ask(ns, name, limits, {
+      cost: 0,
+      leaseUnits: want.units,
+      leaseMs: want.lifetimeMs,
+      leaseFromLog: this.leases.fromLog(entry),
+      returns: this.leases.takeReturns(entry),
+    });
+    const settled = this.#settle(entry, call, now, this.leases.fromLog(entry) ? 0 : shortestWindow(limits));
     call.then(
       (d) => {
         this.#remember(name, d, 1, now, true);

@@ -9,7 +9,8 @@
  */
 
 import type { Lease, LimitStatus, NamedLimit } from "../core/decision.ts";
-import type { LimitSpec } from "../core/limits.ts";
+import { type LimitSpec, MIN_LEASE_UNITS } from "../core/limits.ts";
+import type { Unspent } from "../core/log.ts";
 
 /** The object's answer that came with a lease, as this isolate keeps it. */
 export interface HeldLease {
@@ -26,6 +27,14 @@ export interface HeldLease {
   /** The limits it was granted under when an operator's override, not the plan, applied. */
   readonly applied: readonly NamedLimit[] | null;
 }
+
+/** A lease to ask a key's object for (`units` 0: none). */
+export interface LeaseAsk {
+  readonly units: number;
+  readonly lifetimeMs: number;
+}
+
+const NO_ASK: LeaseAsk = { units: 0, lifetimeMs: 0 };
 
 /** Units to give back to a key's object. */
 export interface Unused {
@@ -45,21 +54,41 @@ export interface KeyLeases {
   /** Leases being spent, oldest (first to expire) first. */
   readonly held: HeldLease[];
   /**
+   * Expired leases' unused units, given back with the key's next object call here (so its answer
+   * counts them), or by {@link LeaseTable.idle} when the key is not seen again.
+   */
+  expired: HeldLease[];
+  /**
    * When this key's lease call went out (local ms), or null: at most one per isolate. A call
    * older than the object deadline counts as gone (its request may have been cancelled).
    */
   inflightSince: number | null;
-  /** Requests seen, decayed with a 1 s time constant: about the key's rate per second here. */
+  /** Requests seen, decayed with a 10 s time constant: about the key's rate per 10 s here. */
   score: number;
+  /** Requests seen, decayed with a 100 ms time constant: follows a burst within a few requests. */
+  burst: number;
   seenAt: number;
+  /** Local time the key was first seen here (its rate is known over this long). */
+  readonly firstSeen: number;
   /** Local time before which no lease is asked: the object refused this key, or had none to give. */
   quietUntil: number;
 }
 
-/** The time constant of the rate estimate (ms). */
-const RATE_TAU_MS = 1_000;
-/** A key seen less often than this many times per time constant gets no lease. */
+/**
+ * The time constant of the rate estimate (ms): long enough that a key seen about once a second
+ * has a rate here, short enough that a key that went quiet stops asking for much.
+ */
+const RATE_TAU_MS = 10_000;
+/** The time constant of the burst estimate (ms). */
+const BURST_TAU_MS = 100;
+/** A key seen fewer times than this per time constant has no rate of its own here: the object sizes its lease. */
 const MIN_SCORE = 2;
+
+/**
+ * The share of its expected use a lease asks for: a lease that runs out before it expires is
+ * replaced in the background and leaves nothing to give back (a give-back writes a row).
+ */
+const ASK_SHARE = 0.8;
 
 /** The least lead (ms) a refill is asked with, however fast recent calls were. */
 const MIN_LEAD_MS = 5;
@@ -67,13 +96,10 @@ const MIN_LEAD_MS = 5;
 /** A lease is asked for only when its lifetime is at least this many recent object round trips. */
 const RTT_LIFETIMES = 4;
 
-/**
- * The fewest units worth a lease. A lease costs a call (a refill) and, when it expires unspent, a
- * second one (the give-back): a one-unit lease saves nothing over asking per request and costs
- * more (the soak measured 1.07 object calls per grant on keys at ~60 requests/s, whose 31 ms
- * leases carried one unit, against 1.01 per request).
- */
-export const MIN_LEASE_UNITS = 2;
+/** An isolate gives back an idle key's expired units on its own once it has not seen the key for this long (ms). */
+export const IDLE_RETURN_MS = 1_000;
+
+export { MIN_LEASE_UNITS };
 
 /** Safety margin subtracted from a lease's lifetime (ms). */
 export function leaseMargin(lifetimeMs: number): number {
@@ -98,12 +124,24 @@ export class LeaseTable {
     let e = this.#entries.get(name);
     if (!e) {
       if (this.#entries.size >= this.#max) this.#evictOldest(unused);
-      e = { name, limits, held: [], inflightSince: null, score: 0, seenAt: now, quietUntil: 0 };
+      e = {
+        name,
+        limits,
+        held: [],
+        expired: [],
+        inflightSince: null,
+        score: 0,
+        burst: 0,
+        seenAt: now,
+        firstSeen: now,
+        quietUntil: 0,
+      };
       this.#entries.set(name, e);
     }
     e.limits = limits;
     const dt = Math.max(0, now - e.seenAt);
     e.score = e.score * Math.exp(-dt / RATE_TAU_MS) + 1;
+    e.burst = e.burst * Math.exp(-dt / BURST_TAU_MS) + 1;
     e.seenAt = now;
     return e;
   }
@@ -117,7 +155,7 @@ export class LeaseTable {
   drop(name: string, unused: Unused[]): void {
     const e = this.#entries.get(name);
     if (!e) return;
-    for (const h of e.held) if (h.left > 0) unused.push(unusedOf(e, h));
+    for (const h of [...e.expired, ...e.held]) if (h.left > 0) unused.push(unusedOf(e, h));
     this.#entries.delete(name);
   }
 
@@ -125,22 +163,24 @@ export class LeaseTable {
   dropOthers(name: string, applied: readonly NamedLimit[] | null, unused: Unused[]): void {
     const e = this.#entries.get(name);
     if (!e) return;
-    for (let i = e.held.length - 1; i >= 0; i--) {
-      const h = e.held[i] as HeldLease;
-      if (sameLimits(h.applied, applied)) continue;
-      if (h.left > 0) unused.push(unusedOf(e, h));
-      e.held.splice(i, 1);
+    for (const list of [e.held, e.expired]) {
+      for (let i = list.length - 1; i >= 0; i--) {
+        const h = list[i] as HeldLease;
+        if (sameLimits(h.applied, applied)) continue;
+        if (h.left > 0) unused.push(unusedOf(e, h));
+        list.splice(i, 1);
+      }
     }
   }
 
   /**
    * Spends `cost` from the first lease still valid at `now` that has enough left. Expired leases
-   * are dropped and their unused units added to `unused`, to be given back.
+   * are dropped; their unused units wait in `expired` for the key's next call.
    */
-  spend(e: KeyLeases, cost: number, now: number, unused: Unused[]): HeldLease | null {
+  spend(e: KeyLeases, cost: number, now: number): HeldLease | null {
     while (e.held.length > 0 && now >= (e.held[0] as HeldLease).expiresAt) {
       const gone = e.held.shift() as HeldLease;
-      if (gone.left > 0) unused.push(unusedOf(e, gone));
+      if (gone.left > 0) e.expired.push(gone);
     }
     // `held` is sorted by expiry and the expired ones are gone: every lease left is valid at `now`.
     for (const h of e.held) {
@@ -153,20 +193,79 @@ export class LeaseTable {
   }
 
   /**
-   * Units to ask for: what this isolate would use in one lifetime at its recent rate for the key,
-   * whole units only, at most `maxUnits`. 0 (no lease) when that is under {@link MIN_LEASE_UNITS}
-   * (the lease would cost more calls than it saves) or the key is seen rarely here.
+   * What this isolate holds for the key at `now` under `applied` limits: the units of its valid leases,
+   * and the lease granted last (whose limits are the object's latest view).
    */
-  want(e: KeyLeases, lifetimeMs: number, maxUnits: number, now: number): number {
-    if (e.score < MIN_SCORE || lifetimeMs <= 0 || now < e.quietUntil) return 0;
-    // A lease arrives a round trip into its lifetime: one that would be mostly over by then is
-    // not worth its units (they count until their record leaves the window, used or not).
-    if (lifetimeMs < RTT_LIFETIMES * this.#rttMs) return 0;
-    const units = Math.floor((e.score * lifetimeMs) / RATE_TAU_MS);
-    return units < MIN_LEASE_UNITS ? 0 : Math.min(maxUnits, units);
+  holding(
+    e: KeyLeases,
+    now: number,
+    applied: readonly NamedLimit[] | null,
+  ): { latest: HeldLease | null; units: number } {
+    let latest: HeldLease | null = null;
+    let units = 0;
+    for (const h of e.held) {
+      if (now >= h.expiresAt || !sameLimits(h.applied, applied)) continue;
+      units += h.left;
+      if (latest === null || h.sentAt > latest.sentAt) latest = h;
+    }
+    return { latest, units };
   }
 
-  /** Records how long an object call took (ms), for {@link want}: a moving average over recent calls. */
+  /**
+   * Takes the key's expired units, to give back with its next object call. A lease granted under
+   * other limits than the object applies then has its units skipped there: they expire.
+   */
+  takeReturns(e: KeyLeases): Unspent[] {
+    if (e.expired.length === 0) return [];
+    const out = e.expired.map((h) => ({ recordedAt: h.recordedAt, units: h.left }));
+    e.expired = [];
+    return out;
+  }
+
+  /**
+   * Expired units of keys not seen here for {@link IDLE_RETURN_MS}, to give back on their own
+   * call: an idle isolate returns what the key's other isolates may need. Only where they matter:
+   * when the key had less than half of some limit left at the lease's grant. Elsewhere they simply
+   * expire (their record leaves the window; a give-back would cost a call and a row for nothing).
+   */
+  idle(now: number, unused: Unused[]): void {
+    for (const e of this.#entries.values()) {
+      if (e.expired.length === 0 || now - e.seenAt < IDLE_RETURN_MS || e.inflightSince !== null) continue;
+      for (const h of e.expired) if (nearLimit(e, h)) unused.push(unusedOf(e, h));
+      e.expired = [];
+    }
+  }
+
+  /**
+   * The lease to ask for: about what this isolate would spend at its recent rate for the key
+   * ({@link ASK_SHARE} of it), whole units only, at most `maxUnits`, over a lifetime of at most
+   * `lifetimeMs` and at most as long as this isolate has watched the key (at least `youngMs`): a
+   * rate seen for 20 ms says little about the next 10 s, and a leased unit counts until its record
+   * leaves the window. A lease capped by `maxUnits` asks for the time it takes to spend them.
+   * `units` 0 (no lease) when that is under {@link MIN_LEASE_UNITS} (the lease would cost more
+   * calls than it saves). A key without a rate here (`fromLog`) asks for `maxUnits` over
+   * `lifetimeMs`, for the object to size from the key's own rate.
+   */
+  want(e: KeyLeases, lifetimeMs: number, maxUnits: number, now: number, youngMs = 0): LeaseAsk {
+    if (lifetimeMs <= 0 || now < e.quietUntil) return NO_ASK;
+    // A lease arrives a round trip into its lifetime: one that would be mostly over by then is
+    // not worth its units (they count until their record leaves the window, used or not).
+    if (lifetimeMs < RTT_LIFETIMES * this.#rttMs) return NO_ASK;
+    if (this.fromLog(e)) return { units: maxUnits, lifetimeMs };
+    const perMs = ASK_SHARE * rate(e);
+    const life = Math.min(lifetimeMs, Math.max(youngMs, now - e.firstSeen));
+    const units = Math.floor(perMs * life);
+    if (units < MIN_LEASE_UNITS) return NO_ASK;
+    if (units <= maxUnits) return { units, lifetimeMs: life };
+    return { units: maxUnits, lifetimeMs: Math.min(life, Math.ceil(maxUnits / perMs)) };
+  }
+
+  /** Whether the key has no rate of its own here yet: its lease is sized from the object's log. */
+  fromLog(e: KeyLeases): boolean {
+    return e.score < MIN_SCORE;
+  }
+
+  /** Records how long an object call took (ms), for {@link LeaseTable.want}: a moving average over recent calls. */
   observeRtt(ms: number): void {
     this.#rttMs = this.#rttMs === 0 ? ms : this.#rttMs + (ms - this.#rttMs) / 8;
   }
@@ -181,8 +280,8 @@ export class LeaseTable {
    * recent rate, or in time) within two round trips — just in time for the next to arrive, and
    * late enough that little of the held ones is left to give back.
    */
-  needsRefill(e: KeyLeases, now: number, want: number): boolean {
-    if (e.inflightSince !== null || want === 0) return false;
+  needsRefill(e: KeyLeases, now: number, want: LeaseAsk): boolean {
+    if (e.inflightSince !== null || want.units === 0) return false;
     const lead = 2 * Math.max(this.#rttMs, MIN_LEAD_MS);
     let left = 0;
     let until = now;
@@ -191,7 +290,7 @@ export class LeaseTable {
       left += h.left;
       until = Math.max(until, h.expiresAt);
     }
-    return left <= Math.ceil((e.score * lead) / RATE_TAU_MS) || until - now <= lead;
+    return left <= Math.ceil(rate(e) * lead) || until - now <= lead;
   }
 
   /** Keeps a lease granted for a call sent at `sentAt`. */
@@ -216,6 +315,21 @@ export class LeaseTable {
       this.drop(name, unused);
     }
   }
+}
+
+/**
+ * The key's recent rate here (requests per ms): the higher of the two estimates, so that a burst
+ * shows within a few requests (and its leases live about as long as it takes to spend them). The
+ * burst estimate leaves out the request just counted: one request after a quiet spell is no burst.
+ */
+function rate(e: KeyLeases): number {
+  return Math.max(e.score / RATE_TAU_MS, (e.burst - 1) / BURST_TAU_MS);
+}
+
+/** Whether the key had less than half of some limit left when the lease was granted. */
+function nearLimit(e: KeyLeases, h: HeldLease): boolean {
+  const limits = h.applied ?? e.limits;
+  return h.limits.some((l, i) => 2 * (l.remaining + h.left) < (limits[i]?.limit ?? 0));
 }
 
 function unusedOf(e: KeyLeases, h: HeldLease): Unused {

@@ -4,17 +4,21 @@ export type { Decision, Lease, LimitStatus, NamedLimit } from "./decision.ts";
 export { type Duration, type DurationUnit, formatDuration, MAX_DURATION_MS, parseDuration } from "./duration.ts";
 export {
   defaultTickMs,
+  LEASE_HEADROOM_SHARE,
   LEASE_LIMIT_DIVISOR,
-  LEASE_WINDOW_DIVISOR,
   type Limit,
   type LimitSpec,
   MAX_KEY_SLOTS,
+  MAX_LEASE_MS,
   MAX_RING_SLOTS,
+  MIN_LEASE_UNITS,
   maxLeaseMs,
   maxLeaseUnits,
   normalizeLimits,
+  RING_SLACK_DIVISOR,
   type RingLayout,
   ringLayout,
+  ringSlackMs,
 } from "./limits.ts";
-export { type Ask, type History, KeyLog, type Outcome, type Restored } from "./log.ts";
+export { type Ask, type History, KeyLog, type Outcome, type Restored, type Unspent } from "./log.ts";
 export { Ring, roundUp, type SlotRow } from "./ring.ts";

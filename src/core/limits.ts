@@ -33,38 +33,62 @@ export const MAX_RING_SLOTS = 2048;
 export const MAX_KEY_SLOTS = 4096;
 
 /**
- * A lease's lifetime is at most this fraction of the key's shortest window, so a leased unit
- * holds capacity at most 1/32 of any window longer than a per-request grant would (under steady
- * overload that bounds the utilisation leases can cost to about 3%).
+ * Slack in each ring for slots recorded ahead of now (ms): a ring holds the tick positions of its
+ * longest window plus this, 1/32 of the key's shortest window. Leases may live longer; when the
+ * slack is used up a grant joins the next later slot instead of taking a new one (later is safe).
  */
-export const LEASE_WINDOW_DIVISOR = 32;
+export const RING_SLACK_DIVISOR = 32;
+
+/** The longest lease lifetime any key may get (ms), whatever the configuration says. */
+export const MAX_LEASE_MS = 60_000;
 
 /**
- * A lease holds at most this fraction of any limit, so an isolate that vanishes with a lease
- * (its units count until their record leaves the window) costs at most 1/16 of a limit.
+ * The units leased out to all isolates together stay at most this fraction of each limit's
+ * headroom (what would be left under it with nothing leased): a burst after a quiet spell finds
+ * the rest at the object, and units stranded in an isolate that died cost at most this share.
  */
-export const LEASE_LIMIT_DIVISOR = 16;
+export const LEASE_HEADROOM_SHARE = 1 / 2;
 
-/** The most units one lease may carry under these limits: 1/16 of the smallest, floored. */
+/**
+ * One lease carries at most this fraction of the smallest limit: a limit of a few units a window
+ * gets no leases (the units of one would hold much of it, up to a lifetime longer than a
+ * per-request grant), and an isolate that vanishes with a lease strands at most this share.
+ */
+export const LEASE_LIMIT_DIVISOR = 8;
+
+/** The most units one lease may carry under these limits: 1/8 of the smallest, floored. */
 export function maxLeaseUnits(limits: readonly LimitSpec[]): number {
   let smallest = Number.POSITIVE_INFINITY;
   for (const l of limits) smallest = Math.min(smallest, l.limit);
   return Math.floor(smallest / LEASE_LIMIT_DIVISOR);
 }
 
-/** The longest lease lifetime the limits allow (ms): 1/32 of the shortest window, floored. */
+/**
+ * The fewest units worth a lease. A lease costs a call and a row: one unit saves nothing over
+ * asking per request.
+ */
+export const MIN_LEASE_UNITS = 2;
+
+/** The longest lease lifetime the limits allow (ms): the longest window, at most {@link MAX_LEASE_MS}. */
 export function maxLeaseMs(limits: readonly LimitSpec[]): number {
+  let longest = 0;
+  for (const l of limits) longest = Math.max(longest, l.windowMs);
+  return Math.min(longest, MAX_LEASE_MS);
+}
+
+/** The ring slack of these limits (ms): {@link RING_SLACK_DIVISOR}. */
+export function ringSlackMs(limits: readonly LimitSpec[]): number {
   let shortest = Number.POSITIVE_INFINITY;
   for (const l of limits) shortest = Math.min(shortest, l.windowMs);
-  return Math.floor(shortest / LEASE_WINDOW_DIVISOR);
+  return Math.floor(shortest / RING_SLACK_DIVISOR);
 }
 
 /**
- * Distinct multiples of `tickMs` a slot may lie at while a window of `windowMs` counts it:
- * slots lie in `(now − W, now + lease + tick)`, so at most `⌊(W + lease) / tick⌋ + 2` of them.
+ * Distinct multiples of `tickMs` a ring gives a window of `windowMs`: the slots in
+ * `(now − W, now + slack + tick)`, at most `⌊(W + slack) / tick⌋ + 2` of them.
  */
-function tickSlots(windowMs: number, leaseMs: number, tickMs: number): number {
-  return Math.floor((windowMs + leaseMs) / tickMs) + 2;
+function tickSlots(windowMs: number, slackMs: number, tickMs: number): number {
+  return Math.floor((windowMs + slackMs) / tickMs) + 2;
 }
 
 /**
@@ -73,11 +97,11 @@ function tickSlots(windowMs: number, leaseMs: number, tickMs: number): number {
  * smallest whole number of ms that fits the longest of them. Defaults thus use at most two rings.
  */
 function defaultTicks(specs: readonly LimitSpec[]): number[] {
-  const lease = maxLeaseMs(specs);
-  const fine = specs.map((l) => Math.min(l.limit, tickSlots(l.windowMs, lease, 1)) <= MAX_RING_SLOTS);
+  const slack = ringSlackMs(specs);
+  const fine = specs.map((l) => Math.min(l.limit, tickSlots(l.windowMs, slack, 1)) <= MAX_RING_SLOTS);
   let coarse = 1;
   specs.forEach((l, i) => {
-    if (!fine[i]) coarse = Math.max(coarse, Math.ceil((l.windowMs + lease) / (MAX_RING_SLOTS - 2)));
+    if (!fine[i]) coarse = Math.max(coarse, Math.ceil((l.windowMs + slack) / (MAX_RING_SLOTS - 2)));
   });
   return specs.map((_, i) => (fine[i] ? 1 : coarse));
 }
@@ -99,10 +123,11 @@ export interface RingLayout {
 /**
  * Groups limits by tick (first appearance order) and sizes each ring: `min(N, tick slots)` of its
  * longest window (the smallest `N` among limits sharing that window). Every slot but a returned
- * lease's costs ≥ 1, and every slot is at a distinct multiple of the tick.
+ * lease's costs ≥ 1, and every slot is at a distinct multiple of the tick (more slots ahead of now
+ * than the slack gives join a later one: {@link Ring.record}).
  */
 export function ringLayout(limits: readonly Limit[]): RingLayout[] {
-  const lease = maxLeaseMs(limits);
+  const slack = ringSlackMs(limits);
   const byTick = new Map<number, number[]>();
   limits.forEach((l, i) => {
     const group = byTick.get(l.tickMs);
@@ -117,7 +142,7 @@ export function ringLayout(limits: readonly Limit[]): RingLayout[] {
       if (l.windowMs > w) [w, n] = [l.windowMs, l.limit];
       else if (l.windowMs === w) n = Math.min(n, l.limit);
     }
-    return { tickMs, limits: members, capacity: Math.min(n, tickSlots(w, lease, tickMs)) };
+    return { tickMs, limits: members, capacity: Math.min(n, tickSlots(w, slack, tickMs)) };
   });
 }
 
@@ -159,8 +184,8 @@ export function normalizeLimits(specs: readonly LimitSpec[]): Limit[] {
     if (r.capacity > MAX_RING_SLOTS) {
       const i = r.limits.reduce((a, b) => ((limits[b] as Limit).windowMs > (limits[a] as Limit).windowMs ? b : a));
       const l = limits[i] as Limit;
-      const lease = maxLeaseMs(limits);
-      const fits = Math.ceil((l.windowMs + lease) / (MAX_RING_SLOTS - 2));
+      const slack = ringSlackMs(limits);
+      const fits = Math.ceil((l.windowMs + slack) / (MAX_RING_SLOTS - 2));
       throw new RangeError(
         `limits[${i}].tickMs: ${l.limit} per ${formatDuration(l.windowMs)} at a tick of ${formatDuration(l.tickMs)} needs up to ${r.capacity} slots per key, more than ${MAX_RING_SLOTS}; use a tick of at least ${formatDuration(fits)}`,
       );

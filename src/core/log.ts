@@ -5,14 +5,23 @@
  * Window semantics (integer ms): at time `now` a unit recorded at `t` counts toward a limit of
  * window `W` iff `t > now − W` — including units recorded in the future. A unit is never recorded
  * earlier than it can be used (per-request grants at `now` rounded up to the tick, leases at
- * `now + lifetime` rounded up, anything earlier than a ring's newest slot at that slot's time),
+ * `now + lifetime` rounded up, and on a ring with no free slot at the next later slot's time),
  * and every decision is evaluated at the real, monotone `now`. Then no window of real use times
  * ever holds more than `N` (DESIGN.md, "Future-dated grants").
  */
 
 import type { Decision, LimitStatus } from "./decision.ts";
 import { describe } from "./duration.ts";
-import { type Limit, type LimitSpec, maxLeaseMs, maxLeaseUnits, normalizeLimits, ringLayout } from "./limits.ts";
+import {
+  LEASE_HEADROOM_SHARE,
+  type Limit,
+  type LimitSpec,
+  MIN_LEASE_UNITS,
+  maxLeaseMs,
+  maxLeaseUnits,
+  normalizeLimits,
+  ringLayout,
+} from "./limits.ts";
 import { Ring, roundUp, type SlotRow } from "./ring.ts";
 
 /** A decision and the rows it changed (one per ring for a grant, none for a denial). */
@@ -27,8 +36,22 @@ export interface Ask {
   readonly cost: number;
   /** Units wanted ahead of use (0: a per-request decision). */
   readonly leaseUnits?: number;
-  /** The lease lifetime wanted (ms); the log grants at most {@link maxLeaseMs} of its limits. */
+  /** The lease lifetime wanted (ms); the log grants at most {@link maxLeaseMs} of its limits, less near a limit. */
   readonly leaseMs?: number;
+  /**
+   * The caller has no rate of its own for the key (its first request here): `leaseUnits` is only a
+   * cap, and the lease is sized from the key's own recent rate — what its longest window holds,
+   * spread over that window, for one lifetime.
+   */
+  readonly leaseFromLog?: boolean;
+  /** Units of earlier leases the caller will not use, given back before the decision (so it sees them). */
+  readonly returns?: readonly Unspent[];
+}
+
+/** Units of a lease given back: where it was recorded (as the lease said) and how many. */
+export interface Unspent {
+  readonly recordedAt: readonly number[];
+  readonly units: number;
 }
 
 /** Grants over one limit's window, per bucket: what an operator's chart shows. */
@@ -163,16 +186,18 @@ export class KeyLog {
 
   /**
    * Decides a request of `ask.cost` at `now` and, when every limit allows it, records it —
-   * together with up to `ask.leaseUnits` more units leased ahead when the key is far from every
-   * limit. A lease takes at most half of what is left under each limit and at most 1/16 of each
-   * limit, so leases shrink near the limit and vanish there, and none for a shortest window after a
+   * together with up to `ask.leaseUnits` more units leased ahead for up to `ask.leaseMs`, sized by
+   * how far the key is from each limit (DESIGN.md, "Headroom leases"): the units leased out to all
+   * callers together stay within {@link LEASE_HEADROOM_SHARE} of every limit's headroom, and a
+   * lease lives its full lifetime only while at least half of every limit is free, shorter below.
+   * Near a limit leases shrink to nothing, and none are granted for a shortest window after a
    * refusal: then this is the per-request path.
    *
    * @param now integer milliseconds (fractions are floored; a time before the clock counts as the clock)
    * @throws RangeError for a cost, lease or `now` out of range
    */
   take(now: number, ask: Ask): Outcome {
-    const { cost, leaseUnits = 0, leaseMs = 0 } = ask;
+    const { cost, leaseUnits = 0, leaseMs = 0, returns = [] } = ask;
     if (!Number.isSafeInteger(cost) || cost < 0)
       throw new RangeError(`cost: expected a whole number ≥ 0, got ${describe(cost)}`);
     if (!Number.isSafeInteger(leaseUnits) || leaseUnits < 0) {
@@ -182,27 +207,34 @@ export class KeyLog {
       throw new RangeError(`leaseMs: expected whole milliseconds ≥ 0, got ${describe(leaseMs)}`);
     }
     if (cost === 0 && leaseUnits === 0) throw new RangeError("cost: 0 asks for nothing; ask for a cost or lease units");
+    if (!Array.isArray(returns)) throw new RangeError("returns: expected a list of unspent units");
+    // Given back first, so that the decision and the limits it reports see them.
+    const given: SlotRow[] = [];
+    for (const r of returns) {
+      // A lease recorded under other limits (other rings) is not here to give back: its units expire.
+      if (Array.isArray(r?.recordedAt) && r.recordedAt.length === this.rings.length) {
+        given.push(...this.giveBack(r.recordedAt, r.units));
+      }
+    }
     const t = this.#advance(now);
     const allowed = this.rings.every((r) => r.fits(cost));
     if (!allowed) {
       if (cost <= this.#minLimit) this.#refusedAt = t;
-      return { decision: this.#decision(t, cost, false, null), writes: [] };
+      return { decision: this.#decision(t, cost, false, null), writes: given };
     }
 
-    const lifetime = Math.min(leaseMs, this.maxLeaseMs);
-    let extra = 0;
     // A key refused within its shortest window is at its limit: leases there would hold units
     // others are waiting for, so it gets the per-request path until the pressure is gone.
-    if (leaseUnits > 0 && lifetime > 0 && t - this.#refusedAt >= this.#shortestWindow) {
-      let room = Number.POSITIVE_INFINITY;
-      for (let i = 0; i < this.limits.length; i++) room = Math.min(room, this.#remaining(i) - cost);
-      extra = Math.min(leaseUnits, Math.floor(room / 2), this.maxLeaseUnits);
-    }
+    const { units: extra, lifetimeMs: lifetime } =
+      leaseUnits > 0 && leaseMs > 0 && t - this.#refusedAt >= this.#shortestWindow
+        ? this.#leaseFor(t, cost, leaseUnits, Math.min(leaseMs, this.maxLeaseMs), ask.leaseFromLog === true)
+        : NO_LEASE;
     const units = cost + extra;
-    if (units === 0) return { decision: this.#decision(t, cost, true, null), writes: [] };
+    if (units === 0) return { decision: this.#decision(t, cost, true, null), writes: given };
     const at = extra > 0 ? t + lifetime : t;
-    const writes = this.rings.map((r) => r.record(at, units));
-    const recordedAt = writes.map((w) => w.ts);
+    const recorded = this.rings.map((r) => r.record(at, units));
+    const writes = given.length > 0 ? [...given, ...recorded] : recorded;
+    const recordedAt = recorded.map((w) => w.ts);
     const lease = extra > 0 ? { units: extra, lifetimeMs: lifetime, recordedAt } : null;
     const decision = this.#decision(t, cost, true, lease);
     return { decision: cost > 0 ? { ...decision, recordedAt } : decision, writes };
@@ -315,6 +347,47 @@ export class KeyLog {
     return t;
   }
 
+  /**
+   * The lease a grant of `cost` at `t` may carry (the rings evicted to `t`, the cost fitting):
+   * at most `want` units, at most {@link maxLeaseUnits}, and at most {@link LEASE_HEADROOM_SHARE} of each limit's headroom less
+   * what is leased out already; `lifetimeMs` while at least half of every limit is free, scaled
+   * down with the freest share below that, and in proportion when fewer units than `want` are
+   * granted (the caller asked for what it would spend in the lifetime). `fromLog`: `want` is only a
+   * cap, and the units are at most what the key's longest window holds (excluding units ahead of
+   * now), per window, over the lifetime. Fewer than {@link MIN_LEASE_UNITS} units: no lease.
+   */
+  #leaseFor(
+    t: number,
+    cost: number,
+    want: number,
+    lifetimeMs: number,
+    fromLog: boolean,
+  ): { units: number; lifetimeMs: number } {
+    let units = Math.min(want, this.maxLeaseUnits);
+    let free = 1;
+    let longest = 0;
+    this.#places.forEach((p, i) => {
+      const ahead = p.ring.ahead(t);
+      const left = p.ring.remaining(p.j) - cost;
+      const headroom = left + ahead;
+      const limit = this.limits[i] as Limit;
+      units = Math.min(units, left, Math.floor(headroom * LEASE_HEADROOM_SHARE) - ahead);
+      free = Math.min(free, headroom / limit.limit);
+      if (limit.windowMs > (this.limits[longest] as Limit).windowMs) longest = i;
+    });
+    let lifetime = free >= 0.5 ? lifetimeMs : Math.floor(lifetimeMs * 2 * free);
+    if (fromLog) {
+      const p = this.#places[longest] as Place;
+      const w = (this.limits[longest] as Limit).windowMs;
+      const past = p.ring.limit(p.j) - p.ring.remaining(p.j) - p.ring.ahead(t);
+      units = Math.min(units, Math.floor((past * lifetime) / w));
+    } else if (units < want) {
+      // The caller asked for what it spends in the lifetime: fewer units last it less long.
+      lifetime = Math.floor((lifetime * Math.max(0, units)) / want);
+    }
+    return units < MIN_LEASE_UNITS || lifetime < 1 ? NO_LEASE : { units, lifetimeMs: lifetime };
+  }
+
   /** Moves the clock to `now` (never back) and evicts every ring to it. */
   #advance(now: number): number {
     if (!Number.isFinite(now)) throw new RangeError(`now: expected a finite time in ms, got ${describe(now)}`);
@@ -322,11 +395,6 @@ export class KeyLog {
     this.#clock = t;
     for (const r of this.rings) r.evict(t);
     return t;
-  }
-
-  #remaining(i: number): number {
-    const p = this.#places[i] as Place;
-    return p.ring.remaining(p.j);
   }
 
   /** Earliest time ≥ `t` at which `cost` fits every limit if nothing else is granted (∞ if never). */
@@ -357,6 +425,8 @@ export class KeyLog {
     };
   }
 }
+
+const NO_LEASE = { units: 0, lifetimeMs: 0 } as const;
 
 function longestWindow(ring: Ring, log: KeyLog): number {
   let w = 0;

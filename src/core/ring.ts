@@ -130,8 +130,23 @@ export class Ring {
   }
 
   #append(ts: number, cost: number, key: number): void {
+    this.#insert(this.#end, ts, cost, key);
+  }
+
+  /**
+   * Puts a slot at absolute index `i`, shifting the newer ones up by one. The slot is in every
+   * limit's window (`ts` is at or after the evicted-to time), so every head is at or before `i`.
+   */
+  #insert(i: number, ts: number, cost: number, key: number): void {
     if (this.size === this.#mask + 1) this.#grow();
-    const p = this.#end & this.#mask;
+    for (let j = this.#end; j > i; j--) {
+      const to = j & this.#mask;
+      const from = (j - 1) & this.#mask;
+      this.#ts[to] = this.#ts[from] as number;
+      this.#cost[to] = this.#cost[from] as number;
+      this.#key[to] = this.#key[from] as number;
+    }
+    const p = i & this.#mask;
     this.#ts[p] = ts;
     this.#cost[p] = cost;
     this.#key[p] = key;
@@ -196,6 +211,11 @@ export class Ring {
     return true;
   }
 
+  /** The `j`th limit of this ring: its `N`. */
+  limit(j: number): number {
+    return (this.#members[j] as Member).limit;
+  }
+
   /** Cost that may still be granted under the `j`th limit of this ring. */
   remaining(j: number): number {
     const m = this.#members[j] as Member;
@@ -226,20 +246,31 @@ export class Ring {
   // ------------------------------------------------------------------ changes
 
   /**
-   * Records `units` at `at` rounded up to the tick, or at the newest slot's time if that is
-   * later (later is always safe). Returns the one row to write and the time recorded at.
-   * The ring must be evicted to a time ≤ `at` and have room (`fits`).
+   * Records `units` at `at` rounded up to the tick, in time order among the slots (a grant at now
+   * goes before leases recorded in the future). When the ring has no free slot it adds them to the
+   * next later slot instead (later is always safe; a full ring that fits has one, since only slots
+   * beyond now can exceed the tick positions its capacity was sized for). Returns the one row to
+   * write. The ring must be evicted to a time ≤ `at` and have room (`fits`).
    */
   record(at: number, units: number): SlotRow {
-    const ts = Math.max(roundUp(at, this.tickMs), this.newest);
-    if (this.size > 0 && this.#tsAt(this.#end - 1) === ts) {
-      const p = (this.#end - 1) & this.#mask;
+    const ts = roundUp(at, this.tickMs);
+    let i = this.#end;
+    while (i > this.#start && this.#tsAt(i - 1) >= ts) i--;
+    if (i < this.#end && (this.#tsAt(i) === ts || this.size >= this.capacity)) {
+      const p = i & this.#mask;
       this.#cost[p] = (this.#cost[p] as number) + units;
       for (const m of this.#members) m.used += units;
-      return this.#row(this.#end - 1);
+      return this.#row(i);
     }
-    this.#append(ts, units, this.#takeKey());
-    return this.#row(this.#end - 1);
+    this.#insert(i, ts, units, this.#takeKey());
+    return this.#row(i);
+  }
+
+  /** Units recorded after `t` (leased ahead, or rounded up to the tick): they count in every window already. */
+  ahead(t: number): number {
+    let sum = 0;
+    for (let i = this.#end - 1; i >= this.#start && this.#tsAt(i) > t; i--) sum += this.#costAt(i);
+    return sum;
   }
 
   /**

@@ -97,9 +97,10 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /**
-   * Decides one request of `ask.cost` against `limits` at the object's clock, and leases up to
-   * `ask.leaseUnits` more for `ask.leaseMs` when the key is far from every limit. One row per ring
-   * for a grant, nothing for a denial. Synchronous up to the alarm, so no other call interleaves;
+   * Decides one request of `ask.cost` against `limits` at the object's clock, after taking back
+   * `ask.returns` (units of expired leases), and leases up to `ask.leaseUnits` more for up to
+   * `ask.leaseMs`, sized by the key's headroom. One row per ring for a grant and per given-back
+   * slot, nothing else. Synchronous up to the alarm, so no other call interleaves;
    * the output gate holds the answer until the rows are durable.
    */
   take(limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Decision | Promise<Decision> {

@@ -90,33 +90,62 @@ describe("take", () => {
 });
 
 describe("leases", () => {
-  // A lease may hold 1/16 of the limit for 1/32 of the window (here 50 ms).
+  // Far from its limit a key may hold half of its headroom, for up to the longest window.
   const roomy: LimitSpec[] = [{ limit: 1000, windowMs: 1600, tickMs: 1 }];
 
   it("records a lease as one row at now + lifetime, together with the request's own cost", async () => {
     const o = await object();
-    const d = await o.take(roomy, 1, { leaseUnits: 20, leaseMs: 500 });
-    // The lifetime is capped at 1/32 of the window.
-    expect(d.lease).toEqual({ units: 20, lifetimeMs: 50, recordedAt: [T0 + 50] });
+    const d = await o.take(roomy, 1, { leaseUnits: 20, leaseMs: 5000 });
+    // The lifetime is capped at the longest window.
+    expect(d.lease).toEqual({ units: 20, lifetimeMs: 1600, recordedAt: [T0 + 1600] });
     expect(d.limits[0]?.remaining).toBe(979);
-    expect(await o.rows()).toEqual([{ ring: 1, key: expect.any(Number), ts: T0 + 50, cost: 21 }]);
-    // A per-request grant before the lease's record is written at the record's time.
+    expect(await o.rows()).toEqual([{ ring: 1, key: expect.any(Number), ts: T0 + 1600, cost: 21 }]);
+    // A per-request grant before the lease's record is written at its own time: one more row.
     o.at(T0 + 10);
     await o.take(roomy, 1);
-    expect(await o.rows()).toEqual([{ ring: 1, key: expect.any(Number), ts: T0 + 50, cost: 22 }]);
+    expect((await o.rows()).map((r) => [r.ts, r.cost])).toEqual([
+      [T0 + 10, 1],
+      [T0 + 1600, 21],
+    ]);
   });
 
-  it("shrinks leases near the limit and grants none when little is left", async () => {
+  it("shrinks leases near the limit, keeps them within half the headroom, and grants none when little is left", async () => {
     const o = await object();
     const limits: LimitSpec[] = [{ limit: 160, windowMs: 1600, tickMs: 1 }];
-    const units = [];
+    const ask = { leaseUnits: 14, leaseMs: 50 };
     expect((await o.take(limits, 130)).allowed).toBe(true);
-    for (let i = 0; i < 5; i++)
-      units.push((await o.take(limits, 1, { leaseUnits: 100, leaseMs: 50 })).lease?.units ?? 0);
-    // 1/16 of 160, then half of what is left after each request: 29/2, 18/2, 8/2, 3/2, and 1/2 is no unit.
-    expect(units).toEqual([10, 9, 4, 1, 0]);
-    expect((await o.take(limits, 1, { leaseUnits: 100, leaseMs: 50 })).lease).toBeNull();
-    expect(await o.take(limits, 1)).toMatchObject({ allowed: false });
+    const first = await o.take(limits, 1, ask);
+    // 29 left after the cost and nothing leased out: half of it, for 50 · 2 · 29/160 ms.
+    expect(first.lease).toMatchObject({ units: 14, lifetimeMs: 18 });
+    // Those 15 units, recorded ahead, are the share: nothing more to lease.
+    expect((await o.take(limits, 1, ask)).lease).toBeNull();
+    // Given back, the share is there again (less the first request's own unit, still ahead): 13 of
+    // the 14 asked, so for 13/14 of the 17 ms that 28/160 free allows.
+    expect(await o.giveBack(limits, first.lease?.recordedAt ?? [], 14)).toBe(1);
+    expect((await o.take(limits, 1, ask)).lease).toMatchObject({ units: 13, lifetimeMs: 15 });
+    expect((await o.take(limits, 10)).allowed).toBe(true);
+    expect((await o.take(limits, 1, ask)).lease).toBeNull();
+    expect(await o.take(limits, 10)).toMatchObject({ allowed: false });
+  });
+
+  it("takes back an expired lease's units with the key's next request, before deciding it", async () => {
+    const o = await object();
+    const limits: LimitSpec[] = [{ limit: 40, windowMs: 60_000, tickMs: 1 }];
+    const d = await o.take(limits, 1, { leaseUnits: 4, leaseMs: 100 });
+    expect(d.lease).toMatchObject({ units: 4, lifetimeMs: 100 });
+    o.at(T0 + 200);
+    const returns = [{ recordedAt: d.lease?.recordedAt ?? [], units: 4 }];
+    const next = await o.take(limits, 1, { returns });
+    // The answer counts the given-back units as free: the two requests are all that is used.
+    expect(next.limits[0]?.remaining).toBe(38);
+    expect((await o.rows()).map((r) => [r.ts, r.cost])).toEqual([
+      [T0 + 100, 1],
+      [T0 + 200, 1],
+    ]);
+    // Units of a lease granted under other limits (another ring layout) are skipped: they expire.
+    const other = await o.take(limits, 1, { returns: [{ recordedAt: [T0 + 100, T0 + 100], units: 1 }] });
+    expect(other).toMatchObject({ allowed: true });
+    expect(other.limits[0]?.remaining).toBe(37);
   });
 
   it("takes back unused units, and forgets a slot that holds nothing any more", async () => {
@@ -146,11 +175,11 @@ describe("leases", () => {
     o.at(T0 + 10);
     await o.take(limits, 1);
     o.at(T0 + 1600);
-    expect((await o.take(limits, 1, { leaseUnits: 1, leaseMs: 50 })).lease?.recordedAt).toEqual([T0 + 1650]);
+    expect((await o.take(limits, 1, { leaseUnits: 2, leaseMs: 50 })).lease?.recordedAt).toEqual([T0 + 1650]);
     await o.evict();
     o.at(T0 + 1601);
-    // (T0 + 1, T0 + 1601] holds the grant at T0 + 10 and the lease's 2 units: 29 left, not 30.
-    expect((await o.take(limits, 29)).allowed).toBe(true);
+    // (T0 + 1, T0 + 1601] holds the grant at T0 + 10 and the lease's 3 units: 28 left, not 29.
+    expect((await o.take(limits, 28)).allowed).toBe(true);
     expect(await o.take(limits, 1)).toMatchObject({ allowed: false, retryAfterMs: 9 });
   });
 });

@@ -65,6 +65,7 @@ export function fakeLimiter(take: (call: number, ask: Ask) => Promise<Decision>)
   const stub = {
     take: (_limits: unknown, ask: Ask) => {
       asks.push(ask);
+      returns.push(...(ask.returns ?? []));
       return take(asks.length, ask);
     },
     giveBack: (_limits: unknown, recordedAt: readonly number[], units: number) => {

@@ -26,7 +26,7 @@ function background(): Hooks & { settled: () => Promise<unknown> } {
 const perMinute = (limit: number, extra: object = {}) => ({ limits: [{ limit, window: "1m" }], ...extra });
 
 describe("leases against the real object", () => {
-  it("serves most grants of a busy key from a lease, and never more than the limit", async () => {
+  it("serves many grants of a key driven to its limit from leases, and never more than the limit", async () => {
     const limiter = countingLimiter();
     const e = envWith(perMinute(300), { LIMITER: limiter.namespace });
     const key = freshKey();
@@ -43,9 +43,10 @@ describe("leases against the real object", () => {
     expect(ok).toBe(300);
     expect(statuses.filter((s) => s !== 200 && s !== 429)).toEqual([]);
     expect(await arrivalsFor(key)).toHaveLength(300);
-    // The object saw a fraction of the requests: leases carried the rest.
-    expect(reasons.filter((r) => r === "leased").length).toBeGreaterThan(150);
-    expect(limiter.calls()).toBeLessThan(100);
+    // The object saw a fraction of the requests: leases carried many grants, though at most half of
+    // the headroom is ever leased out, and less as the key nears its limit.
+    expect(reasons.filter((r) => r === "leased").length).toBeGreaterThan(120);
+    expect(limiter.calls()).toBeLessThan(200);
   });
 
   it("with leases off, every request asks the object", async () => {
@@ -66,11 +67,9 @@ describe("leases against the real object", () => {
       remaining.push(Number(/r=(\d+)/.exec(r.headers.get("RateLimit") ?? "")?.[1]));
     }
     await hooks.settled();
-    // One isolate: what it shows is what the key has left, never more than the limit allows.
-    remaining.forEach((r, i) => {
-      expect(r).toBeLessThanOrEqual(1000 - (i + 1));
-    });
-    expect(remaining.at(-1)).toBe(1000 - 30);
+    // One isolate: what it shows is exactly what the key has left, also while it spends a newer lease that
+    // expires before an older one (leases are spent in order of expiry).
+    expect(remaining).toEqual(Array.from({ length: 30 }, (_, i) => 1000 - (i + 1)));
   });
 });
 

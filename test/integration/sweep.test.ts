@@ -56,12 +56,13 @@ function ideal(limits: LimitSpec[], sentAt: number[]): number {
   return granted;
 }
 
-// The last column: the least share of an exact limiter's grants. Leased units count from the end of their lease (up
-// to 62 ms here), so in a run of only ~1.25 windows the key's second window starts up to a lifetime late; over long
-// runs leases cost ≤ ~3% (the bench and test/e2e/leases.test.ts measure 97–100%).
+// The last column: the least share of an exact limiter's grants. Leased units count from the end of their lease
+// (here up to ~150 ms: a lease lives about as long as this isolate takes to spend it, and its first ones at most
+// 1/32 of the shortest window), so in a run of only ~1.25 windows the key's second window starts up to a lifetime
+// late; over long runs leases cost a few percent (the bench and test/e2e/leases.test.ts measure it).
 describe.each([
   ["50/500ms", [{ limit: 50, window: "500ms" }], [{ limit: 50, windowMs: 500 }], 0.95],
-  // Long enough windows for leases (lifetime 62 ms, up to 25 units): most grants come from them.
+  // Long enough windows for leases (up to 50 units each): many grants come from them.
   [
     "400/2s + 2000/10s",
     [
@@ -72,7 +73,7 @@ describe.each([
       { limit: 400, windowMs: 2000 },
       { limit: 2000, windowMs: 10_000 },
     ],
-    0.9,
+    0.85,
   ],
   [
     "20/200ms + 60/1s",

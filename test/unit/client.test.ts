@@ -101,35 +101,57 @@ function setup(settings: Record<string, unknown> = {}) {
 
 describe("LimiterClient.limit", () => {
   it("grants from the object, then from a lease once the key is busy here: one call for many grants", async () => {
-    const t = setup();
+    // An ordinary key: 2 requests a second, far below 1000 a minute.
+    const t = setup({ limits: [{ limit: 1000, window: "1m" }] });
     const reasons: string[] = [];
+    let rampCalls = 0;
     for (let i = 0; i < 60; i++) {
+      if (i === 30) rampCalls = t.store.count("take");
       const r = await t.limit();
       reasons.push(r.reason);
       await t.settle();
+      t.advance(500);
     }
     expect(reasons.slice(0, 2)).toEqual(["granted", "granted"]);
     expect(reasons.filter((r) => r === "leased").length).toBeGreaterThan(40);
-    expect(t.store.count("take")).toBeLessThan(15);
+    // Leases grow with the time the key has been watched; after 15 s, one call serves about 8 grants.
+    expect(rampCalls).toBeLessThan(15);
+    expect(t.store.count("take") - rampCalls).toBeLessThanOrEqual(4);
     // Never more than the limit, counting what is leased here as used.
     const peek = await t.client.peek(t.ns, "key:a", t.plan);
-    expect(peek.limits[0]?.remaining).toBe(100 - 60);
+    expect(peek.limits[0]?.remaining).toBe(1000 - 60);
+    // Another isolate's first request for the key comes back with a lease sized from the key's log:
+    // the units of the last minute already used (not those recorded ahead, with the first isolate's
+    // leases), over a 10 s lifetime: a sixth of them.
+    const log = t.store.log("key:a", t.plan.limits ?? []);
+    const now = t.client.now();
+    const past = 1000 - (log.peek(now).limits[0]?.remaining ?? 0) - (log.rings[0]?.ahead(now) ?? 0);
+    expect(past).toBeGreaterThan(40);
+    const other = new LimiterClient(t.client.config, { clock: () => t.client.now() });
+    const first = await other.limit(t.ns, "key:a", t.plan, 1, t.bg);
+    expect(first.reason).toBe("granted");
+    expect(other.leases.get("key:a")?.held.map((h) => h.left)).toEqual([Math.floor(past / 6)]);
   });
 
-  it("gives back exactly what an expired lease did not use, and asks the object again", async () => {
-    const t = setup();
-    for (let i = 0; i < 5; i++) {
+  it("gives back what an expired lease did not use with the key's next call, which then reports it exactly", async () => {
+    const t = setup({ limits: [{ limit: 1000, window: "1m" }] });
+    for (let i = 0; i < 10; i++) {
       await t.limit();
       await t.settle();
+      t.advance(500);
     }
     const held = t.client.leases.get("key:a")?.held.reduce((n, h) => n + h.left, 0) ?? 0;
     expect(held).toBeGreaterThan(0);
-    t.advance(1000);
+    t.advance(20_000); // a pause longer than any lease
     const r = await t.limit();
     await t.settle();
     expect(r.reason).toBe("granted");
-    expect(t.store.calls.filter((c) => c.method === "giveBack").map((c) => c.units)).toEqual([held]);
-    expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(100 - 6);
+    const last = t.store.calls.at(-1);
+    expect(last?.method).toBe("take");
+    expect(last?.ask?.returns?.reduce((n, u) => n + u.units, 0)).toBe(held);
+    expect(t.store.count("giveBack")).toBe(0);
+    // RateLimit right after the pause: everything granted and nothing else counts.
+    expect(r.limits[0]?.remaining).toBe(1000 - 11 - (t.client.leases.get("key:a")?.held[0]?.left ?? 0));
   });
 
   it("refuses over the limit with the exact wait, then from the deny cache until the recheck", async () => {
@@ -231,7 +253,7 @@ describe("LimiterClient.refund", () => {
       await t.settle();
       if (r.reason === "leased") late = r;
     }
-    t.advance(1000);
+    t.advance(11_000);
     expect(await t.client.refund(t.ns, late as NonNullable<typeof late>)).toBe(true);
     expect(t.store.count("giveBack")).toBe(gives + 1);
   });
@@ -386,7 +408,7 @@ describe("what a result says", () => {
     expect(held).toBeGreaterThan(0);
     const atObject = 100 - 5 - held;
     expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject + held);
-    t.advance(1000); // expired, not given back yet (no request has seen it)
+    t.advance(11_000); // expired, not given back yet (no request has seen it)
     expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject);
   });
 });

@@ -2,11 +2,21 @@
 
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { LeaseTable, leaseMargin, MIN_LEASE_UNITS, sameLimits, type Unused } from "../../src/client/leases.ts";
+import {
+  IDLE_RETURN_MS,
+  LeaseTable,
+  leaseMargin,
+  MIN_LEASE_UNITS,
+  sameLimits,
+  type Unused,
+} from "../../src/client/leases.ts";
 import type { Lease, LimitStatus, NamedLimit } from "../../src/core/index.ts";
 
 const LIMITS: LimitStatus[] = [{ remaining: 50, resetMs: 1000, exceeded: false }];
 const SPECS = [{ limit: 1000, windowMs: 1000 }];
+
+/** A lease ask of `units` (for needsRefill, which only asks whether there is one). */
+const ask = (units: number) => ({ units, lifetimeMs: 100 });
 
 function lease(units: number, lifetimeMs = 100, recordedAt: number[] = [1100]): Lease {
   return { units, lifetimeMs, recordedAt };
@@ -19,13 +29,14 @@ describe("LeaseTable", () => {
     const e = table.touch("k", SPECS, 1000, unused);
     table.add(e, lease(3), 1000, LIMITS);
     const last = 1000 + 100 - leaseMargin(100) - 1;
-    expect(table.spend(e, 1, 1000, unused)?.left).toBe(2);
-    expect(table.spend(e, 1, last, unused)?.left).toBe(1);
-    expect(table.spend(e, 1, last + 1, unused)).toBeNull();
-    // The expired lease's last unit is handed back, once.
-    expect(unused).toEqual([{ name: "k", limits: SPECS, recordedAt: [1100], units: 1 }]);
-    expect(table.spend(e, 1, last + 2, unused)).toBeNull();
-    expect(unused).toHaveLength(1);
+    expect(table.spend(e, 1, 1000)?.left).toBe(2);
+    expect(table.spend(e, 1, last)?.left).toBe(1);
+    expect(table.spend(e, 1, last + 1)).toBeNull();
+    // The expired lease's last unit waits to go back with the key's next call, once.
+    expect(table.takeReturns(e)).toEqual([{ recordedAt: [1100], units: 1 }]);
+    expect(table.spend(e, 1, last + 2)).toBeNull();
+    expect(table.takeReturns(e)).toEqual([]);
+    expect(unused).toEqual([]);
   });
 
   it("never spends more than a lease holds, and uses the lease that expires first", () => {
@@ -34,65 +45,85 @@ describe("LeaseTable", () => {
     const e = table.touch("k", SPECS, 0, unused);
     table.add(e, lease(5, 200, [200]), 0, LIMITS);
     table.add(e, lease(2, 100, [100]), 0, LIMITS);
-    expect(table.spend(e, 3, 10, unused)?.recordedAt).toEqual([200]); // the 2-unit lease cannot pay 3
-    expect(table.spend(e, 2, 10, unused)?.recordedAt).toEqual([100]);
-    expect(table.spend(e, 2, 10, unused)?.recordedAt).toEqual([200]);
-    expect(table.spend(e, 1, 10, unused)).toBeNull();
+    expect(table.spend(e, 3, 10)?.recordedAt).toEqual([200]); // the 2-unit lease cannot pay 3
+    expect(table.spend(e, 2, 10)?.recordedAt).toEqual([100]);
+    expect(table.spend(e, 2, 10)?.recordedAt).toEqual([200]);
+    expect(table.spend(e, 1, 10)).toBeNull();
   });
 
-  it("sizes leases from the key's recent rate here, and gives rarely seen keys none", () => {
+  it("lets the object size a rarely seen key's lease, and sizes it from the key's recent rate here once it has one", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
     const rare = table.touch("rare", SPECS, 0, unused);
-    expect(table.want(rare, 1000, 1000, 0)).toBe(0);
-    table.touch("rare", SPECS, 5000, unused);
-    expect(table.want(rare, 1000, 1000, 0)).toBe(0);
-    // 100 requests in 100 ms: about 100 per second, decayed.
+    expect(table.fromLog(rare)).toBe(true);
+    // A cap: the object sizes it from the key's log.
+    expect(table.want(rare, 1000, 1000, 0)).toEqual({ units: 1000, lifetimeMs: 1000 });
+    table.touch("rare", SPECS, 50_000, unused);
+    expect(table.fromLog(rare)).toBe(true);
+    // 100 requests in 10 s: about 6 per second by the 10 s estimate (the decayed count of 100 is about 63).
     let hot = table.touch("hot", SPECS, 0, unused);
-    for (let t = 1; t < 100; t++) hot = table.touch("hot", SPECS, t, unused);
-    // One lifetime's worth at that rate.
-    const want = table.want(hot, 1000, 10_000, 0);
-    expect(want).toBeGreaterThan(80);
-    expect(want).toBeLessThanOrEqual(100);
-    expect(table.want(hot, 1000, 20, 0)).toBe(20);
-    expect(table.want(hot, 5, 1000, 0)).toBe(0); // under one unit expected in 5 ms at ~95/s
+    for (let t = 100; t < 10_000; t += 100) hot = table.touch("hot", SPECS, t, unused);
+    expect(table.fromLog(hot)).toBe(false);
+    // 0.8 of what that rate spends in the lifetime, here as long as the key has been watched (9.9 s).
+    const want = table.want(hot, 10_000, 10_000, 9900);
+    expect(want.lifetimeMs).toBe(9900);
+    expect(want.units).toBeGreaterThan(45);
+    expect(want.units).toBeLessThanOrEqual(55);
+    // Capped by max_units: asked for about the time it takes to spend them.
+    const capped = table.want(hot, 10_000, 20, 9900);
+    expect(capped.units).toBe(20);
+    expect(capped.lifetimeMs).toBeGreaterThan(3500);
+    expect(capped.lifetimeMs).toBeLessThan(4500);
+    expect(table.want(hot, 30, 1000, 9900).units).toBe(0); // under two units expected in 30 ms at ~6/s
     // While the object has no lease to give, none is asked for.
-    hot.quietUntil = 500;
-    expect(table.want(hot, 1000, 10_000, 499)).toBe(0);
-    expect(table.want(hot, 1000, 10_000, 500)).toBeGreaterThan(0);
+    hot.quietUntil = 10_500;
+    expect(table.want(hot, 1000, 10_000, 10_499).units).toBe(0);
+    expect(table.want(hot, 1000, 10_000, 10_500).units).toBeGreaterThan(0);
+  });
+
+  it("asks for no longer than it has watched the key (at least youngMs): a burst's rate says little about the next 10 s", () => {
+    const table = new LeaseTable();
+    let e = table.touch("burst", SPECS, 0, []);
+    for (let t = 1; t < 100; t++) e = table.touch("burst", SPECS, t, []); // about one request a millisecond
+    const now = table.want(e, 10_000, 1_000_000, 99, 31);
+    expect(now.lifetimeMs).toBe(99);
+    // The 100 ms estimate: about 0.62 a millisecond, 0.8 of it over 99 ms.
+    expect(now.units).toBeGreaterThan(40);
+    expect(now.units).toBeLessThan(55);
+    expect(table.want(e, 10_000, 1_000_000, 99, 500).lifetimeMs).toBe(500);
   });
 
   it("asks for no lease whose lifetime is under four recent round trips to the object", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
     let hot = table.touch("hot", SPECS, 0, unused);
-    for (let t = 1; t < 100; t++) hot = table.touch("hot", SPECS, t, unused);
-    expect(table.want(hot, 50, 1000, 0)).toBeGreaterThan(0);
-    table.observeRtt(20);
-    expect(table.rttMs).toBe(20);
-    expect(table.want(hot, 50, 1000, 0)).toBe(0); // a 50 ms lease would arrive 20 ms into its life
-    expect(table.want(hot, 80, 1000, 0)).toBeGreaterThan(0);
-    for (let i = 0; i < 40; i++) table.observeRtt(2);
+    for (let t = 1; t < 1000; t++) hot = table.touch("hot", SPECS, t, unused);
+    expect(table.want(hot, 1000, 1000, 1000).units).toBeGreaterThan(0);
+    table.observeRtt(300);
+    expect(table.rttMs).toBe(300);
+    expect(table.want(hot, 1000, 1000, 1000).units).toBe(0); // a 1 s lease would arrive 300 ms into its life
+    expect(table.want(hot, 1200, 1000, 1200).units).toBeGreaterThan(0);
+    for (let i = 0; i < 60; i++) table.observeRtt(2);
     expect(table.rttMs).toBeLessThan(3);
-    expect(table.want(hot, 50, 1000, 0)).toBeGreaterThan(0);
+    expect(table.want(hot, 1000, 1000, 1000).units).toBeGreaterThan(0);
   });
 
   it("asks for a refill when the held units or time would run out within two round trips, never with a call out", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
-    const e = table.touch("k", SPECS, 0, unused); // about 1 request per second: 1 unit in the 10 ms lead
-    expect(table.needsRefill(e, 0, 10)).toBe(true);
+    const e = table.touch("k", SPECS, 0, unused); // about 1 request per 10 s: 1 unit in the 10 ms lead
+    expect(table.needsRefill(e, 0, ask(10))).toBe(true);
     table.add(e, lease(10), 0, LIMITS); // spendable until 97
-    expect(table.needsRefill(e, 0, 10)).toBe(false);
-    expect(table.needsRefill(e, 86, 10)).toBe(false); // 11 ms left
-    expect(table.needsRefill(e, 87, 10)).toBe(true); // 10 ms left: two round trips of at least 5 ms
-    table.spend(e, 8, 1, unused);
-    expect(table.needsRefill(e, 1, 10)).toBe(false); // 2 left
-    table.spend(e, 1, 1, unused);
-    expect(table.needsRefill(e, 1, 10)).toBe(true); // 1 left: what the lead will use
+    expect(table.needsRefill(e, 0, ask(10))).toBe(false);
+    expect(table.needsRefill(e, 86, ask(10))).toBe(false); // 11 ms left
+    expect(table.needsRefill(e, 87, ask(10))).toBe(true); // 10 ms left: two round trips of at least 5 ms
+    table.spend(e, 8, 1);
+    expect(table.needsRefill(e, 1, ask(10))).toBe(false); // 2 left
+    table.spend(e, 1, 1);
+    expect(table.needsRefill(e, 1, ask(10))).toBe(true); // 1 left: what the lead will use
     e.inflightSince = 1;
-    expect(table.needsRefill(e, 1, 10)).toBe(false);
-    expect(table.needsRefill(table.touch("cold", SPECS, 0, unused), 0, 0)).toBe(false);
+    expect(table.needsRefill(e, 1, ask(10))).toBe(false);
+    expect(table.needsRefill(table.touch("cold", SPECS, 0, unused), 0, ask(0))).toBe(false);
   });
 
   it("stays bounded: the oldest key makes room, and its unused units go back to its own object", () => {
@@ -113,8 +144,8 @@ describe("LeaseTable", () => {
     const e = table.touch("k", SPECS, 0, unused);
     table.add(e, lease(1, 100, [8]), 0, LIMITS);
     table.add(e, lease(4, 100, [9]), 0, LIMITS);
-    table.spend(e, 1, 0, unused); // the 1-unit lease is used up: nothing of it to hand back
-    table.spend(e, 1, 0, unused); // the 4-unit lease pays
+    table.spend(e, 1, 0); // the 1-unit lease is used up: nothing of it to hand back
+    table.spend(e, 1, 0); // the 4-unit lease pays
     table.drop("k", unused);
     expect(table.get("k")).toBeUndefined();
     expect(unused).toEqual([{ name: "k", limits: SPECS, recordedAt: [9], units: 3 }]);
@@ -128,67 +159,70 @@ describe("LeaseTable", () => {
     expect(e.held[0]?.expiresAt).toBe(5000 + 1000 - 21);
   });
 
-  it("estimates the key's rate per second: +1 per request, decayed by e^(−Δt/1 s), never grown by a clock going back", () => {
+  it("estimates the key's rate: +1 per request, decayed by e^(−Δt/10 s), never grown by a clock going back", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 1000, []);
     expect([e.score, e.seenAt]).toEqual([1, 1000]);
     table.touch("k", SPECS, 1000, []);
     expect(e.score).toBe(2);
-    table.touch("k", SPECS, 2000, []);
+    table.touch("k", SPECS, 11_000, []);
     expect(e.score).toBeCloseTo(2 * Math.exp(-1) + 1, 12);
-    expect(e.seenAt).toBe(2000);
+    expect(e.burst).toBeCloseTo(2 * Math.exp(-100) + 1, 12); // the 100 ms estimate has forgotten them
+    expect(e.seenAt).toBe(11_000);
     const before = e.score;
-    table.touch("k", SPECS, 1500, []); // an earlier local time: no decay, and no growth either
+    table.touch("k", SPECS, 10_500, []); // an earlier local time: no decay, and no growth either
     expect(e.score).toBeCloseTo(before + 1, 12);
-    expect(e.seenAt).toBe(1500);
+    expect(e.seenAt).toBe(10_500);
   });
 
-  it("asks for one lifetime of units at the key's rate once that is at least two units, within the bounds", () => {
+  it("asks for 0.8 of a lifetime's units at the key's rate once that is at least two units, within the bounds", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
-    expect(table.want(e, 10_000, 1000, 0)).toBe(0); // score 1: rare, however long the lease
     table.touch("k", SPECS, 0, []);
-    expect(e.score).toBe(2);
+    expect([e.score, e.burst]).toEqual([2, 2]);
+    expect(table.fromLog(e)).toBe(false);
     expect(MIN_LEASE_UNITS).toBe(2);
-    expect(table.want(e, 1000, 1000, 0)).toBe(2); // 2/s × 1 s
-    expect(table.want(e, 999, 1000, 0)).toBe(0); // 1.998: one unit costs a call, as asking per request does
-    expect(table.want(e, 5000, 1000, 0)).toBe(10); // 2/s × 5 s
-    expect(table.want(e, 5000, 1, 0)).toBe(1); // the isolate's bound (max_units)
-    expect(table.want(e, 0, 1000, 0)).toBe(0);
-    expect(table.want(e, -1000, 1000, 0)).toBe(0);
+    // The burst estimate leaves out the request just counted: 1 in 100 ms.
+    expect(table.want(e, 250, 1000, 50_000)).toEqual({ units: 2, lifetimeMs: 250 });
+    expect(table.want(e, 249, 1000, 50_000).units).toBe(0); // 1.99: one unit costs a call, as asking per request does
+    expect(table.want(e, 1000, 1000, 50_000)).toEqual({ units: 8, lifetimeMs: 1000 });
+    // The isolate's bound (max_units), for the time it takes to spend it.
+    expect(table.want(e, 1000, 4, 50_000)).toEqual({ units: 4, lifetimeMs: 500 });
+    expect(table.want(e, 0, 1000, 50_000).units).toBe(0);
+    expect(table.want(e, -1000, 1000, 50_000).units).toBe(0);
   });
 
   it("refills two round trips (at least 5 ms each) before the held units or time run out, counting only leases not yet expired", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []); // score 1: 1 unit in the 10 ms lead
     table.add(e, lease(2, 100), 0, LIMITS); // expires at 97
-    expect(table.needsRefill(e, 0, 10)).toBe(false);
-    table.spend(e, 1, 0, []);
-    expect(table.needsRefill(e, 0, 10)).toBe(true); // 1 left: what the lead uses
+    expect(table.needsRefill(e, 0, ask(10))).toBe(false);
+    table.spend(e, 1, 0);
+    expect(table.needsRefill(e, 0, ask(10))).toBe(true); // 1 left: what the lead uses
     const g = table.touch("g", SPECS, 0, []);
     table.add(g, lease(50, 100), 0, LIMITS); // expires at 97
-    expect(table.needsRefill(g, 86, 10)).toBe(false); // 11 ms left
-    expect(table.needsRefill(g, 87, 10)).toBe(true); // 10 ms left
+    expect(table.needsRefill(g, 86, ask(10))).toBe(false); // 11 ms left
+    expect(table.needsRefill(g, 87, ask(10))).toBe(true); // 10 ms left
     // A big lease that has just expired counts for nothing, whatever its units.
     const f = table.touch("f", SPECS, 0, []);
     table.add(f, lease(100, 100), 0, LIMITS); // expires at 97
     table.add(f, lease(5, 200), 0, LIMITS); // expires at 195
-    expect(table.needsRefill(f, 96, 10)).toBe(false);
-    expect(table.needsRefill(f, 185, 10)).toBe(true);
+    expect(table.needsRefill(f, 96, ask(10))).toBe(false);
+    expect(table.needsRefill(f, 185, ask(10))).toBe(true);
     table.observeRtt(50); // slower round trips: a longer lead
-    expect(table.needsRefill(f, 96, 10)).toBe(true);
+    expect(table.needsRefill(f, 96, ask(10))).toBe(true);
   });
 
   it("sizes the refill's unit lead from the key's rate: a hot key refills while it still holds units", () => {
     const table = new LeaseTable();
-    let e = table.touch("hot", SPECS, 0, []);
-    for (let i = 1; i < 1000; i++) e = table.touch("hot", SPECS, 0, []); // 1000 requests a second
+    const e = table.touch("hot", SPECS, 0, []);
+    e.burst = 101; // 100 requests in the last 100 ms besides this one: one a millisecond
     table.add(e, lease(50, 1000), 0, LIMITS); // expires at 979: time is no reason to refill
-    table.spend(e, 39, 0, []);
-    // The 10 ms lead uses 1000 × 10 / 1000 = 10 units at this rate.
-    expect(table.needsRefill(e, 0, 10)).toBe(false); // 11 left
-    table.spend(e, 1, 0, []);
-    expect(table.needsRefill(e, 0, 10)).toBe(true); // 10 left
+    table.spend(e, 39, 0);
+    // The 10 ms lead uses 10 units at this rate.
+    expect(table.needsRefill(e, 0, ask(10))).toBe(false); // 11 left
+    table.spend(e, 1, 0);
+    expect(table.needsRefill(e, 0, ask(10))).toBe(true); // 10 left
   });
 
   it("counts no units of a lease expiring at exactly now, even with a live one that holds few", () => {
@@ -196,8 +230,8 @@ describe("LeaseTable", () => {
     const e = table.touch("k", SPECS, 0, []); // score 1: 1 unit in the 10 ms lead
     table.add(e, lease(100, 100), 0, LIMITS); // expires at 97
     table.add(e, lease(1, 1000), 0, LIMITS); // expires at 979
-    expect(table.needsRefill(e, 96, 10)).toBe(false);
-    expect(table.needsRefill(e, 97, 10)).toBe(true); // only the live lease's 1 unit counts
+    expect(table.needsRefill(e, 96, ask(10))).toBe(false);
+    expect(table.needsRefill(e, 97, ask(10))).toBe(true); // only the live lease's 1 unit counts
   });
 
   it("averages round trips: each new one moves the estimate an eighth of the way", () => {
@@ -215,28 +249,37 @@ describe("LeaseTable", () => {
     table.add(e, lease(1, 100, [1]), 0, LIMITS);
     table.add(e, lease(1, 100, [2]), 0, LIMITS);
     table.add(e, lease(1, 100, [3]), 0, LIMITS);
-    expect([1, 2, 3].map(() => table.spend(e, 1, 0, unused)?.recordedAt[0])).toEqual([1, 2, 3]);
+    expect([1, 2, 3].map(() => table.spend(e, 1, 0)?.recordedAt[0])).toEqual([1, 2, 3]);
   });
 
-  it("hands back every lease that expired, and their limits are the key's latest", () => {
+  it("keeps every expired lease's units for the key's next call; an idle key's go back on their own only near a limit", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
     const e = table.touch("k", SPECS, 0, unused);
-    table.add(e, lease(2, 100, [1]), 0, LIMITS);
-    table.add(e, lease(3, 100, [2]), 10, LIMITS);
-    table.add(e, lease(4, 200, [3]), 0, LIMITS);
-    const later = [{ limit: 500, windowMs: 1000 }];
+    const far: LimitStatus[] = [{ remaining: 900, resetMs: 1000, exceeded: false }];
+    const near: LimitStatus[] = [{ remaining: 400, resetMs: 1000, exceeded: false }];
+    table.add(e, lease(2, 100, [1]), 0, far);
+    table.add(e, lease(3, 100, [2]), 10, near);
+    table.add(e, lease(4, 200, [3]), 0, far);
+    const later = [{ limit: 1000, windowMs: 1000 }];
     table.touch("k", later, 150, unused);
     expect(e.limits).toBe(later);
-    expect(table.spend(e, 1, 150, unused)?.recordedAt).toEqual([3]);
-    expect(unused).toEqual([
-      { name: "k", limits: later, recordedAt: [1], units: 2 },
-      { name: "k", limits: later, recordedAt: [2], units: 3 },
+    expect(table.spend(e, 1, 150)?.recordedAt).toEqual([3]);
+    expect(e.expired.map((h) => [h.recordedAt[0], h.left])).toEqual([
+      [1, 2],
+      [2, 3],
     ]);
+    // Not idle yet: nothing goes on its own.
+    table.idle(150 + IDLE_RETURN_MS - 1, unused);
+    expect(unused).toEqual([]);
+    // Idle: only the lease granted with less than half of a limit left goes back (400 + 3 of 1000).
+    table.idle(150 + IDLE_RETURN_MS, unused);
+    expect(unused).toEqual([{ name: "k", limits: later, recordedAt: [2], units: 3 }]);
+    expect(e.expired).toEqual([]);
     // A lease spent to the last unit expires without anything to hand back.
-    table.spend(e, 3, 150, unused);
-    expect(table.spend(e, 1, 400, unused)).toBeNull();
-    expect(unused).toHaveLength(2);
+    table.spend(e, 3, 150);
+    expect(table.spend(e, 1, 400)).toBeNull();
+    expect(table.takeReturns(e)).toEqual([]);
     expect(e.held).toEqual([]);
   });
 
@@ -272,7 +315,7 @@ describe("LeaseTable", () => {
     table.add(e, lease(3, 100, [2]), 0, LIMITS, vip);
     table.add(e, lease(4, 100, [3]), 0, LIMITS); // the plan's
     table.add(e, lease(5, 100, [4]), 0, LIMITS, [{ ...(vip[0] as NamedLimit) }]); // equal to vip
-    table.spend(e, 2, 0, unused); // the first plan lease is used up
+    table.spend(e, 2, 0); // the first plan lease is used up
     table.dropOthers("k", vip, unused);
     expect(e.held.map((h) => h.recordedAt[0])).toEqual([2, 4]);
     expect(unused).toEqual([{ name: "k", limits: SPECS, recordedAt: [3], units: 4 }]);
@@ -330,7 +373,7 @@ describe("LeaseTable, property: never spends a unit at or after its lease's expi
             added += s.units;
             continue;
           }
-          const held = table.spend(e, s.cost, now, unused);
+          const held = table.spend(e, s.cost, now);
           const spendable = [...model.values()].some((m) => now < m.expiresAt && m.left >= s.cost);
           expect(held !== null).toBe(spendable);
           if (!held) continue;
@@ -344,13 +387,15 @@ describe("LeaseTable, property: never spends a unit at or after its lease's expi
           (m as { left: number }).left -= s.cost;
           spent += s.cost;
         }
-        // Every unit was spent, is still held, or was handed back as unused, once, after its lease expired.
-        for (const u of unused) {
+        // Every unit was spent, is still held, or waits to go back, once, after its lease expired.
+        const returns = table.takeReturns(e);
+        expect(unused).toEqual([]);
+        for (const u of returns) {
           const m = model.get(u.recordedAt[0] as number);
           expect(m && m.expiresAt <= now && m.left === u.units).toBe(true);
         }
         const held = e.held.reduce((sum, h) => sum + h.left, 0);
-        const returned = unused.reduce((sum, u) => sum + u.units, 0);
+        const returned = returns.reduce((sum, u) => sum + u.units, 0);
         expect(spent + held + returned).toBe(added);
         expect(e.held.every((h) => h.left >= 0)).toBe(true);
       }),

@@ -7,9 +7,9 @@ import {
   type LimitSpec,
   MAX_DURATION_MS,
   maxLeaseMs,
-  maxLeaseUnits,
   normalizeLimits,
   ringLayout,
+  ringSlackMs,
 } from "../../src/core/index.ts";
 
 describe("normalizeLimits", () => {
@@ -144,11 +144,12 @@ describe("ringLayout", () => {
     expect(log.rings[0]?.size).toBe(50);
   });
 
-  it("lease bounds: 1/16 of the smallest limit and 1/32 of the shortest window, floored", () => {
+  it("lease bounds: lifetimes up to the longest window and at most a minute; ring slack 1/32 of the shortest window", () => {
     const specs = [
       { limit: 100, windowMs: 1000 },
       { limit: 33, windowMs: 65_000 },
     ];
-    expect([maxLeaseUnits(specs), maxLeaseMs(specs)]).toEqual([2, 31]);
+    expect([maxLeaseMs(specs), ringSlackMs(specs)]).toEqual([60_000, 31]);
+    expect(maxLeaseMs([{ limit: 5, windowMs: 1000 }])).toBe(1000);
   });
 });

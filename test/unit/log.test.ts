@@ -40,12 +40,19 @@ const stepArb = fc.record({
       arbitrary: fc.record({
         kind: fc.constant("lease" as const),
         cost: fc.integer({ min: 0, max: 3 }),
-        units: fc.integer({ min: 1, max: 12 }),
-        ms: fc.integer({ min: 1, max: 40 }),
+        units: fc.integer({ min: 1, max: 40 }),
+        // Lifetimes from a few ms to longer than any window (the log caps them at the longest).
+        ms: fc.oneof(fc.integer({ min: 1, max: 40 }), fc.integer({ min: 1, max: 600 })),
+        // No rate of the caller's own: sized from the key's log.
+        fromLog: fc.boolean(),
+        // Give back an expired lease's unused units with this call.
+        give: fc.boolean(),
       }),
     },
     { weight: 5, arbitrary: fc.record({ kind: fc.constant("spend" as const), cost: fc.integer({ min: 1, max: 3 }) }) },
     { weight: 1, arbitrary: fc.record({ kind: fc.constant("return" as const) }) },
+    // The caller dies: its oldest lease is neither spent nor given back.
+    { weight: 1, arbitrary: fc.record({ kind: fc.constant("die" as const) }) },
     { weight: 1, arbitrary: fc.record({ kind: fc.constant("refund" as const) }) },
     { weight: 1, arbitrary: fc.record({ kind: fc.constant("restart" as const) }) },
   ),
@@ -102,8 +109,11 @@ function run(limits: readonly LimitSpec[], steps: readonly Step[], start: number
       case "lease": {
         // The caller reads its clock just before it asks: here the same real time.
         const sentAt = real;
-        const out = log.take(real, { cost: action.cost, leaseUnits: action.units, leaseMs: action.ms });
-        expect(out.decision).toEqual(model.take(real, action.cost, action.units, action.ms));
+        const i = action.give ? held.findIndex((h) => real >= h.expiresAt && h.left > 0) : -1;
+        const returns = i === -1 ? [] : held.splice(i, 1).map((h) => ({ recordedAt: h.recordedAt, units: h.left }));
+        const ask = { cost: action.cost, leaseUnits: action.units, leaseMs: action.ms, leaseFromLog: action.fromLog };
+        const out = log.take(real, { ...ask, returns });
+        expect(out.decision).toEqual(model.take(real, action.cost, action.units, action.ms, action.fromLog, returns));
         store.apply(out.writes);
         const d = out.decision;
         if (d.allowed && action.cost > 0) uses.push({ t: real, cost: action.cost });
@@ -126,6 +136,10 @@ function run(limits: readonly LimitSpec[], steps: readonly Step[], start: number
           store.apply(log.giveBack(lease.recordedAt, lease.left));
           model.giveBack(lease.recordedAt, lease.left);
         }
+        break;
+      }
+      case "die": {
+        held.shift();
         break;
       }
       case "refund": {
@@ -206,17 +220,17 @@ describe("KeyLog against the reference model, with leases and real use times", (
       for (const r of w) rows.set(`${r.ring}:${r.key}`, r);
     };
     keep(log.take(10, { cost: 1 }).writes);
-    const leased = log.take(1600, { cost: 1, leaseUnits: 1, leaseMs: 50 });
+    const leased = log.take(1600, { cost: 1, leaseUnits: 2, leaseMs: 50 });
     keep(leased.writes);
-    expect(leased.decision.lease).toEqual({ units: 1, lifetimeMs: 50, recordedAt: [1650] });
+    expect(leased.decision.lease).toEqual({ units: 2, lifetimeMs: 50, recordedAt: [1650] });
     const uses: Grant[] = [
       { t: 10, cost: 1 },
       { t: 1600, cost: 1 },
-      { t: 1600, cost: 1 }, // the leased unit, spent at once
+      { t: 1600, cost: 2 }, // the leased units, spent at once
     ];
     const { log: restored } = KeyLog.restore(limits, rows.values(), 1601);
-    expect(restored.take(1601, { cost: 29 }).decision.allowed).toBe(true);
-    uses.push({ t: 1601, cost: 29 });
+    expect(restored.take(1601, { cost: 28 }).decision.allowed).toBe(true);
+    uses.push({ t: 1601, cost: 28 });
     expect(restored.take(1601, { cost: 1 }).decision).toMatchObject({ allowed: false, retryAfterMs: 9 });
     expect(sweepViolation(uses, limits)).toBeNull();
   });
@@ -264,29 +278,82 @@ describe("KeyLog edge cases", () => {
     expect(log.take(4000, { cost: 1 }).writes[0]?.key).toBe(0);
   });
 
-  it("rounds grants up to the tick, records a lease at now + lifetime, and never earlier than the newest slot", () => {
+  it("rounds grants up to the tick, records a lease at now + lifetime, and a later grant at its own time, before it", () => {
     const log = new KeyLog([{ limit: 1000, windowMs: 60_000, tickMs: 1000 }]);
     expect(log.take(1, { cost: 1 }).writes[0]?.ts).toBe(1000);
     const lease = log.take(2500, { cost: 1, leaseUnits: 10, leaseMs: 2000 });
     expect(lease.writes[0]?.ts).toBe(5000);
-    expect(lease.decision.lease).toEqual({ units: 10, lifetimeMs: 1875, recordedAt: [5000] });
-    // A later per-request grant is written at the newest slot's time, not before it.
-    expect(log.take(2600, { cost: 1 }).writes[0]).toMatchObject({ ts: 5000, cost: 12 });
+    expect(lease.decision.lease).toEqual({ units: 10, lifetimeMs: 2000, recordedAt: [5000] });
+    // A later per-request grant is recorded at its own time, among the slots in time order.
+    expect(log.take(2600, { cost: 1 }).writes[0]).toMatchObject({ ts: 3000, cost: 1 });
+    expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([
+      [1000, 1],
+      [3000, 1],
+      [5000, 11],
+    ]);
+    expect(log.giveBack([5000], 10)).toEqual([expect.objectContaining({ ts: 5000, cost: 1 })]);
   });
 
-  it("caps a lease at 1/32 of the shortest window, 1/16 of the smallest limit and half of what is left", () => {
+  it("joins the next later slot when the ring has no free slot left (later is safe)", () => {
+    // 10,000 per 100 ms at 1 ms: the ring holds the window's 100 tick positions plus 3 ms of slack
+    // and 2; a minute limit on its own ring lets leases live for a second.
+    const log = new KeyLog([
+      { limit: 10_000, windowMs: 100 },
+      { limit: 1_000_000, windowMs: 10_000, tickMs: 100 },
+    ]);
+    const ring = log.rings[0];
+    expect(ring?.capacity).toBe(105);
+    // Ten leases far ahead take ten slots, more than the slack; grants take the window's positions.
+    for (let t = 0; t < 10; t++) log.take(t, { cost: 0, leaseUnits: 2, leaseMs: 1000 });
+    for (let t = 10; t < 105; t++) log.take(t, { cost: 1 });
+    expect(ring?.size).toBe(105);
+    const full = log.take(105, { cost: 1 });
+    expect(full.decision).toMatchObject({ allowed: true, recordedAt: [1000, 200] });
+    expect(full.writes[0]).toMatchObject({ ts: 1000, cost: 3 });
+    expect(ring?.size).toBe(105);
+  });
+
+  it("sizes a lease from every limit's headroom and what is leased out already", () => {
     const log = new KeyLog([
       { limit: 1000, windowMs: 1000 },
       { limit: 300, windowMs: 60_000 },
     ]);
+    // One lease holds at most 1/8 of the smallest limit (37 of 300), for the share of the lifetime
+    // those units are of the units asked (37 of 1000 asked for 10 s: 370 ms).
     const d = log.take(0, { cost: 2, leaseUnits: 1000, leaseMs: 10_000 }).decision;
-    expect(d.lease).toMatchObject({ units: 18, lifetimeMs: 31 });
-    expect(d.limits.map((l) => l.remaining)).toEqual([980, 280]);
+    expect(d.lease).toMatchObject({ units: 37, lifetimeMs: 370 });
+    expect(d.limits.map((l) => l.remaining)).toEqual([961, 261]);
+    // All leases together stay within half of the tightest headroom: 300 / 2 = 150 units ahead (39 + 3 · 37).
+    const ask = { cost: 0, leaseUnits: 37, leaseMs: 10_000 };
+    const units = [1, 2, 3, 4, 5].map((t) => log.take(t, ask).decision.lease?.units ?? 0);
+    expect(units).toEqual([37, 37, 37, 0, 0]);
+    // Given back, the share is free again.
+    log.giveBack(d.lease?.recordedAt ?? [], 37);
+    expect(log.take(6, ask).decision.lease?.units).toBe(37);
+    // A lifetime is at most the longest window (and a minute).
+    const short = new KeyLog([{ limit: 1000, windowMs: 500 }]);
+    expect(short.take(0, { cost: 1, leaseUnits: 10, leaseMs: 10_000 }).decision.lease?.lifetimeMs).toBe(500);
+  });
+
+  it("shortens lifetimes below half of a limit free, and leases nothing under two units", () => {
     const nearly = new KeyLog([{ limit: 160, windowMs: 1000 }]);
     nearly.take(0, { cost: 140 });
-    expect(nearly.take(1, { cost: 1, leaseUnits: 100, leaseMs: 50 }).decision.lease?.units).toBe(9);
+    // 19 left of 160 after the cost: ⌊19 / 2⌋ = 9 units, for 50 · 2 · 19/160 ms.
+    expect(nearly.take(1, { cost: 1, leaseUnits: 9, leaseMs: 50 }).decision.lease).toMatchObject({
+      units: 9,
+      lifetimeMs: 11,
+    });
+    const half = new KeyLog([{ limit: 100, windowMs: 1000 }]);
+    half.take(0, { cost: 49 });
+    expect(half.take(1, { cost: 1, leaseUnits: 5, leaseMs: 1000 }).decision.lease?.lifetimeMs).toBe(1000);
+    const under = new KeyLog([{ limit: 100, windowMs: 1000 }]);
+    under.take(0, { cost: 51 });
+    expect(under.take(1, { cost: 1, leaseUnits: 5, leaseMs: 1000 }).decision.lease?.lifetimeMs).toBe(960);
     expect(
-      new KeyLog([{ limit: 15, windowMs: 1000 }]).take(0, { cost: 1, leaseUnits: 5, leaseMs: 50 }).decision.lease,
+      new KeyLog([{ limit: 4, windowMs: 1000 }]).take(0, { cost: 1, leaseUnits: 5, leaseMs: 50 }).decision.lease,
+    ).toBeNull();
+    expect(
+      new KeyLog([{ limit: 100, windowMs: 1000 }]).take(0, { cost: 1, leaseUnits: 1, leaseMs: 50 }).decision.lease,
     ).toBeNull();
   });
 

@@ -5,7 +5,14 @@
  */
 
 import type { Decision, Limit, LimitSpec } from "../../src/core/index.ts";
-import { LEASE_LIMIT_DIVISOR, LEASE_WINDOW_DIVISOR, normalizeLimits } from "../../src/core/index.ts";
+import {
+  LEASE_HEADROOM_SHARE,
+  LEASE_LIMIT_DIVISOR,
+  MIN_LEASE_UNITS,
+  maxLeaseMs,
+  normalizeLimits,
+  ringLayout,
+} from "../../src/core/index.ts";
 import type { Grant } from "../support/window.ts";
 
 export type { Grant } from "../support/window.ts";
@@ -48,6 +55,16 @@ export class Model {
     return [...times].sort((a, b) => a - b);
   }
 
+  /** The slots of a tick's ring: its records that some window of that tick still holds at `t`. */
+  #slots(tick: number, t: number): number {
+    const w = Math.max(...this.limits.filter((l) => l.tickMs === tick).map((l) => l.windowMs));
+    return (this.records.get(tick) as Grant[]).filter((g) => g.t > t - w).length;
+  }
+
+  #capacity(tick: number): number {
+    return (ringLayout(this.limits).find((r) => r.tickMs === tick) as { capacity: number }).capacity;
+  }
+
   #fitsAt(t: number, cost: number, which: readonly Limit[]): number {
     if (which.some((l) => cost > l.limit)) return Number.POSITIVE_INFINITY;
     for (const at of this.#candidates(t)) {
@@ -62,7 +79,15 @@ export class Model {
     this.refusedAt = Number.NEGATIVE_INFINITY;
   }
 
-  take(now: number, cost: number, leaseUnits = 0, leaseMs = 0): Decision {
+  take(
+    now: number,
+    cost: number,
+    leaseUnits = 0,
+    leaseMs = 0,
+    fromLog = false,
+    returns: readonly { recordedAt: readonly number[]; units: number }[] = [],
+  ): Decision {
+    for (const r of returns) this.giveBack(r.recordedAt, r.units);
     const t = Math.max(Math.floor(now), this.clock);
     this.clock = t;
     const fits = this.limits.map((l) => this.#used(l, t) + cost <= l.limit);
@@ -71,26 +96,47 @@ export class Model {
     if (!allowed && this.limits.every((l) => cost <= l.limit)) this.refusedAt = t;
     let lease: Decision["lease"] = null;
     if (allowed) {
-      const lifetime = Math.min(
-        leaseMs,
-        Math.floor(Math.min(...this.limits.map((l) => l.windowMs)) / LEASE_WINDOW_DIVISOR),
-      );
       let extra = 0;
-      if (leaseUnits > 0 && lifetime > 0 && t - this.refusedAt >= shortest) {
-        const room = Math.min(...this.limits.map((l) => Math.max(0, l.limit - this.#used(l, t)) - cost));
-        const cap = Math.floor(Math.min(...this.limits.map((l) => l.limit)) / LEASE_LIMIT_DIVISOR);
-        extra = Math.min(leaseUnits, Math.floor(room / 2), cap);
+      let lifetime = 0;
+      if (leaseUnits > 0 && leaseMs > 0 && t - this.refusedAt >= shortest) {
+        // The policy from its definition: the units ahead of now, per limit, are what is leased out.
+        const L = Math.min(leaseMs, maxLeaseMs(this.limits));
+        extra = Math.min(leaseUnits, Math.floor(Math.min(...this.limits.map((l) => l.limit)) / LEASE_LIMIT_DIVISOR));
+        let free = 1;
+        for (const l of this.limits) {
+          const left = Math.max(0, l.limit - this.#used(l, t)) - cost;
+          const ahead = countedAt(this.records.get(l.tickMs) as Grant[], 0, t);
+          const headroom = left + ahead;
+          extra = Math.min(extra, left, Math.floor(headroom * LEASE_HEADROOM_SHARE) - ahead);
+          free = Math.min(free, headroom / l.limit);
+        }
+        lifetime = free >= 0.5 ? L : Math.floor(L * 2 * free);
+        if (fromLog) {
+          // The key's own rate: what its longest window held before now, over one lifetime.
+          const longest = this.limits.reduce((a, b) => (b.windowMs > a.windowMs ? b : a));
+          const past = this.#used(longest, t) - countedAt(this.records.get(longest.tickMs) as Grant[], 0, t);
+          extra = Math.min(extra, Math.floor((past * lifetime) / longest.windowMs));
+        } else if (extra < leaseUnits) {
+          lifetime = Math.floor((lifetime * Math.max(0, extra)) / leaseUnits);
+        }
+        if (extra < MIN_LEASE_UNITS || lifetime < 1) [extra, lifetime] = [0, 0];
       }
       const units = cost + extra;
       if (units > 0) {
         const at = extra > 0 ? t + lifetime : t;
         const recordedAt: number[] = [];
         for (const [tick, list] of this.records) {
-          const last = list.at(-1);
-          const ts = Math.max(roundUp(at, tick), last?.t ?? Number.NEGATIVE_INFINITY);
-          if (last && last.t === ts) last.cost += units;
-          else list.push({ t: ts, cost: units });
-          recordedAt.push(ts);
+          const want = roundUp(at, tick);
+          const same = list.find((g) => g.t === want);
+          // A ring with no free slot adds the units to the next later slot (later is safe).
+          const later = this.#slots(tick, t) >= this.#capacity(tick) ? list.find((g) => g.t > want) : undefined;
+          const into = same ?? later;
+          if (into) into.cost += units;
+          else {
+            list.push({ t: want, cost: units });
+            list.sort((a, b) => a.t - b.t);
+          }
+          recordedAt.push(into?.t ?? want);
         }
         if (extra > 0) lease = { units: extra, lifetimeMs: lifetime, recordedAt };
         if (cost > 0) return { ...this.#decision(t, cost, allowed, lease), recordedAt };

@@ -92,24 +92,27 @@ describe("giving back a lease", () => {
     log.take(5, { cost: 2 });
     const lease = log.take(10, { cost: 0, leaseUnits: 7, leaseMs: 20 }).decision.lease;
     expect(lease?.recordedAt).toEqual([30]);
-    log.take(11, { cost: 3 }); // recorded at the newest slot's time: shares the lease's slot
-    expect(log.giveBack([30], 7)).toEqual([expect.objectContaining({ ts: 30, cost: 3 })]);
-    const second = log.take(40, { cost: 0, leaseUnits: 4, leaseMs: 20 }).decision.lease;
-    log.take(41, { cost: 1 });
+    log.take(11, { cost: 3 }); // recorded at its own time, before the lease's slot
+    const second = log.take(12, { cost: 0, leaseUnits: 4, leaseMs: 40 }).decision.lease;
+    log.take(13, { cost: 1 });
     expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([
       [0, 1],
       [5, 2],
-      [30, 3],
-      [60, 5],
+      [11, 3],
+      [13, 1],
+      [30, 7],
+      [52, 4],
     ]);
-    log.giveBack(second?.recordedAt ?? [], 4); // leaves the 1 unit spent per request
-    log.giveBack([30], 3); // an unknown give-back can only take what the slot holds
+    expect(log.giveBack([30], 7)).toEqual([expect.objectContaining({ ts: 30, cost: 0 })]);
+    log.giveBack(second?.recordedAt ?? [], 3);
+    log.giveBack([11], 5); // an unknown give-back can only take what the slot holds
     expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([
       [0, 1],
       [5, 2],
-      [60, 1],
+      [13, 1],
+      [52, 1],
     ]);
-    expect(log.peek(50).limits[0]?.remaining).toBe(1000 - 4);
+    expect(log.peek(50).limits[0]?.remaining).toBe(1000 - 5);
   });
 
   it("takes units back only from the limits whose window still holds the slot", () => {

@@ -97,7 +97,9 @@ async function keyReport(env: WorkerEnv, key: string): Promise<Response> {
   const name = `key:${key}`;
   const limits = planForKey(client.config, key)?.limits ?? [];
   const entry = client.leases.get(name);
-  const held = entry ? entry.held.reduce((sum, h) => sum + h.left, 0) : 0;
+  // Units this isolate holds that the object counts: leases being spent, and expired ones whose unused units wait
+  // to go back with the key's next call.
+  const held = entry ? [...entry.held, ...entry.expired].reduce((sum, h) => sum + h.left, 0) : 0;
   const peeked = limits.length > 0 ? await env.LIMITER.getByName(name).peek(limits) : null;
   const report: KeyReport = {
     isolate,
