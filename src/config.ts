@@ -121,7 +121,7 @@ export const DEFAULTS = {
   maxKeyLength: 256,
   originTimeoutMs: 30_000,
   objectTimeoutMs: 5_000,
-  leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 10_000 } as LeaseSettings,
+  leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 30_000 } as LeaseSettings,
   failureMode: "closed" as FailureMode,
   adminPath: "/__limiter/",
   headers: "draft-11" as HeaderForm,

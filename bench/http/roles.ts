@@ -10,6 +10,7 @@ export const BENCH_ROLES = [
   "native",
   "chart",
   "far",
+  "sim",
 ] as const;
 
 export type BenchRole = (typeof BENCH_ROLES)[number];
@@ -25,8 +26,9 @@ export interface BenchWorker {
 }
 
 /**
- * One Worker per role (named after it), plus: `count-off` and `far-off` (leases off), and
- * `chart-2`, `chart-3` (two more isolates on `chart`'s objects, for utilisation with three isolates).
+ * One Worker per role (named after it), plus: `count-off` and `far-off` (leases off), `chart-2`,
+ * `chart-3` (two more isolates on `chart`'s objects, for utilisation with three isolates), and
+ * `sim-2` … `sim-4` (three more Workers on `sim`'s objects, for `npm run bench:sim`).
  */
 export const BENCH_WORKERS = [
   ...BENCH_ROLES.map((role) => ({ name: role, role }) as const),
@@ -34,6 +36,9 @@ export const BENCH_WORKERS = [
   { name: "far-off", role: "far", leases: false },
   { name: "chart-2", role: "chart", limiterOf: "chart" },
   { name: "chart-3", role: "chart", limiterOf: "chart" },
+  { name: "sim-2", role: "sim", limiterOf: "sim" },
+  { name: "sim-3", role: "sim", limiterOf: "sim" },
+  { name: "sim-4", role: "sim", limiterOf: "sim" },
 ] as const satisfies readonly BenchWorker[];
 
 export type BenchWorkerName = (typeof BENCH_WORKERS)[number]["name"];

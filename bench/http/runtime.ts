@@ -101,10 +101,12 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
   const socket = [{ host: "127.0.0.1", port: 0 }];
   const vars = { ORIGIN: o.origin, RATE_LIMIT: o.rateLimit as never };
   const leasesOff = { ORIGIN: o.origin, RATE_LIMIT: { ...(o.rateLimit as object), leases: false } as never };
-  const sqlite = (className: string, scriptName?: string) => ({
+  const sqlite = (className: string, scriptName?: string, keep = false) => ({
     className,
     useSQLite: true,
     ...(scriptName ? { scriptName } : {}),
+    // The simulation reads each object's counts at the end: none may be evicted (and forget them) before.
+    ...(keep ? { unsafePreventEviction: true } : {}),
   });
   /** The product's bundle as Worker `name`; `limiterOf`: share that Worker's RateLimiter namespace (another isolate, same objects). */
   const productWorker = (name: string, path: string, bindings: typeof vars, limiterOf?: string) => ({
@@ -130,7 +132,11 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
       CHART_WINDOW_MS: o.chartWindowMs,
     },
     durableObjects: {
-      LIMITER: sqlite(w.role === "count" ? "CountingRateLimiter" : "RateLimiter", w.limiterOf),
+      LIMITER: sqlite(
+        w.role === "count" || w.role === "sim" ? "CountingRateLimiter" : "RateLimiter",
+        w.limiterOf,
+        w.role === "sim",
+      ),
       TOKEN_BUCKET: sqlite("TokenBucket"),
       FIXED_WINDOW: sqlite("FixedWindow"),
       NOOP: sqlite("Noop"),

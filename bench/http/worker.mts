@@ -19,6 +19,11 @@
  *   limiter that asks an object per request costs at least.
  * - `stand-in`: the limiter's `handle()` with an in-isolate stand-in for the object (always allows,
  *   no RPC): what the Worker's own limiter work (key, plan, headers, deny cache) costs.
+ * - `sim` (`npm run bench:sim`): several simulated isolates in one Worker, each the product's own
+ *   proxy app with its own lease table and deny cache (`x-sim-isolate` picks one), in front of
+ *   `CountingRateLimiter` at the simulated round trip of `x-bench-rtt`. `POST /__sim/churn?i=…`
+ *   drops isolate `i` as a vanished isolate would (its leases are never given back; the next
+ *   request makes a fresh one); `GET /__bench/stats?name=…` reads an object's counts.
  *
  * Every role but `pass` records the decision time of each grant to a `chart_` key (the object's
  * clock for this limiter and the two objects, the Worker's right after the answer for the
@@ -174,6 +179,32 @@ function distant(ns: WorkerEnv["LIMITER"], rttMs: number): WorkerEnv["LIMITER"] 
 /** Envs with the delayed namespace, one per env and round trip (made once: spreading env is not the Worker's work). */
 const farEnvs = new WeakMap<BenchEnv, Map<number, WorkerEnv>>();
 
+/** The env of `env` whose object calls take `rtt` ms longer. */
+function farEnv(env: BenchEnv, rtt: number): WorkerEnv {
+  let byRtt = farEnvs.get(env);
+  if (!byRtt) {
+    byRtt = new Map();
+    farEnvs.set(env, byRtt);
+  }
+  let e = byRtt.get(rtt);
+  if (!e) {
+    e = { ...env, LIMITER: distant(env.LIMITER, rtt) };
+    byRtt.set(rtt, e);
+  }
+  return e;
+}
+
+/** The `sim` role's simulated isolates: each the product's proxy app with its own lease table and deny cache. */
+const sims = new Map<number, ReturnType<typeof createProxy>>();
+
+/** An object's counts (`count` and `sim` roles, whose LIMITER is `CountingRateLimiter`). */
+async function objectStats(env: BenchEnv, url: URL): Promise<Response> {
+  const stub = env.LIMITER.getByName(
+    url.searchParams.get("name") ?? "",
+  ) as unknown as DurableObjectStub<CountingRateLimiter>;
+  return Response.json(await stub.stats());
+}
+
 /** An object namespace whose every object allows at once, in the isolate (no RPC, no storage). */
 const standInObject = {
   getByName: () => ({
@@ -226,17 +257,23 @@ export default {
         return out;
       }
       const rtt = Number(request.headers.get("x-bench-rtt") ?? 0);
-      let byRtt = farEnvs.get(env);
-      if (!byRtt) {
-        byRtt = new Map();
-        farEnvs.set(env, byRtt);
+      return handle(request, farEnv(env, rtt), withCtx(observeFar, ctx));
+    }
+    if (role === "sim") {
+      const url = new URL(request.url);
+      if (url.pathname === "/__bench/stats") return objectStats(env, url);
+      if (url.pathname === "/__sim/churn") {
+        sims.delete(Number(url.searchParams.get("i")));
+        return new Response(null, { status: 204 });
       }
-      let e = byRtt.get(rtt);
-      if (!e) {
-        e = { ...env, LIMITER: distant(env.LIMITER, rtt) };
-        byRtt.set(rtt, e);
+      const i = Number(request.headers.get("x-sim-isolate") ?? 0);
+      let app = sims.get(i);
+      if (!app) {
+        app = createProxy();
+        sims.set(i, app);
       }
-      return handle(request, e, withCtx(observeFar, ctx));
+      const rtt = Number(request.headers.get("x-bench-rtt") ?? 0);
+      return app.handle(request, farEnv(env, rtt), { waitUntil: (p) => ctx.waitUntil(p) });
     }
     if (role === "nocache") return handle(request, env, withCtx(noDenyCache(env), ctx));
     if (role === "floor") {
@@ -257,12 +294,7 @@ export default {
     }
     if (role === "count") {
       const url = new URL(request.url);
-      if (url.pathname === "/__bench/stats") {
-        const stub = env.LIMITER.getByName(
-          url.searchParams.get("name") ?? "",
-        ) as unknown as DurableObjectStub<CountingRateLimiter>;
-        return Response.json(await stub.stats());
-      }
+      if (url.pathname === "/__bench/stats") return objectStats(env, url);
       return handle(request, env, withCtx(noDenyCache(env), ctx));
     }
     const key = request.headers.get("x-api-key") ?? "";

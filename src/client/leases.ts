@@ -68,8 +68,8 @@ export interface KeyLeases {
   /** Requests seen, decayed with a 100 ms time constant: follows a burst within a few requests. */
   burst: number;
   seenAt: number;
-  /** Local time the key was first seen here (its rate is known over this long). */
-  readonly firstSeen: number;
+  /** Local time since which the key has been seen here without a quiet spell (its rate is known over this long). */
+  firstSeen: number;
   /** Local time before which no lease is asked: the object refused this key, or had none to give. */
   quietUntil: number;
 }
@@ -79,6 +79,8 @@ export interface KeyLeases {
  * has a rate here, short enough that a key that went quiet stops asking for much.
  */
 const RATE_TAU_MS = 10_000;
+/** A gap longer than this many of the key's mean intervals here ends what its rate was watched over. */
+const QUIET_INTERVALS = 4;
 /** The time constant of the burst estimate (ms). */
 const BURST_TAU_MS = 100;
 /** A key seen fewer times than this per time constant has no rate of its own here: the object sizes its lease. */
@@ -140,6 +142,8 @@ export class LeaseTable {
     }
     e.limits = limits;
     const dt = Math.max(0, now - e.seenAt);
+    // A gap of several mean intervals is a quiet spell: what comes next is a new rate, watched from now.
+    if (dt * e.score > QUIET_INTERVALS * RATE_TAU_MS) e.firstSeen = now;
     e.score = e.score * Math.exp(-dt / RATE_TAU_MS) + 1;
     e.burst = e.burst * Math.exp(-dt / BURST_TAU_MS) + 1;
     e.seenAt = now;

@@ -64,6 +64,12 @@ export function maxLeaseUnits(limits: readonly LimitSpec[]): number {
 }
 
 /**
+ * The most units a first lease carries: one asked by an isolate new to the key, which may see
+ * little of its traffic (sized by the object from the key's recent rate).
+ */
+export const FIRST_LEASE_UNITS = 4;
+
+/**
  * The fewest units worth a lease. A lease costs a call and a row: one unit saves nothing over
  * asking per request.
  */

@@ -13,6 +13,7 @@
 import type { Decision, LimitStatus } from "./decision.ts";
 import { describe } from "./duration.ts";
 import {
+  FIRST_LEASE_UNITS,
   LEASE_HEADROOM_SHARE,
   type Limit,
   type LimitSpec,
@@ -352,9 +353,10 @@ export class KeyLog {
    * at most `want` units, at most {@link maxLeaseUnits}, and at most {@link LEASE_HEADROOM_SHARE} of each limit's headroom less
    * what is leased out already; `lifetimeMs` while at least half of every limit is free, scaled
    * down with the freest share below that, and in proportion when fewer units than `want` are
-   * granted (the caller asked for what it would spend in the lifetime). `fromLog`: `want` is only a
-   * cap, and the units are at most what the key's longest window holds (excluding units ahead of
-   * now), per window, over the lifetime. Fewer than {@link MIN_LEASE_UNITS} units: no lease.
+   * granted (the caller asked for what it would spend in the lifetime). `fromLog` (a caller new to
+   * the key): `want` is only a cap; at most {@link FIRST_LEASE_UNITS}, and at most what the key uses
+   * in the lifetime at its fastest recent rate over its windows (units ahead of now left out), for
+   * the time the key takes to use them. Fewer than {@link MIN_LEASE_UNITS} units: no lease.
    */
   #leaseFor(
     t: number,
@@ -365,7 +367,8 @@ export class KeyLog {
   ): { units: number; lifetimeMs: number } {
     let units = Math.min(want, this.maxLeaseUnits);
     let free = 1;
-    let longest = 0;
+    /** The key's fastest recent rate (units per ms) over its limits' windows, units ahead of now left out. */
+    let rate = 0;
     this.#places.forEach((p, i) => {
       const ahead = p.ring.ahead(t);
       const left = p.ring.remaining(p.j) - cost;
@@ -373,14 +376,14 @@ export class KeyLog {
       const limit = this.limits[i] as Limit;
       units = Math.min(units, left, Math.floor(headroom * LEASE_HEADROOM_SHARE) - ahead);
       free = Math.min(free, headroom / limit.limit);
-      if (limit.windowMs > (this.limits[longest] as Limit).windowMs) longest = i;
+      rate = Math.max(rate, (limit.limit - p.ring.remaining(p.j) - ahead) / limit.windowMs);
     });
-    let lifetime = free >= 0.5 ? lifetimeMs : Math.floor(lifetimeMs * 2 * free);
+    let lifetime = free >= 0.75 ? lifetimeMs : Math.floor(lifetimeMs * Math.max(0, 2 * free - 0.5));
     if (fromLog) {
-      const p = this.#places[longest] as Place;
-      const w = (this.limits[longest] as Limit).windowMs;
-      const past = p.ring.limit(p.j) - p.ring.remaining(p.j) - p.ring.ahead(t);
-      units = Math.min(units, Math.floor((past * lifetime) / w));
+      // A caller new to the key: a few units at most (it may see little of the key's traffic), for about
+      // as long as the whole key takes to use them.
+      units = Math.min(units, FIRST_LEASE_UNITS, Math.floor(rate * lifetime));
+      if (units > 0) lifetime = Math.min(lifetime, Math.ceil(units / rate));
     } else if (units < want) {
       // The caller asked for what it spends in the lifetime: fewer units last it less long.
       lifetime = Math.floor((lifetime * Math.max(0, units)) / want);

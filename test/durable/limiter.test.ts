@@ -112,20 +112,26 @@ describe("leases", () => {
   it("shrinks leases near the limit, keeps them within half the headroom, and grants none when little is left", async () => {
     const o = await object();
     const limits: LimitSpec[] = [{ limit: 160, windowMs: 1600, tickMs: 1 }];
-    const ask = { leaseUnits: 14, leaseMs: 50 };
-    expect((await o.take(limits, 130)).allowed).toBe(true);
-    const first = await o.take(limits, 1, ask);
-    // 29 left after the cost and nothing leased out: half of it, for 50 · 2 · 29/160 ms.
-    expect(first.lease).toMatchObject({ units: 14, lifetimeMs: 18 });
-    // Those 15 units, recorded ahead, are the share: nothing more to lease.
+    const ask = { leaseUnits: 20, leaseMs: 50 };
+    expect((await o.take(limits, 40)).allowed).toBe(true);
+    const leases = [];
+    for (let i = 0; i < 4; i++) leases.push((await o.take(limits, 1, ask)).lease);
+    // 119 of 160 free after the first request's cost, a little under 3/4: lifetimes of 50 · (2 · 119/160 − 1/2)
+    // ms. All leases together stay within half of that headroom: 59 units ahead, 20 + 1 per request at a time,
+    // the third cut to 17 (for 17/20 of the lifetime), the fourth none.
+    expect(leases.map((l) => [l?.units ?? 0, l?.lifetimeMs ?? 0])).toEqual([
+      [20, 49],
+      [20, 49],
+      [17, 41],
+      [0, 0],
+    ]);
+    // Given back, the share is there again.
+    expect(await o.giveBack(limits, leases[0]?.recordedAt ?? [], 20)).toBe(1);
+    expect((await o.take(limits, 1, ask)).lease?.units).toBe(19);
+    // Near the limit: none.
+    expect((await o.take(limits, 40)).allowed).toBe(true);
     expect((await o.take(limits, 1, ask)).lease).toBeNull();
-    // Given back, the share is there again (less the first request's own unit, still ahead): 13 of
-    // the 14 asked, so for 13/14 of the 17 ms that 28/160 free allows.
-    expect(await o.giveBack(limits, first.lease?.recordedAt ?? [], 14)).toBe(1);
-    expect((await o.take(limits, 1, ask)).lease).toMatchObject({ units: 13, lifetimeMs: 15 });
-    expect((await o.take(limits, 10)).allowed).toBe(true);
-    expect((await o.take(limits, 1, ask)).lease).toBeNull();
-    expect(await o.take(limits, 10)).toMatchObject({ allowed: false });
+    expect(await o.take(limits, 20)).toMatchObject({ allowed: false });
   });
 
   it("takes back an expired lease's units with the key's next request, before deciding it", async () => {

@@ -120,17 +120,12 @@ describe("LimiterClient.limit", () => {
     // Never more than the limit, counting what is leased here as used.
     const peek = await t.client.peek(t.ns, "key:a", t.plan);
     expect(peek.limits[0]?.remaining).toBe(1000 - 60);
-    // Another isolate's first request for the key comes back with a lease sized from the key's log:
-    // the units of the last minute already used (not those recorded ahead, with the first isolate's
-    // leases), over a 10 s lifetime: a sixth of them.
-    const log = t.store.log("key:a", t.plan.limits ?? []);
-    const now = t.client.now();
-    const past = 1000 - (log.peek(now).limits[0]?.remaining ?? 0) - (log.rings[0]?.ahead(now) ?? 0);
-    expect(past).toBeGreaterThan(40);
+    // Another isolate's first request for the key comes back with a lease sized from the key's log: a few
+    // units, for about as long as the key takes to use them.
     const other = new LimiterClient(t.client.config, { clock: () => t.client.now() });
     const first = await other.limit(t.ns, "key:a", t.plan, 1, t.bg);
     expect(first.reason).toBe("granted");
-    expect(other.leases.get("key:a")?.held.map((h) => h.left)).toEqual([Math.floor(past / 6)]);
+    expect(other.leases.get("key:a")?.held.map((h) => h.left)).toEqual([4]);
   });
 
   it("gives back what an expired lease did not use with the key's next call, which then reports it exactly", async () => {

@@ -52,7 +52,7 @@ const MINIMUM_LIMITS: Limit[] = [
   { limit: 1000, windowMs: 60_000, tickMs: 1, name: "per-minute" },
 ];
 const MINIMUM_POLICY = '"per-second";q=100;w=1, "per-minute";q=1000;w=60';
-const MINIMUM_PLAN = { limits: MINIMUM_LIMITS, leaseMs: 10_000, routes: [] };
+const MINIMUM_PLAN = { limits: MINIMUM_LIMITS, leaseMs: 30_000, routes: [] };
 const DEFAULT_KEY = { header: "x-api-key", bearer: true, query: null, maxLength: 256, pattern: null };
 
 function parse(rateLimit: unknown, origin: unknown = ORIGIN): Config {
@@ -109,7 +109,7 @@ describe("parseConfig: valid configs", () => {
     failureMode: "closed",
     shadow: false,
     objectTimeoutMs: 5_000,
-    leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 10_000 },
+    leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 30_000 },
     admin: { path: "/__limiter/" },
     headers: "draft-11",
     paths: { escapedSlashes: "reject" },
@@ -122,7 +122,7 @@ describe("parseConfig: valid configs", () => {
       maxKeyLength: 256,
       originTimeoutMs: 30_000,
       objectTimeoutMs: 5_000,
-      leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 10_000 },
+      leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 30_000 },
       failureMode: "closed",
       adminPath: "/__limiter/",
       headers: "draft-11",
@@ -157,7 +157,7 @@ describe("parseConfig: valid configs", () => {
           name: "test",
           keyPrefix: "test_",
           limits: [{ limit: 10, windowMs: 60_000, tickMs: 1, name: "per-minute" }],
-          leaseMs: 10_000,
+          leaseMs: 30_000,
           routes: [],
         },
       ],
@@ -1629,7 +1629,7 @@ describe("parseConfig: settings at their edges", () => {
     expect(parse({ ...MINIMUM, leases: { max_units: 1 } }).leases).toEqual({
       enabled: true,
       maxUnits: 1,
-      maxLifetimeMs: 10_000,
+      maxLifetimeMs: 30_000,
     });
     expect(configError(() => parse({ ...MINIMUM, leases: { enabled: "yes" } })).message).toBe(
       'RATE_LIMIT.leases.enabled: expected true or false, got "yes"',

@@ -335,26 +335,40 @@ describe("KeyLog edge cases", () => {
     expect(short.take(0, { cost: 1, leaseUnits: 10, leaseMs: 10_000 }).decision.lease?.lifetimeMs).toBe(500);
   });
 
-  it("shortens lifetimes below half of a limit free, and leases nothing under two units", () => {
-    const nearly = new KeyLog([{ limit: 160, windowMs: 1000 }]);
-    nearly.take(0, { cost: 140 });
-    // 19 left of 160 after the cost: ⌊19 / 2⌋ = 9 units, for 50 · 2 · 19/160 ms.
-    expect(nearly.take(1, { cost: 1, leaseUnits: 9, leaseMs: 50 }).decision.lease).toMatchObject({
-      units: 9,
-      lifetimeMs: 11,
-    });
-    const half = new KeyLog([{ limit: 100, windowMs: 1000 }]);
-    half.take(0, { cost: 49 });
-    expect(half.take(1, { cost: 1, leaseUnits: 5, leaseMs: 1000 }).decision.lease?.lifetimeMs).toBe(1000);
-    const under = new KeyLog([{ limit: 100, windowMs: 1000 }]);
-    under.take(0, { cost: 51 });
-    expect(under.take(1, { cost: 1, leaseUnits: 5, leaseMs: 1000 }).decision.lease?.lifetimeMs).toBe(960);
+  it("shortens lifetimes below three quarters of a limit free, none below a quarter, and leases nothing under two units", () => {
+    const lifetimeAfter = (used: number) => {
+      const log = new KeyLog([{ limit: 100, windowMs: 1000 }]);
+      log.take(0, { cost: used });
+      return log.take(1, { cost: 1, leaseUnits: 5, leaseMs: 1000 }).decision.lease?.lifetimeMs ?? 0;
+    };
+    // Free after the request: 75 of 100, the whole lifetime; then 1000 · (2 · free − 1/2), down to none at 1/4.
+    expect(lifetimeAfter(24)).toBe(1000);
+    expect(lifetimeAfter(25)).toBe(980);
+    expect(lifetimeAfter(39)).toBe(700);
+    expect(lifetimeAfter(73)).toBe(20);
+    expect(lifetimeAfter(74)).toBe(0);
     expect(
       new KeyLog([{ limit: 4, windowMs: 1000 }]).take(0, { cost: 1, leaseUnits: 5, leaseMs: 50 }).decision.lease,
     ).toBeNull();
     expect(
       new KeyLog([{ limit: 100, windowMs: 1000 }]).take(0, { cost: 1, leaseUnits: 1, leaseMs: 50 }).decision.lease,
     ).toBeNull();
+  });
+
+  it("sizes the first lease of a caller new to the key from the key's fastest recent rate, a few units at most", () => {
+    const log = new KeyLog([
+      { limit: 100, windowMs: 1000 },
+      { limit: 1000, windowMs: 60_000 },
+    ]);
+    // A key without history: nothing to size from.
+    const ask = { cost: 1, leaseUnits: 1000, leaseMs: 10_000, leaseFromLog: true };
+    expect(log.take(0, ask).decision.lease).toBeNull();
+    // One a second: 59 units in the minute before 60 s, its fastest rate; 4 units last the key 4068 ms.
+    for (let t = 1000; t < 60_000; t += 1000) log.take(t, { cost: 1 });
+    expect(log.take(60_000, ask).decision.lease).toEqual({ units: 4, lifetimeMs: 4068, recordedAt: [64_068] });
+    // 30 in its last second as well: the per-second window's rate, 30 a second, sets the lifetime: 4 / 0.03 ms.
+    log.take(60_500, { cost: 30 });
+    expect(log.take(60_600, ask).decision.lease).toMatchObject({ units: 4, lifetimeMs: 134 });
   });
 
   it("grants no lease for a shortest window after a refusal: a key at its limit gets the per-request path", () => {

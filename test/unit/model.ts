@@ -6,6 +6,7 @@
 
 import type { Decision, Limit, LimitSpec } from "../../src/core/index.ts";
 import {
+  FIRST_LEASE_UNITS,
   LEASE_HEADROOM_SHARE,
   LEASE_LIMIT_DIVISOR,
   MIN_LEASE_UNITS,
@@ -103,19 +104,20 @@ export class Model {
         const L = Math.min(leaseMs, maxLeaseMs(this.limits));
         extra = Math.min(leaseUnits, Math.floor(Math.min(...this.limits.map((l) => l.limit)) / LEASE_LIMIT_DIVISOR));
         let free = 1;
+        let rate = 0;
         for (const l of this.limits) {
           const left = Math.max(0, l.limit - this.#used(l, t)) - cost;
           const ahead = countedAt(this.records.get(l.tickMs) as Grant[], 0, t);
           const headroom = left + ahead;
           extra = Math.min(extra, left, Math.floor(headroom * LEASE_HEADROOM_SHARE) - ahead);
           free = Math.min(free, headroom / l.limit);
+          // The key's rate over this window: what it used before now.
+          rate = Math.max(rate, (this.#used(l, t) - ahead) / l.windowMs);
         }
-        lifetime = free >= 0.5 ? L : Math.floor(L * 2 * free);
+        lifetime = free >= 0.75 ? L : Math.floor(L * Math.max(0, 2 * free - 0.5));
         if (fromLog) {
-          // The key's own rate: what its longest window held before now, over one lifetime.
-          const longest = this.limits.reduce((a, b) => (b.windowMs > a.windowMs ? b : a));
-          const past = this.#used(longest, t) - countedAt(this.records.get(longest.tickMs) as Grant[], 0, t);
-          extra = Math.min(extra, Math.floor((past * lifetime) / longest.windowMs));
+          extra = Math.min(extra, FIRST_LEASE_UNITS, Math.floor(rate * lifetime));
+          if (extra > 0) lifetime = Math.min(lifetime, Math.ceil(extra / rate));
         } else if (extra < leaseUnits) {
           lifetime = Math.floor((lifetime * Math.max(0, extra)) / leaseUnits);
         }

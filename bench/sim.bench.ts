@@ -1,0 +1,379 @@
+/**
+ * @module `npm run bench:sim`: the product in a simulation shaped like production (DESIGN.md,
+ * "Measuring"). The real bundle's proxy app in workerd, as 12 isolates — 4 Workers sharing one
+ * object namespace, 3 simulated isolates each (`sim` role, bench/http/worker.mts) — with
+ * Worker→object round trips of 2, 20 and 80 ms. Open-loop Poisson arrivals on 10,000 keys drawn
+ * from a Zipf distribution (s = 1.1), all on `100/1s + 1000/1m`, 80% of each key's requests to
+ * its home isolate (`SIM_AFFINITY`); burst keys that stay quiet for a
+ * while, then send twice their per-second limit for two seconds; an isolate vanishing every few
+ * seconds with whatever it holds (a fresh one takes its place); and pass-through probes (keys of
+ * an unlimited plan) through the same isolates, the reference for added latency.
+ *
+ * Reported per key class: object calls and rows written per grant (counted at the object), the cost
+ * per million grants at the published prices, added latency against the probes of the same
+ * isolates, utilisation (grants as a share of what an exact per-request limiter grants for the same
+ * arrivals), and windows over N judged at the origin over real arrival times.
+ *
+ *   npm run bench:sim                   # ~2.5 min
+ *   SIM_SECONDS=30 npm run bench:sim    # shorter, for trying things
+ */
+
+import { cpus } from "node:os";
+import { resolve } from "node:path";
+import { KeyLog, type LimitSpec } from "../src/core/index.ts";
+import { startOrigin } from "../test/support/origin.ts";
+import { maxInWindow } from "../test/support/window.ts";
+import { quantile } from "./http/load.ts";
+import { startRuntime } from "./http/runtime.ts";
+
+const SECONDS = Number(process.env.SIM_SECONDS) || 90;
+/** Zipf arrivals per second over all keys (the bursts and probes come on top). */
+const RATE = Number(process.env.SIM_RATE) || 250;
+const KEYS = 10_000;
+const ZIPF_S = 1.1;
+/** Simulated isolates: 4 Workers × 3, round trips by index within a Worker. */
+const WORKERS = ["sim", "sim-2", "sim-3", "sim-4"] as const;
+const RTTS = [2, 20, 80];
+const ISOLATES = WORKERS.length * RTTS.length;
+/** One isolate vanishes (holding whatever it holds) every this many ms. */
+const CHURN_MS = 3000;
+/** Burst keys: quiet for 10–25 s, then twice the per-second limit for 2 s. */
+const BURST_KEYS = 6;
+const BURST = { rate: 200, ms: 2000, quietMinMs: 10_000, quietMaxMs: 25_000 };
+/**
+ * The share of a key's requests that reach its home isolate (the rest go to any isolate): an API
+ * client mostly reaches one location. `SIM_AFFINITY=0` spreads every key over all isolates.
+ */
+const AFFINITY = process.env.SIM_AFFINITY === undefined ? 0.8 : Number(process.env.SIM_AFFINITY);
+/** Pass-through probes: this share of the Zipf rate, on keys of an unlimited plan. */
+const PROBE_SHARE = 0.1;
+/** Published prices: $ per Durable Object request and per SQLite row written (BENCHMARKS.md). */
+const PRICE = { request: 0.15e-6, row: 1e-6 };
+
+const LIMITS: LimitSpec[] = [
+  { limit: 100, windowMs: 1000 },
+  { limit: 1000, windowMs: 60_000 },
+];
+/** `SIM_LEASES=off`: the per-request path, for comparison. */
+const LEASES = process.env.SIM_LEASES !== "off";
+const RATE_LIMIT = {
+  limits: [
+    { limit: 100, window: "1s" },
+    { limit: 1000, window: "1m" },
+  ],
+  plans: [{ name: "probe", key_prefix: "free_", unlimited: true }],
+  leases: LEASES,
+};
+
+/** A deterministic PRNG (mulberry32), so that runs are comparable. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+interface Planned {
+  readonly at: number;
+  readonly key: string;
+  readonly isolate: number;
+}
+
+interface Sent {
+  readonly id: number;
+  readonly key: string;
+  readonly isolate: number;
+  readonly sentAt: number;
+  receivedAt: number;
+  status: number;
+}
+
+/** The run's arrivals, in time order: Zipf keys, bursts after quiet, probes. */
+function schedule(random: () => number): Planned[] {
+  const out: Planned[] = [];
+  const cdf = new Float64Array(KEYS);
+  let sum = 0;
+  for (let k = 0; k < KEYS; k++) {
+    sum += 1 / (k + 1) ** ZIPF_S;
+    cdf[k] = sum;
+  }
+  const zipf = () => {
+    const u = random() * sum;
+    let lo = 0;
+    let hi = KEYS - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if ((cdf[mid] as number) < u) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
+  const isolate = () => Math.floor(random() * ISOLATES);
+  /** A key's isolate: its home one (fixed per key) with probability AFFINITY, else any. */
+  const home = (k: number) => (random() < AFFINITY ? (k * 7919) % ISOLATES : isolate());
+  const poisson = (rate: number, from: number, to: number, each: (t: number) => void) => {
+    for (let t = from - Math.log(1 - random()) * (1000 / rate); t < to; t -= Math.log(1 - random()) * (1000 / rate))
+      each(t);
+  };
+  const end = SECONDS * 1000;
+  poisson(RATE, 0, end, (t) => {
+    const k = zipf();
+    out.push({ at: t, key: `z_${k}`, isolate: home(k) });
+  });
+  poisson(RATE * PROBE_SHARE, 0, end, (t) =>
+    out.push({ at: t, key: `free_${Math.floor(random() * 100)}`, isolate: isolate() }),
+  );
+  for (let b = 0; b < BURST_KEYS; b++) {
+    let t = BURST.quietMinMs * random();
+    while (t < end) {
+      poisson(BURST.rate, t, Math.min(end, t + BURST.ms), (at) =>
+        out.push({ at, key: `b_${b}`, isolate: home(KEYS + b) }),
+      );
+      t += BURST.ms + BURST.quietMinMs + (BURST.quietMaxMs - BURST.quietMinMs) * random();
+    }
+  }
+  return out.sort((a, b) => a.at - b.at);
+}
+
+/** The run: every planned arrival sent at its time (open loop), isolates churned as it goes. */
+async function run(urls: readonly string[], plan: readonly Planned[], random: () => number): Promise<Sent[]> {
+  const sent: Sent[] = [];
+  const inFlight = new Set<Promise<void>>();
+  const start = performance.now();
+  const send = (p: Planned, id: number) => {
+    const worker = Math.floor(p.isolate / RTTS.length);
+    const s: Sent = { id, key: p.key, isolate: p.isolate, sentAt: Date.now(), receivedAt: 0, status: 0 };
+    sent.push(s);
+    const done = fetch(`${urls[worker]}/r?id=${id}`, {
+      headers: {
+        "x-api-key": p.key,
+        "x-sim-isolate": String(p.isolate % RTTS.length),
+        "x-bench-rtt": String(RTTS[p.isolate % RTTS.length]),
+      },
+    })
+      .then(async (r) => {
+        await r.arrayBuffer();
+        s.status = r.status;
+      })
+      .catch(() => {
+        s.status = -1;
+      })
+      .finally(() => {
+        s.receivedAt = Date.now();
+        inFlight.delete(done);
+      });
+    inFlight.add(done);
+  };
+  let next = 0;
+  let churnAt = CHURN_MS;
+  let churned = 0;
+  while (next < plan.length) {
+    const now = performance.now() - start;
+    while (next < plan.length && (plan[next] as Planned).at <= now) send(plan[next] as Planned, next++);
+    if (now >= churnAt) {
+      churnAt += CHURN_MS;
+      const i = Math.floor(random() * ISOLATES);
+      const worker = Math.floor(i / RTTS.length);
+      void fetch(`${urls[worker]}/__sim/churn?i=${i % RTTS.length}`, { method: "POST" }).then((r) => r.arrayBuffer());
+      churned++;
+    }
+    await new Promise((r) => setTimeout(r, 1));
+  }
+  await Promise.all(inFlight);
+  console.log(
+    `sent ${sent.length} requests in ${((performance.now() - start) / 1000).toFixed(1)} s; ${churned} isolates vanished`,
+  );
+  return sent;
+}
+
+interface Stats {
+  decides: number;
+  giveBacks: number;
+  rowsWritten: number;
+  setAlarms: number;
+}
+
+/** Each key's object counts, read at the end (objects are kept in memory for the run). */
+async function stats(url: string, keys: readonly string[]): Promise<Map<string, Stats>> {
+  const out = new Map<string, Stats>();
+  for (let i = 0; i < keys.length; i += 64) {
+    await Promise.all(
+      keys.slice(i, i + 64).map(async (k) => {
+        const r = await fetch(`${url}/__bench/stats?name=${encodeURIComponent(`key:${k}`)}`);
+        out.set(k, (await r.json()) as Stats);
+      }),
+    );
+  }
+  return out;
+}
+
+/** What an exact per-request limiter grants for these send times. */
+function exactGrants(times: readonly number[]): number {
+  const log = new KeyLog(LIMITS);
+  let n = 0;
+  for (const t of times) if (log.take(t, { cost: 1 }).decision.allowed) n++;
+  return n;
+}
+
+const fmt = (n: number, d = 2) => (Number.isFinite(n) ? n.toFixed(d) : "-");
+
+async function main(): Promise<void> {
+  console.log(
+    `machine: ${cpus().length}× ${cpus()[0]?.model ?? "?"}, Node ${process.version}; ${SECONDS} s, ${RATE}/s Zipf(${ZIPF_S}) over ${KEYS} keys, ${BURST_KEYS} burst keys, ${ISOLATES} isolates (RTT ${RTTS.join("/")} ms), ${AFFINITY * 100}% of a key's requests to its home isolate, one isolate vanishing every ${CHURN_MS / 1000} s; leases ${LEASES ? "on" : "off"}`,
+  );
+  const origin = await startOrigin();
+  const rt = await startRuntime({
+    origin: origin.url,
+    rateLimit: RATE_LIMIT,
+    chartLimit: 100,
+    chartWindowMs: 10_000,
+    stateDir: resolve("/dev/shm"),
+  });
+  try {
+    const random = rng(20261124);
+    const plan = schedule(random);
+    const sent = await run(
+      WORKERS.map((w) => rt.urls[w]),
+      plan,
+      random,
+    );
+    // Background work (refills, give-backs) settles; then every key's object is read.
+    await new Promise((r) => setTimeout(r, 2000));
+    const byKey = new Map<string, Sent[]>();
+    for (const s of sent) {
+      const list = byKey.get(s.key);
+      if (list) list.push(s);
+      else byKey.set(s.key, [s]);
+    }
+    const limited = [...byKey.keys()].filter((k) => !k.startsWith("free_"));
+    const counts = await stats(rt.urls.sim, limited);
+    const arrivals = new Map<string, number[]>();
+    const arrivedIds = new Set<number>();
+    for (const a of origin.arrivals) {
+      const k = String(a.headers["x-api-key"]);
+      const id = Number(new URL(a.url, "http://x").searchParams.get("id"));
+      arrivedIds.add(id);
+      const list = arrivals.get(k);
+      if (list) list.push(a.at);
+      else arrivals.set(k, [a.at]);
+    }
+
+    // Latency of the probes per round trip: the reference for added latency.
+    const latency = (list: readonly Sent[]) => list.map((s) => s.receivedAt - s.sentAt).sort((a, b) => a - b);
+    const probeByRtt = RTTS.map((_, r) =>
+      latency(sent.filter((s) => s.key.startsWith("free_") && s.isolate % RTTS.length === r && s.status === 200)),
+    );
+
+    interface Class {
+      keys: number;
+      requests: number;
+      grants: number;
+      exact: number;
+      calls: number;
+      rows: number;
+      overN: number;
+      errors: number;
+      mismatched: number;
+      byRtt: Sent[][];
+    }
+    const classes = new Map<string, Class>();
+    const classOf = (k: string, list: readonly Sent[], exact: number) => {
+      if (k.startsWith("b_")) return "burst after quiet";
+      if (exact < list.length) return "at the limit";
+      const perSecond = list.length / SECONDS;
+      return perSecond >= 5 ? "hot (≥ 5/s)" : perSecond >= 0.5 ? "ordinary (0.5–5/s)" : "rare (< 0.5/s)";
+    };
+    for (const k of limited) {
+      const list = byKey.get(k) as Sent[];
+      const times = list.map((s) => s.sentAt).sort((a, b) => a - b);
+      const exact = exactGrants(times);
+      const name = classOf(k, list, exact);
+      let c = classes.get(name);
+      if (!c) {
+        c = {
+          keys: 0,
+          requests: 0,
+          grants: 0,
+          exact: 0,
+          calls: 0,
+          rows: 0,
+          overN: 0,
+          errors: 0,
+          mismatched: 0,
+          byRtt: RTTS.map(() => []),
+        };
+        classes.set(name, c);
+      }
+      const grants = list.filter((s) => s.status === 200);
+      c.keys++;
+      c.requests += list.length;
+      c.grants += grants.length;
+      c.exact += exact;
+      c.errors += list.filter((s) => s.status !== 200 && s.status !== 429).length;
+      const st = counts.get(k);
+      c.calls += (st?.decides ?? 0) + (st?.giveBacks ?? 0);
+      c.rows += (st?.rowsWritten ?? 0) + (st?.setAlarms ?? 0);
+      for (const s of grants) c.byRtt[s.isolate % RTTS.length]?.push(s);
+      // Strictness at the origin: every window of real arrival times, shrunk by the largest send-to-arrival
+      // time of the key's requests (an arrival is the request's use; its decision came before it).
+      const at = (arrivals.get(k) ?? []).sort((a, b) => a - b);
+      c.mismatched += Math.abs(at.length - grants.length) + grants.filter((s) => !arrivedIds.has(s.id)).length;
+      const jitter = Math.max(0, ...grants.map((s) => s.receivedAt - s.sentAt));
+      for (const l of LIMITS) if (maxInWindow(at, l.windowMs - jitter) > l.limit) c.overN++;
+    }
+
+    const order = ["rare (< 0.5/s)", "ordinary (0.5–5/s)", "hot (≥ 5/s)", "at the limit", "burst after quiet"];
+    console.log(
+      "\n| class | keys | requests | grants | utilisation (÷ exact) | object calls / grant | rows / grant | $ / M grants | added p50 / p99 ms (RTT 2 / 20 / 80) | windows over N |",
+    );
+    console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |");
+    const summary: Record<string, { util: number; calls: number; rows: number; cost: number; p50at80: number }> = {};
+    for (const name of order) {
+      const c = classes.get(name);
+      if (!c) continue;
+      const added = RTTS.map((_, r) => {
+        const own = latency(c.byRtt[r] ?? []);
+        const ref = probeByRtt[r] ?? [];
+        if (own.length === 0 || ref.length === 0) return { p50: Number.NaN, p99: Number.NaN };
+        return { p50: quantile(own, 0.5) - quantile(ref, 0.5), p99: quantile(own, 0.99) - quantile(ref, 0.99) };
+      });
+      const util = c.grants / c.exact;
+      const calls = c.calls / c.grants;
+      const rows = c.rows / c.grants;
+      const cost = (calls * PRICE.request + rows * PRICE.row) * 1e6;
+      summary[name] = { util, calls, rows, cost, p50at80: added[2]?.p50 ?? Number.NaN };
+      console.log(
+        `| ${name} | ${c.keys} | ${c.requests} | ${c.grants} | ${fmt(util, 3)} | ${fmt(calls, 3)} | ${fmt(rows, 3)} | ${fmt(cost, 3)} | ${added.map((a) => `${fmt(a.p50, 1)} / ${fmt(a.p99, 1)}`).join(", ")} | ${c.overN}${c.errors ? ` (${c.errors} errors)` : ""}${c.mismatched ? ` (${c.mismatched} grants ≠ arrivals)` : ""} |`,
+      );
+    }
+    console.log(
+      `\nprobes (pass-through, an unlimited plan's keys) p50 / p99 ms by RTT: ${probeByRtt.map((l) => `${fmt(quantile(l, 0.5), 1)} / ${fmt(quantile(l, 0.99), 1)}`).join(", ")}`,
+    );
+    console.log(
+      "rows / grant: rows the object wrote (grants, leases, give-backs, meta) plus alarms set, per grant; $ / M grants: object requests at $0.15/M and rows written at $1.00/M (duration and rows read not included)",
+    );
+    console.log(`\nReproduce: npm run bench:sim${SECONDS !== 90 ? ` (SIM_SECONDS=${SECONDS})` : ""}`);
+    const o = summary["ordinary (0.5–5/s)"];
+    if (o) {
+      console.log(
+        `ordinary keys: object calls per grant ${fmt(o.calls, 3)}, rows per grant ${fmt(o.rows, 3)}, $ per million grants ${fmt(o.cost, 3)}`,
+      );
+      console.log(`ordinary keys, 80 ms round trip: added p50 latency ${fmt(o.p50at80, 1)} ms`);
+    }
+    const a = summary["at the limit"];
+    if (a) console.log(`keys at the limit: object calls per grant ${fmt(a.calls, 3)}`);
+    const worst = Math.min(...Object.values(summary).map((s) => s.util));
+    console.log(`lowest utilisation of any class: ${fmt(worst, 3)}`);
+    const over = [...classes.values()].reduce((n, c) => n + c.overN, 0);
+    console.log(`windows over N: ${over}`);
+  } finally {
+    await rt.dispose();
+    await origin.close();
+  }
+}
+
+await main();
