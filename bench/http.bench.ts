@@ -37,7 +37,7 @@ const ONLY = process.env.BENCH_ONLY?.split(",") ?? null;
 /** `BENCH_BASELINE=<git rev> npm run bench`: the product as of that revision too, side by side ("before"). */
 const BASELINE = process.env.BENCH_BASELINE || undefined;
 const CHART = { limit: 100, windowMs: 10_000, rate: 200, durationMs: QUICK ? 12_000 : 25_000, binMs: 100 };
-/** Steady overload for utilisation: 2× the limit rate; lease lifetime min(1 s, 10 s / 20) = 500 ms. */
+/** Steady overload for utilisation: 2× the limit rate (leases as the product sizes them). */
 const UTIL = { limit: 1000, windowMs: 10_000, rate: 200, durationMs: QUICK ? 12_000 : 25_000 };
 /** Simulated Worker→object round trips (ms), and the fixed rate and connections of those runs. */
 const RTTS = [0, 10, 50];
@@ -49,8 +49,8 @@ const PRICE = { request: 0.15e-6, row: 1e-6 };
 const HOT_AMOUNT = QUICK ? 2000 : 5000;
 
 /**
- * Limits high enough that every request passes (the allowed path; lease lifetime min(1 s, 1 s / 20)
- * = 50 ms); `m_` keys: one per-minute limit (lifetime 1 s); `deny_` keys: 1 per hour; `chart_`
+ * Limits high enough that every request passes (the hot keys); `o_` keys: ordinary limits (the
+ * 1,000-key rows); `m_` keys: one per-minute limit; `deny_` keys: 1 per hour; `chart_`
  * keys: the chart's limit; `util_` keys: the utilisation run's. Leases on (the default) except in
  * the Workers that turn them off (bench/http/runtime.ts).
  */
@@ -207,7 +207,7 @@ async function main(): Promise<void> {
       },
       {
         id: "hotm",
-        label: "(3) limiter, leases on, allowed, one hot key, 1 min limit (lease 1 s)",
+        label: "(3) limiter, leases on, allowed, one hot key, 1 min limit",
         url: () => u.product,
         key: "m_hot",
         expect: 200,
@@ -433,14 +433,22 @@ async function main(): Promise<void> {
     const verdict = (ok: boolean) => (ok ? "MET" : "MISSED");
     console.log(`\ntargets:`);
     const hotMinuteRatio = r("(3) allowed, hot key, 1 min limit / (2) pass-through");
+    const cpuOf = (id: string) => median(cpu.get(id) ?? [Number.NaN]);
+    const cpuRatio = (id: string) => cpuOf("pass") / cpuOf(id);
     console.log(
-      `  hot key with leases >= 0.9x pass-through: ${fmt(hotRatio, 2)} (1 s + 1 min limits, lease 31 ms) ${verdict(hotRatio >= 0.9)}; 1 min limit (lease 1 s): ${fmt(hotMinuteRatio, 2)} ${verdict(hotMinuteRatio >= 0.9)}; 3 isolates: ${fmt(r("(3) allowed, hot key, 3 isolates / (2) pass-through"), 2)}`,
+      `  by workerd CPU per request (pass-through's ÷ the target's): hot key ${fmt(cpuRatio("hot"), 2)} (>= 0.95 ${verdict(cpuRatio("hot") >= 0.95)}), 1,000 ordinary keys ${fmt(cpuRatio("allowed"), 2)} (>= 0.85 ${verdict(cpuRatio("allowed") >= 0.85)}), leases off ${fmt(cpuRatio("allowedoff"), 2)}`,
+    );
+    console.log(
+      `  hot key with leases >= 0.95x pass-through (req/s): ${fmt(hotRatio, 2)} (1 s + 1 min limits) ${verdict(hotRatio >= 0.95)}; 1 min limit: ${fmt(hotMinuteRatio, 2)} ${verdict(hotMinuteRatio >= 0.95)}; 3 isolates: ${fmt(r("(3) allowed, hot key, 3 isolates / (2) pass-through"), 2)}`,
+    );
+    console.log(
+      `  1,000 ordinary keys >= 0.85x pass-through (req/s): ${fmt(allowedRatio, 2)} ${verdict(allowedRatio >= 0.85)}; object calls and rows per allowed request <= 0.1: calls ${fmt(storage.on.ordinary.per.callsPerAllowed, 4)}, rows ${fmt(storage.on.ordinary.per.billedRowsPerAllowed, 4)} ${verdict(storage.on.ordinary.per.callsPerAllowed <= 0.1 && storage.on.ordinary.per.billedRowsPerAllowed <= 0.1)}, $${fmt(storage.on.ordinary.per.costPerMillion, 3)} per million (<= 0.10 ${verdict(storage.on.ordinary.per.costPerMillion <= 0.1)})`,
     );
     console.log(
       `  object calls and rows written per allowed request, hot key <= 0.05: calls ${fmt(hotCalls, 4)}, rows ${fmt(hotRows, 4)} ${verdict(hotCalls <= 0.05 && hotRows <= 0.05)} (per-minute limits: calls ${fmt(storage.on.hotMinute.callsPerAllowed, 4)}, rows ${fmt(storage.on.hotMinute.rowsPerAllowed, 4)})`,
     );
     console.log(
-      `  hot key p50 added latency with a 50 ms round trip <= 2 ms (per-minute limits, lease lifetime 1 s): ${fmt(far50, 2)} ms ${verdict(far50 <= 2)}`,
+      `  hot key p50 added latency with a 50 ms round trip <= 2 ms (per-minute limits): ${fmt(far50, 2)} ms ${verdict(far50 <= 2)}`,
     );
     console.log(
       `  utilisation >= 95% of an exact per-request limiter's grants: ${util.map((x) => `${x.isolates} isolate(s) ${fmt(100 * x.share, 1)}%`).join(", ")} ${verdict(worstUtil >= 0.95)}; windows over N: ${over} ${verdict(over === 0)}`,
@@ -458,6 +466,7 @@ async function main(): Promise<void> {
     console.log(`hot-key limiter/pass-through throughput ratio: ${fmt(hotRatio, 2)}`);
     console.log(`object calls per allowed request, hot key: ${fmt(hotCalls, 4)}`);
     console.log(`limiter/pass-through throughput ratio: ${fmt(allowedRatio, 2)}`);
+    console.log(`object calls per allowed request, 1,000 keys: ${fmt(storage.on.ordinary.per.callsPerAllowed, 4)}`);
   } finally {
     await rt?.dispose();
     await origin.close();
@@ -472,6 +481,13 @@ async function stats(countUrl: string, name: string): Promise<StorageCounts> {
 function sum(xs: StorageCounts[]): StorageCounts {
   const out = emptyCounts();
   for (const x of xs) for (const k of Object.keys(out) as (keyof StorageCounts)[]) out[k] += x[k];
+  return out;
+}
+
+/** `a − b`, count by count: what a run added. */
+function minus(a: StorageCounts, b: StorageCounts): StorageCounts {
+  const out = emptyCounts();
+  for (const k of Object.keys(out) as (keyof StorageCounts)[]) out[k] = a[k] - b[k];
   return out;
 }
 
@@ -527,28 +543,54 @@ async function countStorage(u: Runtime["urls"]) {
       hotMinute: perAllowed(hotMS, hotM.statuses[200] ?? 0),
     };
   };
-  const on = await measure(u.count, "");
-  const off = await measure(u["count-off"], "off_");
+  /** 1,000 ordinary keys in steady state, as the throughput rows run them: counted over the measured seconds only. */
+  const ordinary = async (url: string, tag: string) => {
+    const key = (i: number) => `o_${tag}c${i % KEYS}`;
+    const statsAll = async () =>
+      sum(await Promise.all(Array.from({ length: KEYS }, (_, i) => stats(url, `key:o_${tag}c${i}`))));
+    await load({ url, duration: QUICK ? 6 : 12, connections: CONNECTIONS, key });
+    await sleep(200);
+    const before = await statsAll();
+    const run = await load({ url, duration: SECONDS, connections: CONNECTIONS, key });
+    await sleep(200);
+    return {
+      raw: minus(await statsAll(), before),
+      per: perAllowed(minus(await statsAll(), before), run.statuses[200] ?? 0),
+    };
+  };
+  const on = { ...(await measure(u.count, "")), ordinary: await ordinary(u.count, "") };
+  const off = { ...(await measure(u["count-off"], "off_")), ordinary: await ordinary(u["count-off"], "off_") };
   console.log(
     "| load | leases | allowed | take calls | leases granted (units) | giveBack calls (units) | rows written (+ setAlarm) | object calls / allowed | rows / allowed | $ / million allowed |",
   );
   console.log("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
   const loads = [
-    ["hot", `one hot key, ${HOT_AMOUNT} requests, 1 s + 1 min limits (lease 31 ms)`],
-    ["hotMinute", `one hot key, ${HOT_AMOUNT} requests, 1 min limit (lease 1 s)`],
+    ["hot", `one hot key, ${HOT_AMOUNT} requests, 1 s + 1 min limits`],
+    ["hotMinute", `one hot key, ${HOT_AMOUNT} requests, 1 min limit`],
     ["many", `${keys} keys, 20 requests each`],
   ] as const;
+  const row = (label: string, name: string, s: StorageCounts, a: PerAllowed) =>
+    console.log(
+      `| ${label} | ${name} | ${a.allowed} | ${s.decides} | ${s.leases} (${s.leasedUnits}) | ${s.giveBacks} (${s.returnedUnits}) | ${s.rowsWritten} (+${s.setAlarms}) | ${fmt(a.callsPerAllowed, 4)} | ${fmt(a.billedRowsPerAllowed, 4)} | ${fmt(a.costPerMillion, 3)} |`,
+    );
   for (const [k, label] of loads) {
     for (const [name, m] of [
       ["on", on],
       ["off", off],
     ] as const) {
-      const s = m.raw[k];
-      const a = m[k];
-      console.log(
-        `| ${label} | ${name} | ${a.allowed} | ${s.decides} | ${s.leases} (${s.leasedUnits}) | ${s.giveBacks} (${s.returnedUnits}) | ${s.rowsWritten} (+${s.setAlarms}) | ${fmt(a.callsPerAllowed, 4)} | ${fmt(a.billedRowsPerAllowed, 4)} | ${fmt(a.costPerMillion, 3)} |`,
-      );
+      row(label, name, m.raw[k], m[k]);
     }
+  }
+  for (const [name, m] of [
+    ["on", on],
+    ["off", off],
+  ] as const) {
+    row(
+      `${KEYS} ordinary keys (100/1s + 1000/1m), steady, ${SECONDS} s after ${QUICK ? 6 : 12} s`,
+      name,
+      m.ordinary.raw,
+      m.ordinary.per,
+    );
   }
   console.log(
     `  native rate-limit binding: no object calls, no rows, no separate price ($0 beyond the Worker); Miniflare simulates it with one internal object call per request`,
@@ -594,7 +636,7 @@ async function distance(u: Runtime["urls"]) {
     variants.push(
       {
         id: `on m_ ${rtt}`,
-        label: `leases on, 1 min limit (lease 1 s), +${rtt} ms`,
+        label: `leases on, 1 min limit, +${rtt} ms`,
         url: u.far,
         key: `m_far${rtt}`,
         rtt,
@@ -612,7 +654,7 @@ async function distance(u: Runtime["urls"]) {
   }
   variants.push({
     id: "on 1s 50",
-    label: "leases on, 1 s + 1 min limits (lease 31 ms), +50 ms",
+    label: "leases on, 1 s + 1 min limits, +50 ms",
     url: u.far,
     key: "far1s50",
     rtt: 50,
@@ -702,7 +744,7 @@ async function utilisation(u: Runtime["urls"]) {
   await sleep(100);
   const decisions = await fetchDecisions();
   console.log(
-    `\nutilisation: an even ${UTIL.rate} req/s (2× the limit rate; three isolates: in turn) for ${UTIL.durationMs / 1000} s against ${UTIL.limit} per ${UTIL.windowMs / 1000} s (lease lifetime ${Math.min(1000, UTIL.windowMs / 20)} ms), both runs at once, started ${t0 % 10_000} ms into a 10 s window:`,
+    `\nutilisation: an even ${UTIL.rate} req/s (2× the limit rate; three isolates: in turn) for ${UTIL.durationMs / 1000} s against ${UTIL.limit} per ${UTIL.windowMs / 1000} s, both runs at once, started ${t0 % 10_000} ms into a 10 s window:`,
   );
   return runs.map((r) => {
     const mine = decisions.filter((d) => d[0] === `key:${r.key}`).sort((a, b) => a[1] - b[1]);

@@ -1,36 +1,32 @@
 /**
- * @module Limits of any size (issue 12): memory, storage rows and restore time per key at worst,
- * and utilisation under steady 2× overload, for 100/1s, 100,000/1d, 1,000,000/30d and
- * 10,000,000/1d — BEFORE (the per-millisecond `SlidingLog` of e602ffc, loaded at run time from
- * git) and AFTER (the ticked `KeyLog`). Run: `npm run bench:limits`.
+ * @module Limits of any size: memory, storage rows and restore time per key at worst, and
+ * utilisation under steady 2× overload, for 100/1s, 100,000/1d, 1,000,000/30d and 10,000,000/1d,
+ * of the ticked `KeyLog` (the per-millisecond log it replaced is in git history, with its figures).
+ * Run: `npm run bench:limits`.
  *
  * Method (also printed with the results):
  * - Worst case per key: the key is filled so that every slot it can hold is used — one unit per
- *   grant at distinct ticks (ms for the old core) spread over the window; for the new core, when
- *   its ring is bounded by slots rather than by `N`, every tick in `(F − W, F]` gets a
- *   per-request grant and every tick in `(F, ⌈F + maxLease⌉]` a one-unit lease taken at `F`
- *   (`F` is placed within its tick so that this count is largest).
+ *   grant at distinct ticks spread over the window; when its ring is bounded by slots rather than
+ *   by `N`, every tick in `(F − W, F]` gets a per-request grant and every tick in
+ *   `(F, ⌈F + lease⌉]` a two-unit lease taken at `F`, as far ahead as a lease reaches within the
+ *   ring's slack (`F` is placed within its tick so that this count is largest).
  * - Memory: `heapUsed + external` after `gc()` before and after building K filled keys, ÷ K;
- *   next to it slots × bytes per slot (old 16 B, new 20 B) of the slots held and allocated.
- * - Rows: distinct storage keys the fill wrote (old `write.slot`; new `${ring}:${key}` of
- *   `take(...).writes`), and the same over the 3-window overload stream.
- * - Restore: `SlidingLog.restore(limits, rows)` vs `KeyLog.restore(limits, rows, F)` from the
- *   filled key's rows in storage-key order; 1 warm-up, median of RESTORE_RUNS.
+ *   next to it slots × 20 B of the slots held and allocated.
+ * - Rows: distinct storage keys the fill wrote (`${ring}:${key}` of `take(...).writes`), and the
+ *   same over the 3-window overload stream.
+ * - Restore: `KeyLog.restore(limits, rows, F)` from the filled key's rows in storage-key order;
+ *   1 warm-up, median of RESTORE_RUNS.
  * - Utilisation: requests at `T0 + ⌊i·W/(2N)⌋` (2× the limit rate, integer ms), i < 6N: three
- *   windows from an empty key; the ticked log's grants ÷ a per-ms exact log's grants, and a sweep
- *   over the granted requests' times (use time = request time) for the most in any window of W.
+ *   windows from an empty key; the ticked log's grants ÷ an exact per-ms log's (`KeyLog` with
+ *   `tickMs: 1` where that fits, else analytic: N per W), and a sweep over the granted requests'
+ *   times (use time = request time) for the most in any window of W.
  */
 
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { cpus, loadavg, tmpdir } from "node:os";
-import { join } from "node:path";
+import { cpus, loadavg } from "node:os";
 import { performance } from "node:perf_hooks";
 import process from "node:process";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import { KeyLog, type LimitSpec, roundUp, type SlotRow } from "../src/core/index.ts";
+import { KeyLog, ringSlackMs, roundUp, type SlotRow } from "../src/core/index.ts";
 
-const OLD_REV = "e602ffc";
 const T0 = 1_700_000_000_000;
 const DAY = 86_400_000;
 const RESTORE_RUNS = 7;
@@ -46,60 +42,21 @@ if (!gc) throw new Error("run with node --expose-gc (npm run bench:limits)");
 
 let sink = 0;
 
-// ------------------------------------------------------------------ the old core, from git
-
-interface OldRow {
-  slot: number;
-  ts: number;
-  cost: number;
-}
-interface OldDecision {
-  readonly allowed: boolean;
-  readonly write: OldRow | null;
-}
-interface OldLog {
-  readonly capacity: number;
-  readonly allocatedSlots: number;
-  decide(now: number, cost?: number): OldDecision;
-  rows(): OldRow[];
-}
-interface OldModule {
-  readonly MAX_CAPACITY: number;
-  readonly SlidingLog: {
-    new (limits: readonly LimitSpec[]): OldLog;
-    restore(limits: readonly LimitSpec[], rows: Iterable<OldRow>): { log: OldLog; rewrite: boolean };
-  };
-}
-
-const root = fileURLToPath(new URL("..", import.meta.url));
-const oldDir = mkdtempSync(join(tmpdir(), "limits-bench-"));
-let old: OldModule;
-try {
-  for (const file of ["sliding-log.ts", "duration.ts"]) {
-    const text = execFileSync("git", ["show", `${OLD_REV}:src/core/${file}`], { cwd: root, encoding: "utf8" });
-    writeFileSync(join(oldDir, file), text);
-  }
-  writeFileSync(join(oldDir, "package.json"), '{ "type": "module" }\n');
-  old = (await import(pathToFileURL(join(oldDir, "sliding-log.ts")).href)) as OldModule;
-} finally {
-  rmSync(oldDir, { recursive: true, force: true });
-}
-
 // ------------------------------------------------------------------ helpers
 
 interface Config {
   readonly name: string;
   readonly limit: number;
   readonly windowMs: number;
-  /** Keys built for the memory measurement: [old, new]. */
-  readonly keys: readonly [number, number];
+  /** Keys built for the memory measurement. */
+  readonly keys: number;
 }
 
 const CONFIGS: Config[] = [
-  { name: "100/1s", limit: 100, windowMs: 1000, keys: [1000, 1000] },
-  { name: "100,000/1d", limit: 100_000, windowMs: DAY, keys: [4, 100] },
-  { name: "1,000,000/30d", limit: 1_000_000, windowMs: 30 * DAY, keys: [1, 100] },
-  { name: "10,000,000/1d", limit: 10_000_000, windowMs: DAY, keys: [1, 100] },
+  { name: "100/1s", limit: 100, windowMs: 1000, keys: 1000 },
+  { name: "100,000/1d", limit: 100_000, windowMs: DAY, keys: 100 },
+  { name: "1,000,000/30d", limit: 1_000_000, windowMs: 30 * DAY, keys: 100 },
+  { name: "10,000,000/1d", limit: 10_000_000, windowMs: DAY, keys: 100 },
 ];
 
 function median(xs: readonly number[]): number {
@@ -161,22 +118,6 @@ interface Filled<L> {
   readonly at: number;
 }
 
-/** Old core: one unit at each of `capacity` distinct ms spread over `(F − W, F]`. */
-function fillOld(c: Config): Filled<OldLog> {
-  const limits = [{ limit: c.limit, windowMs: c.windowMs }];
-  const log = new old.SlidingLog(limits);
-  const n = log.capacity;
-  if (n > c.windowMs) throw new Error(`${c.name}: old capacity ${n} exceeds the window's ms`);
-  const at = T0 + c.windowMs;
-  const keys = new Set<number>();
-  for (let k = 0; k < n; k++) {
-    const d = log.decide(at - c.windowMs + 1 + floorDiv(k * c.windowMs, n), 1);
-    if (!d.allowed || !d.write) throw new Error(`${c.name}: old fill denied at grant ${k}`);
-    keys.add(d.write.slot);
-  }
-  return { log, slots: log.rows().length, rows: keys.size, at };
-}
-
 /** How the new core is filled for a config: the fill's end `F` and whether leases are needed. */
 interface NewPlan {
   readonly tick: number;
@@ -191,7 +132,8 @@ function planNew(c: Config): NewPlan {
   const probe = new KeyLog([{ limit: c.limit, windowMs: c.windowMs }]);
   const ring = probe.rings[0] as KeyLog["rings"][number];
   const tick = ring.tickMs;
-  const leaseMs = probe.maxLeaseMs;
+  // Slots ahead of now: as far as a lease can reach, within the ring's slack.
+  const leaseMs = Math.min(ringSlackMs(probe.limits), probe.maxLeaseMs);
   const byLimit = ring.capacity === c.limit;
   // Ticks at which slots can be held at F = q·tick + φ: (F − W, ⌈F + lease⌉]; pick φ with the most.
   let phi = 0;
@@ -232,7 +174,7 @@ function fillNew(c: Config, plan: NewPlan): Filled<KeyLog> {
     }
     const last = roundUp(at + leaseMs, tick);
     for (let s = roundUp(at + 1, tick); s <= last; s += tick) {
-      const o = log.take(at, { cost: 0, leaseUnits: 1, leaseMs: Math.min(s - at, leaseMs) });
+      const o = log.take(at, { cost: 0, leaseUnits: 2, leaseMs: Math.min(s - at, leaseMs) });
       if (!o.decision.lease || o.writes[0]?.ts !== s) throw new Error(`${c.name}: lease not recorded at ${s}`);
       note(o.writes);
     }
@@ -329,22 +271,6 @@ interface StreamResult {
   readonly ms: number;
 }
 
-function perMsOld(c: Config, requests: number): StreamResult {
-  const start = performance.now();
-  const log = new old.SlidingLog([{ limit: c.limit, windowMs: c.windowMs }]);
-  const time = streamTime(c);
-  const runs = new Runs();
-  const keys = new Set<number>();
-  for (let i = 0; i < requests; i++) {
-    const d = log.decide(T0 + time(i), 1);
-    if (d.allowed) {
-      runs.add(i, 1);
-      keys.add(d.write?.slot as number);
-    }
-  }
-  return { runs, rows: keys.size, ms: performance.now() - start };
-}
-
 function tickedDirect(c: Config, requests: number): StreamResult {
   const start = performance.now();
   const log = new KeyLog([{ limit: c.limit, windowMs: c.windowMs }]);
@@ -405,8 +331,6 @@ function tickedGrouped(c: Config, requests: number): StreamResult {
 
 interface MemoryRow {
   readonly config: string;
-  readonly core: "before" | "after";
-  readonly rejected?: string;
   readonly tick?: string;
   readonly slots?: number;
   readonly capacity?: number;
@@ -448,40 +372,7 @@ for (const c of CONFIGS) {
   const requests = WINDOWS * 2 * c.limit;
   const time = streamTime(c);
 
-  // BEFORE: the per-ms SlidingLog, if it accepts the config.
-  let oldAccepts = true;
-  let oldStream: StreamResult | null = null;
-  try {
-    new old.SlidingLog(limits);
-  } catch (e) {
-    oldAccepts = false;
-    memory.push({ config: c.name, core: "before", rejected: (e as Error).message });
-  }
-  if (oldAccepts) {
-    const filled = fillOld(c);
-    const rows = filled.log.rows().sort((a, b) => a.slot - b.slot);
-    const check = old.SlidingLog.restore(limits, rows);
-    if (check.rewrite || check.log.rows().length !== filled.slots) throw new Error(`${c.name}: old restore differs`);
-    const restoreMs = timeRestore(() => old.SlidingLog.restore(limits, rows).log);
-    const retained = retainedPerKey(c.keys[0], () => fillOld(c).log);
-    oldStream = perMsOld(c, requests);
-    memory.push({
-      config: c.name,
-      core: "before",
-      tick: "1ms",
-      slots: filled.slots,
-      capacity: filled.log.capacity,
-      allocated: filled.log.allocatedSlots,
-      bytesPerSlot: 16,
-      retained,
-      keys: c.keys[0],
-      rowsFill: filled.rows,
-      rowsStream: oldStream.rows,
-      restoreMs,
-    });
-  }
-
-  // AFTER: the ticked KeyLog with its default tick.
+  // The ticked KeyLog with its default tick.
   const plan = planNew(c);
   const filled = fillNew(c, plan);
   const rows = filled.log.rows().sort((a, b) => a.ring - b.ring || a.key - b.key);
@@ -489,8 +380,8 @@ for (const c of CONFIGS) {
   const restoredSlots = check.log.rings.reduce((sum, r) => sum + r.size, 0);
   if (check.rewrite || restoredSlots !== filled.slots) throw new Error(`${c.name}: new restore differs`);
   const restoreMs = timeRestore(() => KeyLog.restore(limits, rows, filled.at).log);
-  const retained = retainedPerKey(c.keys[1], () => fillNew(c, plan).log);
-  const drained = retainedPerKey(c.keys[1], () => {
+  const retained = retainedPerKey(c.keys, () => fillNew(c, plan).log);
+  const drained = retainedPerKey(c.keys, () => {
     const { log } = fillNew(c, plan);
     log.peek(filled.at + c.windowMs + plan.leaseMs + plan.tick);
     if (log.rings.some((r) => r.size > 0)) throw new Error(`${c.name}: not drained`);
@@ -510,7 +401,6 @@ for (const c of CONFIGS) {
   const ticked = (direct ?? grouped) as StreamResult;
   memory.push({
     config: c.name,
-    core: "after",
     tick: `${fmt(plan.tick)}ms`,
     slots: filled.slots,
     capacity: plan.capacity,
@@ -518,7 +408,7 @@ for (const c of CONFIGS) {
     bytesPerSlot: 20,
     retained,
     drained,
-    keys: c.keys[1],
+    keys: c.keys,
     rowsFill: filled.rows,
     rowsStream: ticked.rows,
     restoreMs,
@@ -530,34 +420,23 @@ for (const c of CONFIGS) {
   let refGrants: number;
   let refAfterFirst: number;
   let refMost: number | null = null;
-  if (oldStream) {
-    reference = "old SlidingLog (per ms)";
-    refGrants = oldStream.runs.total;
-    refAfterFirst = oldStream.runs.countFrom(firstOfWindow2);
-    refMost = mostInWindow(oldStream.runs, time, c.windowMs);
-    if (refGrants !== WINDOWS * c.limit) notes.push(`${c.name}: the per-ms log granted ${refGrants}, not ${WINDOWS}·N`);
-    if (oldStream.runs.requestOf(c.limit) !== 2 * c.limit || oldStream.runs.requestOf(2 * c.limit) !== 4 * c.limit) {
-      notes.push(`${c.name}: the per-ms log's windows 2 and 3 did not start at requests 2N and 4N`);
-    }
+  let exact: KeyLog | null = null;
+  try {
+    exact = new KeyLog([{ limit: c.limit, windowMs: c.windowMs, tickMs: 1 }]);
+  } catch {
+    // Too many slots at 1 ms: the analytic reference below.
+  }
+  if (exact) {
+    reference = "KeyLog tickMs 1";
+    const runs = new Runs();
+    for (let i = 0; i < requests; i++) if (exact.take(T0 + time(i), { cost: 1 }).decision.allowed) runs.add(i, 1);
+    refGrants = runs.total;
+    refAfterFirst = runs.countFrom(firstOfWindow2);
+    refMost = mostInWindow(runs, time, c.windowMs);
   } else {
-    let exact: KeyLog | null = null;
-    try {
-      exact = new KeyLog([{ limit: c.limit, windowMs: c.windowMs, tickMs: 1 }]);
-    } catch (e) {
-      notes.push(`${c.name}: KeyLog with tickMs 1 rejected: ${(e as Error).message}`);
-    }
-    if (exact) {
-      reference = "KeyLog tickMs 1";
-      const runs = new Runs();
-      for (let i = 0; i < requests; i++) if (exact.take(T0 + time(i), { cost: 1 }).decision.allowed) runs.add(i, 1);
-      refGrants = runs.total;
-      refAfterFirst = runs.countFrom(firstOfWindow2);
-      refMost = mostInWindow(runs, time, c.windowMs);
-    } else {
-      reference = "analytic: N per W";
-      refGrants = WINDOWS * c.limit;
-      refAfterFirst = (WINDOWS - 1) * c.limit;
-    }
+    reference = "analytic: N per W";
+    refGrants = WINDOWS * c.limit;
+    refAfterFirst = (WINDOWS - 1) * c.limit;
   }
   util.push({
     config: c.name,
@@ -593,17 +472,13 @@ console.log();
 console.log("Worst case per key (every slot the key can hold is used):");
 console.log();
 console.log(
-  "| limit | core | tick | slots held (capacity) | slots × B/slot (allocated) | measured heap/key: full; drained (keys) | rows/key: fill; 3-window overload | restore, median of 7 |",
+  "| limit | tick | slots held (capacity) | slots × B/slot (allocated) | measured heap/key: full; drained (keys) | rows/key: fill; 3-window overload | restore, median of 7 |",
 );
-console.log("|---|---|---|---|---|---|---|---|");
+console.log("|---|---|---|---|---|---|---|");
 for (const m of memory) {
-  if (m.rejected) {
-    console.log(`| ${m.config} | before | rejected: ${m.rejected} | – | – | – | – | – |`);
-    continue;
-  }
   const bps = m.bytesPerSlot as number;
   console.log(
-    `| ${m.config} | ${m.core} | ${m.tick} | ${fmt(m.slots as number)} (${fmt(m.capacity as number)}) | ` +
+    `| ${m.config} | ${m.tick} | ${fmt(m.slots as number)} (${fmt(m.capacity as number)}) | ` +
       `${kib((m.slots as number) * bps)} (${kib((m.allocated as number) * bps)}) | ` +
       `${kib(m.retained as number)}; ${m.drained === undefined ? "–" : kib(m.drained)} (${m.keys}) | ` +
       `${fmt(m.rowsFill as number)}; ${fmt(m.rowsStream as number)} | ${msStr(m.restoreMs as number)} ms |`,
@@ -636,19 +511,19 @@ console.log(
 );
 for (const n of notes) console.log(`- ${n}`);
 console.log(
-  "- fill: one unit per grant at distinct ticks (ms for the old core) over (F − W, F]; where the new ring is bounded by slots, not N, also one-unit leases at every tick in (F, ⌈F + maxLease⌉], F placed in its tick to maximise the count",
+  "- fill: one unit per grant at distinct ticks over (F − W, F]; where the ring is bounded by slots, not N, also two-unit leases at every tick in (F, ⌈F + lease⌉] (as far as a lease reaches, within the ring's slack), F placed in its tick to maximise the count",
 );
 console.log(
   "- heap/key: heapUsed + external after gc(), before and after building the filled keys, ÷ keys; includes the log object, limits and the free-key stack",
 );
 console.log(
-  "- rows/key: distinct storage keys written (old: write.slot; new: 'ring:key' of take().writes); restore: rows in storage-key order, 1 warm-up; not counting the SQLite read",
+  "- rows/key: distinct storage keys written ('ring:key' of take().writes); restore: rows in storage-key order, 1 warm-up; not counting the SQLite read",
 );
 console.log(
   "- grouped per tick: one take per run of requests sharing ⌈t/tick⌉ and ⌊(t − W)/tick⌋, cost = min(requests, remaining): exactly the per-request outcome (no slot leaves and the slot does not move within a run); checked equal to per-request where both ran",
 );
 console.log(
-  `- analytic N per W: for these integer request times the per-ms log grants requests [2kN, 2kN + N) of window k (request i + 2N is exactly W after request i), i.e. ${WINDOWS}·N; the old log matched it wherever it ran`,
+  `- analytic N per W: for these integer request times a per-ms log grants requests [2kN, 2kN + N) of window k (request i + 2N is exactly W after request i), i.e. ${WINDOWS}·N`,
 );
 console.log(
   `(sink ${sink}; ${((performance.now() - started) / 1000).toFixed(0)} s; load average (1 min) ${(loadavg()[0] as number).toFixed(2)} at end)`,

@@ -16,6 +16,8 @@
  *
  *   npm run bench:sim                   # ~2.5 min
  *   SIM_SECONDS=30 npm run bench:sim    # shorter, for trying things
+ *   SIM_LEASES=off | SIM_AFFINITY=1 | SIM_CHURN_MS=0 | SIM_RATE=500   # the per-request path; keys that
+ *                                       # stay on one isolate; no churn; another load
  */
 
 import { cpus } from "node:os";
@@ -35,8 +37,8 @@ const ZIPF_S = 1.1;
 const WORKERS = ["sim", "sim-2", "sim-3", "sim-4"] as const;
 const RTTS = [2, 20, 80];
 const ISOLATES = WORKERS.length * RTTS.length;
-/** One isolate vanishes (holding whatever it holds) every this many ms. */
-const CHURN_MS = 3000;
+/** One isolate vanishes (holding whatever it holds) every this many ms (`SIM_CHURN_MS=0`: none). */
+const CHURN_MS = process.env.SIM_CHURN_MS === undefined ? 3000 : Number(process.env.SIM_CHURN_MS);
 /** Burst keys: quiet for 10–25 s, then twice the per-second limit for 2 s. */
 const BURST_KEYS = 6;
 const BURST = { rate: 200, ms: 2000, quietMinMs: 10_000, quietMaxMs: 25_000 };
@@ -115,9 +117,10 @@ function schedule(random: () => number): Planned[] {
   const isolate = () => Math.floor(random() * ISOLATES);
   /** A key's isolate: its home one (fixed per key) with probability AFFINITY, else any. */
   const home = (k: number) => (random() < AFFINITY ? (k * 7919) % ISOLATES : isolate());
+  /** Exponential gaps (ms) of a Poisson process at `rate` per second. */
+  const gap = (rate: number) => (-Math.log(1 - random()) * 1000) / rate;
   const poisson = (rate: number, from: number, to: number, each: (t: number) => void) => {
-    for (let t = from - Math.log(1 - random()) * (1000 / rate); t < to; t -= Math.log(1 - random()) * (1000 / rate))
-      each(t);
+    for (let t = from + gap(rate); t < to; t += gap(rate)) each(t);
   };
   const end = SECONDS * 1000;
   poisson(RATE, 0, end, (t) => {
@@ -174,7 +177,7 @@ async function run(urls: readonly string[], plan: readonly Planned[], random: ()
   while (next < plan.length) {
     const now = performance.now() - start;
     while (next < plan.length && (plan[next] as Planned).at <= now) send(plan[next] as Planned, next++);
-    if (now >= churnAt) {
+    if (CHURN_MS > 0 && now >= churnAt) {
       churnAt += CHURN_MS;
       const i = Math.floor(random() * ISOLATES);
       const worker = Math.floor(i / RTTS.length);
@@ -223,7 +226,7 @@ const fmt = (n: number, d = 2) => (Number.isFinite(n) ? n.toFixed(d) : "-");
 
 async function main(): Promise<void> {
   console.log(
-    `machine: ${cpus().length}× ${cpus()[0]?.model ?? "?"}, Node ${process.version}; ${SECONDS} s, ${RATE}/s Zipf(${ZIPF_S}) over ${KEYS} keys, ${BURST_KEYS} burst keys, ${ISOLATES} isolates (RTT ${RTTS.join("/")} ms), ${AFFINITY * 100}% of a key's requests to its home isolate, one isolate vanishing every ${CHURN_MS / 1000} s; leases ${LEASES ? "on" : "off"}`,
+    `machine: ${cpus().length}× ${cpus()[0]?.model ?? "?"}, Node ${process.version}; ${SECONDS} s, ${RATE}/s Zipf(${ZIPF_S}) over ${KEYS} keys, ${BURST_KEYS} burst keys, ${ISOLATES} isolates (RTT ${RTTS.join("/")} ms), ${AFFINITY * 100}% of a key's requests to its home isolate, ${CHURN_MS > 0 ? `one isolate vanishing every ${CHURN_MS / 1000} s` : "no isolate vanishing"}; leases ${LEASES ? "on" : "off"}`,
   );
   const origin = await startOrigin();
   const rt = await startRuntime({
@@ -356,7 +359,8 @@ async function main(): Promise<void> {
     console.log(
       "rows / grant: rows the object wrote (grants, leases, give-backs, meta) plus alarms set, per grant; $ / M grants: object requests at $0.15/M and rows written at $1.00/M (duration and rows read not included)",
     );
-    console.log(`\nReproduce: npm run bench:sim${SECONDS !== 90 ? ` (SIM_SECONDS=${SECONDS})` : ""}`);
+    const env = Object.entries(process.env).filter(([k]) => k.startsWith("SIM_"));
+    console.log(`\nReproduce: ${env.map(([k, v]) => `${k}=${v} `).join("")}npm run bench:sim`);
     const o = summary["ordinary (0.5–5/s)"];
     if (o) {
       console.log(

@@ -5,6 +5,7 @@
  *   npm run soak -- --warmup 10 --seconds 30 --keys 200
  *   npm run soak -- --runner wrangler              # under `wrangler dev` instead
  *   npm run soak -- --target floor                 # a no-op Durable Object per key instead of the limiter
+ *   npm run soak -- --leases off                   # the per-request path, for comparison
  *
  * Starts the recording origin and the limiter (src/'s Worker and object, bundled with the test-only entry
  * test/e2e/worker/lease-entry.ts that counts where grants came from) in workerd — by default through Miniflare's
@@ -49,6 +50,7 @@ const { values } = parseArgs({
     target: { type: "string", default: "product" },
     keys: { type: "string", default: "1000" },
     clients: { type: "string", default: "32" },
+    leases: { type: "string", default: "on" },
     "state-dir": { type: "string" },
     /** Writes every memory sample (once a second) to this JSON file. */
     samples: { type: "string" },
@@ -69,6 +71,7 @@ if (TARGET !== "product" && TARGET !== "floor" && TARGET !== "pass") {
   throw new Error(`--target: "product", "floor" or "pass", got ${TARGET}`);
 }
 if (TARGET !== "product" && RUNNER !== "miniflare") throw new Error("--target floor|pass needs --runner miniflare");
+if (values.leases !== "on" && values.leases !== "off") throw new Error(`--leases: "on" or "off", got ${values.leases}`);
 for (const [name, v, min, max] of [
   ["--seconds", SECONDS, 10, 3600],
   ["--warmup", WARM_UP_MS / 1000, 0, 3600],
@@ -86,8 +89,8 @@ const LIMITS = [
   { limit: 30, windowMs: 10_000 },
 ];
 /**
- * Every other hot key (even index among the first 1%): limits that lease (a lease lives 1000/32 = 31 ms and carries
- * at most 200/16 = 12 units). The odd hot keys keep the small limits, so overload and the deny path stay busy too.
+ * Every other hot key (even index among the first 1%): limits that lease (a lease carries at most 200/8 = 25
+ * units, sized from the key's headroom). The odd hot keys keep the small limits, so overload and the deny path stay busy too.
  */
 const HOT_LIMITS = [
   { limit: 200, windowMs: 1000 },
@@ -105,6 +108,7 @@ const asConfig = (limits: typeof LIMITS) => limits.map((l) => ({ limit: l.limit,
 const RATE_LIMIT = {
   limits: asConfig(LIMITS),
   plans: [{ name: "hot", key_prefix: "soak_hot_", limits: asConfig(HOT_LIMITS) }],
+  leases: values.leases === "on",
 };
 /**
  * The product's Worker and object (src/), bundled with the test-only entry test/e2e/worker/lease-entry.ts, which

@@ -108,7 +108,11 @@ export class CountingRateLimiter extends RateLimiter {
 
   stats(): StorageCounts {
     const sql = this.ctx.storage.sql;
-    const count = (table: string) => Number(sql.exec<{ n: number }>(`SELECT count(*) AS n FROM ${table}`).one().n);
+    // An object whose state the idle alarm deleted has no tables any more: nothing in them.
+    const count = (table: string) => {
+      const exists = sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", table).toArray();
+      return exists.length === 0 ? 0 : Number(sql.exec<{ n: number }>(`SELECT count(*) AS n FROM ${table}`).one().n);
+    };
     return { ...this.#counts, slotRows: count("grants"), metaRows: count("meta"), databaseSize: sql.databaseSize };
   }
 }

@@ -571,8 +571,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * Acts on an operator's change seen in the object's answer: a block drops the key's leases here, and
    * leases granted under other limits than the ones now applied (an override came or went) are
    * dropped. Their unused units go into `unused`, to be given back. Other isolates do the same when
-   * they next ask the object; until then they spend what they hold, at most one lease lifetime
-   * (≤ 1/32 of the shortest window), and those units were counted when leased.
+   * they next ask the object; until then they spend what they hold (at most 1/8 of the smallest
+   * limit, within one lease lifetime), and those units were counted when leased.
    */
   #observe(name: string, d: Decision, unused: Unused[]): void {
     if (d.blockedBy !== undefined) this.leases.drop(name, unused);
