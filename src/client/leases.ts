@@ -182,10 +182,7 @@ export class LeaseTable {
    * are dropped; their unused units wait in `expired` for the key's next call.
    */
   spend(e: KeyLeases, cost: number, now: number): HeldLease | null {
-    while (e.held.length > 0 && now >= (e.held[0] as HeldLease).expiresAt) {
-      const gone = e.held.shift() as HeldLease;
-      if (gone.left > 0) e.expired.push(gone);
-    }
+    this.#expire(e, now);
     // `held` is sorted by expiry and the expired ones are gone: every lease left is valid at `now`.
     for (const h of e.held) {
       if (h.left >= cost) {
@@ -234,7 +231,9 @@ export class LeaseTable {
    */
   idle(now: number, unused: Unused[]): void {
     for (const e of this.#entries.values()) {
-      if (e.expired.length === 0 || now - e.seenAt < IDLE_RETURN_MS || e.inflightSince !== null) continue;
+      if (now - e.seenAt < IDLE_RETURN_MS || e.inflightSince !== null) continue;
+      this.#expire(e, now);
+      if (e.expired.length === 0) continue;
       for (const h of e.expired) if (nearLimit(e, h)) unused.push(unusedOf(e, h));
       e.expired = [];
     }
@@ -310,6 +309,14 @@ export class LeaseTable {
     let i = e.held.length;
     while (i > 0 && (e.held[i - 1] as HeldLease).expiresAt > expiresAt) i--;
     e.held.splice(i, 0, held);
+  }
+
+  /** Moves the key's leases expired at `now` out of `held`, keeping those with units left in `expired`. */
+  #expire(e: KeyLeases, now: number): void {
+    while (e.held.length > 0 && now >= (e.held[0] as HeldLease).expiresAt) {
+      const gone = e.held.shift() as HeldLease;
+      if (gone.left > 0) e.expired.push(gone);
+    }
   }
 
   #evictOldest(unused: Unused[]): void {

@@ -273,6 +273,46 @@ describe("LimiterClient.peek", () => {
   });
 });
 
+describe("an idle key's units", () => {
+  it("go back on their own, on another key's request, once the key has been idle a second and was near a limit", async () => {
+    const t = setup({ limits: [{ limit: 160, window: "1m" }] });
+    // Near the limit: 100 of 160 used, then a lease while the key is watched.
+    await t.limit("key:a", 100);
+    for (let i = 0; i < 12; i++) {
+      await t.limit();
+      await t.settle();
+      t.advance(200);
+    }
+    const entry = t.client.leases.get("key:a");
+    const held = entry?.held.reduce((n, h) => n + h.left, 0) ?? 0;
+    expect(held).toBeGreaterThan(0);
+    // The lease expires unspent; another key's request a second later sends its units back.
+    t.advance(60_000);
+    await t.limit("key:b");
+    await t.settle();
+    // One give-back per lease, together exactly what the key's leases held.
+    const back = t.store.calls.filter((c) => c.method === "giveBack" && c.name === "key:a");
+    expect(back.length).toBeGreaterThan(0);
+    expect(back.reduce((n, c) => n + (c.units ?? 0), 0)).toBe(held);
+    expect(entry?.expired).toEqual([]);
+  });
+
+  it("far from every limit, simply expire: a give-back would cost a call and a row for nothing", async () => {
+    const t = setup({ limits: [{ limit: 1000, window: "1m" }] });
+    for (let i = 0; i < 12; i++) {
+      await t.limit();
+      await t.settle();
+      t.advance(200);
+    }
+    expect(t.client.leases.get("key:a")?.held.reduce((n, h) => n + h.left, 0)).toBeGreaterThan(0);
+    t.advance(60_000);
+    await t.limit("key:b");
+    await t.settle();
+    expect(t.store.count("giveBack")).toBe(0);
+    expect(t.client.leases.get("key:a")?.expired).toEqual([]);
+  });
+});
+
 describe("LimiterClient.forget", () => {
   it("drops the key's leases (giving their units back) and its cached denial", async () => {
     const t = setup();
