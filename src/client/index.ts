@@ -13,7 +13,15 @@ import type { Ask } from "../core/log.ts";
 import { keyId, logEvent } from "../telemetry.ts";
 import { type Blocked, DenyCache } from "./deny-cache.ts";
 import { type HeaderState, seconds, setRateLimitHeaders } from "./headers.ts";
-import { type HeldLease, IDLE_RETURN_MS, type KeyLeases, LeaseTable, sameLimits, type Unused } from "./leases.ts";
+import {
+  type HeldLease,
+  IDLE_RETURN_MS,
+  type KeyLeases,
+  type LeaseAsk,
+  LeaseTable,
+  sameLimits,
+  type Unused,
+} from "./leases.ts";
 import { callObject, errorName, isOverloaded, LimiterTimeout } from "./policy.ts";
 import type { LimitResult, RateLimitResult, Reason } from "./result.ts";
 
@@ -322,16 +330,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
           ? this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now, ringSlackMs(limits))
           : undefined;
       const sentAt = now;
-      const asked = want !== undefined && want.units > 0;
-      const fromLog = entry !== undefined && asked && this.leases.fromLog(entry);
-      const call = this.#ask(ns, name, limits, {
-        cost,
-        leaseUnits: want?.units ?? 0,
-        leaseMs: want?.lifetimeMs ?? 0,
-        leaseFromLog: fromLog,
-        returns: entry ? this.leases.takeReturns(entry) : [],
-      });
-      if (entry && asked) this.#settle(entry, call, sentAt, fromLog ? 0 : shortestWindow(limits));
+      const ask = this.#leaseAsk(entry, want, cost);
+      const call = this.#ask(ns, name, limits, ask);
+      if (entry && ask.leaseUnits) this.#settle(entry, call, sentAt, quietMs(ask, limits));
       let d: Decision;
       try {
         d = await call;
@@ -515,18 +516,32 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     );
   }
 
+  /**
+   * What a call for the key asks: the request's `cost`, the lease `want`ed (sized by the object from the
+   * key's log when this isolate has no rate of its own for it), and the key's expired units to give back.
+   */
+  #leaseAsk(entry: KeyLeases | undefined, want: LeaseAsk | undefined, cost: number): Ask {
+    const leaseUnits = want?.units ?? 0;
+    return {
+      cost,
+      leaseUnits,
+      leaseMs: want?.lifetimeMs ?? 0,
+      leaseFromLog: entry !== undefined && leaseUnits > 0 && this.leases.fromLog(entry),
+      returns: entry ? this.leases.takeReturns(entry) : [],
+    };
+  }
+
   /** Marks the key's lease call as out, and ties it to the entry: keeps the lease, then clears the mark. */
-  #settle(entry: KeyLeases, call: Promise<Decision>, sentAt: number, quietMs: number): Promise<void> {
+  #settle(entry: KeyLeases, call: Promise<Decision>, sentAt: number, quietForMs: number): Promise<void> {
     entry.inflightSince = sentAt;
     const done = () => {
       if (entry.inflightSince === sentAt) entry.inflightSince = null;
     };
     return call.then((d) => {
       if (d.lease) this.leases.add(entry, d.lease, sentAt, d.limits, d.limitsOverride ?? null);
-      // No lease for a rate of this isolate's own (the key is near or at its limit): ask for none for
-      // a while, so that requests neither wait on lease calls nor make them while the object decides
-      // per request. (One sized from the key's log may simply find no history: `quietMs` 0.)
-      else entry.quietUntil = sentAt + quietMs;
+      // No lease: ask for none for `quietForMs` (see quietMs()), so that requests neither wait on lease
+      // calls nor make them while the object decides per request.
+      else entry.quietUntil = sentAt + quietForMs;
       done();
     }, done);
   }
@@ -547,14 +562,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const limits = plan.limits ?? [];
     const want = this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now, ringSlackMs(limits));
     if (this.#inFlight(entry, now) || !this.leases.needsRefill(entry, now, want)) return;
-    const call = this.#ask(ns, name, limits, {
-      cost: 0,
-      leaseUnits: want.units,
-      leaseMs: want.lifetimeMs,
-      leaseFromLog: this.leases.fromLog(entry),
-      returns: this.leases.takeReturns(entry),
-    });
-    const settled = this.#settle(entry, call, now, this.leases.fromLog(entry) ? 0 : shortestWindow(limits));
+    const ask = this.#leaseAsk(entry, want, 0);
+    const call = this.#ask(ns, name, limits, ask);
+    const settled = this.#settle(entry, call, now, quietMs(ask, limits));
     call.then(
       (d) => {
         this.#remember(name, d, 1, now, true);
@@ -624,8 +634,12 @@ function routeEntry(name: string, route: Route): string {
   return `${name}\u0000${route.name}`;
 }
 
-function shortestWindow(limits: readonly Limit[]): number {
-  return Math.min(...limits.map((l) => l.windowMs));
+/**
+ * How long to ask for no lease once one was asked for and none came: a shortest window (the key is near or at a
+ * limit); none after a first lease, sized from the key's log, which may simply have found no history.
+ */
+function quietMs(ask: Ask, limits: readonly Limit[]): number {
+  return ask.leaseFromLog ? 0 : Math.min(...limits.map((l) => l.windowMs));
 }
 
 function withLease(l: LimitStatus, units: number): HeaderState {

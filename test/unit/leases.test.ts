@@ -58,6 +58,7 @@ describe("LeaseTable", () => {
     expect(table.fromLog(rare)).toBe(true);
     // A cap: the object sizes it from the key's log.
     expect(table.want(rare, 1000, 1000, 0)).toEqual({ units: 1000, lifetimeMs: 1000 });
+    expect(table.want(rare, 0, 1000, 0).units).toBe(0);
     table.touch("rare", SPECS, 50_000, unused);
     expect(table.fromLog(rare)).toBe(true);
     // 100 requests in 10 s: about 6 per second by the 10 s estimate (the decayed count of 100 is about 63).
@@ -175,6 +176,17 @@ describe("LeaseTable", () => {
     expect(e.seenAt).toBe(10_500);
   });
 
+  it("watches a key anew after a quiet spell: a gap of more than four mean intervals", () => {
+    const table = new LeaseTable();
+    const e = table.touch("k", SPECS, 0, []);
+    // Score 1: one request per 10 s; a gap of exactly 40 s is not yet a quiet spell.
+    table.touch("k", SPECS, 40_000, []);
+    expect(e.firstSeen).toBe(0);
+    // Score now 1 + e^(−4) ≈ 1.018: 39,300 ms × 1.018 is past 40 s.
+    table.touch("k", SPECS, 79_300, []);
+    expect(e.firstSeen).toBe(79_300);
+  });
+
   it("asks for 0.8 of a lifetime's units at the key's rate once that is at least two units, within the bounds", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
@@ -188,6 +200,8 @@ describe("LeaseTable", () => {
     expect(table.want(e, 1000, 1000, 50_000)).toEqual({ units: 8, lifetimeMs: 1000 });
     // The isolate's bound (max_units), for the time it takes to spend it.
     expect(table.want(e, 1000, 4, 50_000)).toEqual({ units: 4, lifetimeMs: 500 });
+    // Exactly max_units: the whole lifetime (8 units in 1100 ms, though 8 would take 1000 ms at this rate).
+    expect(table.want(e, 1100, 8, 50_000)).toEqual({ units: 8, lifetimeMs: 1100 });
     expect(table.want(e, 0, 1000, 50_000).units).toBe(0);
     expect(table.want(e, -1000, 1000, 50_000).units).toBe(0);
   });
@@ -281,6 +295,43 @@ describe("LeaseTable", () => {
     expect(table.spend(e, 1, 400)).toBeNull();
     expect(table.takeReturns(e)).toEqual([]);
     expect(e.held).toEqual([]);
+  });
+
+  it("holding: the units of the leases still valid under the limits applied, and the one granted last", () => {
+    const table = new LeaseTable();
+    const e = table.touch("k", SPECS, 0, []);
+    const vip: NamedLimit[] = [{ limit: 500, windowMs: 1000, tickMs: 1, name: "vip" }];
+    table.add(e, lease(5, 200, [1]), 10, LIMITS); // expires at 10 + 200 − 5 = 205
+    table.add(e, lease(3, 100, [2]), 20, LIMITS); // expires at 117: spent first, granted later
+    table.add(e, lease(7, 300, [3]), 30, LIMITS, vip);
+    const now = table.holding(e, 50, null);
+    expect([now.units, now.latest?.recordedAt[0]]).toEqual([8, 2]);
+    expect(table.holding(e, 50, vip).units).toBe(7);
+    // At its expiry a lease no longer counts, and an earlier one is the latest view left.
+    const later = table.holding(e, 117, null);
+    expect([later.units, later.latest?.recordedAt[0]]).toEqual([5, 1]);
+    expect(table.holding(e, 205, null)).toEqual({ latest: null, units: 0 });
+  });
+
+  it("an idle key is near a limit when some limit had less than half left with the lease's units counted", () => {
+    const two = [
+      { limit: 1000, windowMs: 1000 },
+      { limit: 100, windowMs: 60_000 },
+    ];
+    const returned = (limits: LimitStatus[], left: number) => {
+      const table = new LeaseTable();
+      const unused: Unused[] = [];
+      const e = table.touch("k", two, 0, unused);
+      table.add(e, lease(left, 100, [1, 2]), 0, limits);
+      table.idle(100 + IDLE_RETURN_MS, unused);
+      return unused.map((u) => u.units);
+    };
+    const status = (remaining: number) => ({ remaining, resetMs: 1000, exceeded: false });
+    // The second limit alone is near: 40 + 5 of 100.
+    expect(returned([status(900), status(40)], 5)).toEqual([5]);
+    // Exactly half left (480 + 20 of 1000, 30 + 20 of 100) is not near; the lease's units count as left.
+    expect(returned([status(480), status(30)], 20)).toEqual([]);
+    expect(returned([status(479), status(60)], 20)).toEqual([20]);
   });
 
   it("makes room by dropping the oldest key with no call in flight", () => {

@@ -446,6 +446,12 @@ describe("KeyLog edge cases", () => {
     expect(() => log.take(0, { cost: 1, leaseUnits: -1 })).toThrow(/^leaseUnits: /);
     expect(() => log.take(0, { cost: 1, leaseMs: 0.5 })).toThrow(/^leaseMs: /);
     expect(() => log.giveBack([1, 2], 1)).toThrow(/^recordedAt: /);
+    // Returns: a list; an entry that is no lease of these rings is skipped (its units expire), bad units throw.
+    expect(() => log.take(0, { cost: 1, returns: {} as never })).toThrow(/^returns: expected a list of unspent units$/);
+    expect(log.take(0, { cost: 1, returns: [null, { recordedAt: [1, 2], units: 1 }] as never }).decision.allowed).toBe(
+      true,
+    );
+    expect(() => log.take(0, { cost: 1, returns: [{ recordedAt: [1], units: 0 }] })).toThrow(/^units: /);
     expect(() => new KeyLog([])).toThrow(/^limits: /);
     expect(() => new KeyLog([{ limit: 0, windowMs: 1 }])).toThrow(/^limits\[0\]\.limit: /);
     expect(() => new KeyLog([{ limit: 1, windowMs: 0 }])).toThrow(/^limits\[0\]\.windowMs: /);
