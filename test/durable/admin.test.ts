@@ -71,7 +71,7 @@ describe("status", () => {
 describe("reset", () => {
   it("forgets the grants up to now but keeps units leased and not yet expired", async () => {
     const o = await object();
-    // A lease may hold 1/16 of the limit for 1/32 of the window (here 50 ms).
+    // A lease of 20 units for 50 ms: far from the limit, granted as asked.
     const limits: LimitSpec[] = [{ limit: 1000, windowMs: 1600, tickMs: 1 }];
     o.at(T0 + 10);
     await o.take(limits, 10);

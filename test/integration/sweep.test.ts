@@ -57,7 +57,7 @@ function ideal(limits: LimitSpec[], sentAt: number[]): number {
 }
 
 // The last column: the least share of an exact limiter's grants. Leased units count from the end of their lease
-// (here up to ~150 ms: a lease lives about as long as this isolate takes to spend it, and its first ones at most
+// (here up to ~150 ms: a lease lives about as long as this isolate takes to spend it, and its first ones about
 // 1/32 of the shortest window), so in a run of only ~1.25 windows the key's second window starts up to a lifetime
 // late; over long runs leases cost a few percent (the bench and test/e2e/leases.test.ts measure it).
 describe.each([
