@@ -256,7 +256,11 @@ export class LeaseTable {
     if (lifetimeMs < RTT_LIFETIMES * this.#rttMs) return NO_ASK;
     if (this.fromLog(e)) return { units: maxUnits, lifetimeMs };
     const perMs = ASK_SHARE * rate(e);
-    const life = Math.min(lifetimeMs, Math.max(youngMs, now - e.firstSeen));
+    // A key this isolate alone would take half of some limit per window from at its recent rate heads for that
+    // limit: its leases live no longer than `youngMs` (units used at once but recorded a lifetime later would hold
+    // capacity the key is about to need).
+    const busy = e.limits.some((l) => 2 * rate(e) * l.windowMs >= l.limit);
+    const life = Math.min(lifetimeMs, busy ? youngMs : Math.max(youngMs, now - e.firstSeen));
     const units = Math.floor(perMs * life);
     if (units < MIN_LEASE_UNITS) return NO_ASK;
     if (units <= maxUnits) return { units, lifetimeMs: life };

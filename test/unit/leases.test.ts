@@ -14,6 +14,8 @@ import type { Lease, LimitStatus, NamedLimit } from "../../src/core/index.ts";
 
 const LIMITS: LimitStatus[] = [{ remaining: 50, resetMs: 1000, exceeded: false }];
 const SPECS = [{ limit: 1000, windowMs: 1000 }];
+/** Limits no rate in these tests comes near. */
+const ROOMY = [{ limit: 1_000_000, windowMs: 1000 }];
 
 /** A lease ask of `units` (for needsRefill, which only asks whether there is one). */
 const ask = (units: number) => ({ units, lifetimeMs: 100 });
@@ -84,8 +86,8 @@ describe("LeaseTable", () => {
 
   it("asks for no longer than it has watched the key (at least youngMs): a burst's rate says little about the next 10 s", () => {
     const table = new LeaseTable();
-    let e = table.touch("burst", SPECS, 0, []);
-    for (let t = 1; t < 100; t++) e = table.touch("burst", SPECS, t, []); // about one request a millisecond
+    let e = table.touch("burst", ROOMY, 0, []);
+    for (let t = 1; t < 100; t++) e = table.touch("burst", ROOMY, t, []); // about one request a millisecond
     const now = table.want(e, 10_000, 1_000_000, 99, 31);
     expect(now.lifetimeMs).toBe(99);
     // The 100 ms estimate: about 0.62 a millisecond, 0.8 of it over 99 ms.
@@ -97,8 +99,8 @@ describe("LeaseTable", () => {
   it("asks for no lease whose lifetime is under four recent round trips to the object", () => {
     const table = new LeaseTable();
     const unused: Unused[] = [];
-    let hot = table.touch("hot", SPECS, 0, unused);
-    for (let t = 1; t < 1000; t++) hot = table.touch("hot", SPECS, t, unused);
+    let hot = table.touch("hot", ROOMY, 0, unused);
+    for (let t = 1; t < 1000; t++) hot = table.touch("hot", ROOMY, t, unused);
     expect(table.want(hot, 1000, 1000, 1000).units).toBeGreaterThan(0);
     table.observeRtt(300);
     expect(table.rttMs).toBe(300);
@@ -107,6 +109,25 @@ describe("LeaseTable", () => {
     for (let i = 0; i < 60; i++) table.observeRtt(2);
     expect(table.rttMs).toBeLessThan(3);
     expect(table.want(hot, 1000, 1000, 1000).units).toBeGreaterThan(0);
+  });
+
+  it("asks a key it would take half of a limit per window from for leases of youngMs at most", () => {
+    const table = new LeaseTable();
+    const limits = [
+      { limit: 100_000, windowMs: 1000 },
+      { limit: 1000, windowMs: 60_000 },
+    ];
+    // About 10 requests a second, steady: 600 a minute here, more than half of 1000 a minute.
+    let e = table.touch("k", limits, 0, []);
+    for (let t = 100; t <= 60_000; t += 100) e = table.touch("k", limits, t, []);
+    // 31 ms at 10 a second is under two units: no lease, the per-request path.
+    expect(table.want(e, 30_000, 10_000, 60_000, 31).units).toBe(0);
+    // With youngMs 1 s: 1 s at most, however long the key has been watched.
+    expect(table.want(e, 30_000, 10_000, 60_000, 1000)).toMatchObject({ lifetimeMs: 1000 });
+    // At a third of that rate (200 a minute) it is far from the limit: the whole watched span.
+    let calm = table.touch("c", limits, 0, []);
+    for (let t = 300; t <= 60_000; t += 300) calm = table.touch("c", limits, t, []);
+    expect(table.want(calm, 30_000, 10_000, 60_000, 31).lifetimeMs).toBe(30_000);
   });
 
   it("asks for a refill when the held units or time would run out within two round trips, never with a call out", () => {
