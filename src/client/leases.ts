@@ -101,8 +101,6 @@ const RTT_LIFETIMES = 4;
 /** An isolate gives back an idle key's expired units on its own once it has not seen the key for this long (ms). */
 export const IDLE_RETURN_MS = 1_000;
 
-export { MIN_LEASE_UNITS };
-
 /** Safety margin subtracted from a lease's lifetime (ms). */
 export function leaseMargin(lifetimeMs: number): number {
   return 1 + Math.floor(lifetimeMs / 50);
@@ -255,11 +253,12 @@ export class LeaseTable {
     // not worth its units (they count until their record leaves the window, used or not).
     if (lifetimeMs < RTT_LIFETIMES * this.#rttMs) return NO_ASK;
     if (this.fromLog(e)) return { units: maxUnits, lifetimeMs };
-    const perMs = ASK_SHARE * rate(e);
+    const recent = rate(e);
+    const perMs = ASK_SHARE * recent;
     // A key this isolate alone would take half of some limit per window from at its recent rate heads for that
     // limit: its leases live no longer than `youngMs` (units used at once but recorded a lifetime later would hold
     // capacity the key is about to need).
-    const busy = e.limits.some((l) => 2 * rate(e) * l.windowMs >= l.limit);
+    const busy = e.limits.some((l) => 2 * recent * l.windowMs >= l.limit);
     const life = Math.min(lifetimeMs, busy ? youngMs : Math.max(youngMs, now - e.firstSeen));
     const units = Math.floor(perMs * life);
     if (units < MIN_LEASE_UNITS) return NO_ASK;

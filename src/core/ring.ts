@@ -211,11 +211,6 @@ export class Ring {
     return true;
   }
 
-  /** The `j`th limit of this ring: its `N`. */
-  limit(j: number): number {
-    return (this.#members[j] as Member).limit;
-  }
-
   /** Cost that may still be granted under the `j`th limit of this ring. */
   remaining(j: number): number {
     const m = this.#members[j] as Member;

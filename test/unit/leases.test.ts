@@ -2,15 +2,8 @@
 
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import {
-  IDLE_RETURN_MS,
-  LeaseTable,
-  leaseMargin,
-  MIN_LEASE_UNITS,
-  sameLimits,
-  type Unused,
-} from "../../src/client/leases.ts";
-import type { Lease, LimitStatus, NamedLimit } from "../../src/core/index.ts";
+import { IDLE_RETURN_MS, LeaseTable, leaseMargin, sameLimits, type Unused } from "../../src/client/leases.ts";
+import { type Lease, type LimitStatus, MIN_LEASE_UNITS, type NamedLimit } from "../../src/core/index.ts";
 
 const LIMITS: LimitStatus[] = [{ remaining: 50, resetMs: 1000, exceeded: false }];
 const SPECS = [{ limit: 1000, windowMs: 1000 }];
