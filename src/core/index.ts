@@ -4,6 +4,8 @@ export type { Decision, Lease, LimitStatus, NamedLimit } from "./decision.ts";
 export { type Duration, type DurationUnit, formatDuration, MAX_DURATION_MS, parseDuration } from "./duration.ts";
 export {
   defaultTickMs,
+  FAR_BELOW_FREE,
+  FAR_LEASE_FACTOR,
   FIRST_LEASE_UNITS,
   LEASE_HEADROOM_SHARE,
   LEASE_LIMIT_DIVISOR,

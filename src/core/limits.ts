@@ -56,7 +56,21 @@ export const LEASE_HEADROOM_SHARE = 1 / 2;
  */
 export const LEASE_LIMIT_DIVISOR = 8;
 
-/** The most units one lease may carry under these limits: 1/8 of the smallest, floored. */
+/**
+ * A key is far below its limits while at least this share of every limit's headroom is free: its
+ * leases live the whole lifetime asked and may carry {@link FAR_LEASE_FACTOR} times
+ * {@link maxLeaseUnits}.
+ */
+export const FAR_BELOW_FREE = 3 / 4;
+
+/**
+ * How many times {@link maxLeaseUnits} a lease may carry while the key is far below every limit:
+ * an ordinary key then spends a lease over seconds (a call per ~20 grants instead of ~10), and the
+ * headroom share still bounds what all isolates hold together.
+ */
+export const FAR_LEASE_FACTOR = 2;
+
+/** The most units one lease may carry under these limits near a limit: 1/8 of the smallest, floored. */
 export function maxLeaseUnits(limits: readonly LimitSpec[]): number {
   let smallest = Number.POSITIVE_INFINITY;
   for (const l of limits) smallest = Math.min(smallest, l.limit);

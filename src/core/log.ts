@@ -13,6 +13,8 @@
 import type { Decision, LimitStatus } from "./decision.ts";
 import { describe } from "./duration.ts";
 import {
+  FAR_BELOW_FREE,
+  FAR_LEASE_FACTOR,
   FIRST_LEASE_UNITS,
   LEASE_HEADROOM_SHARE,
   type Limit,
@@ -350,9 +352,10 @@ export class KeyLog {
 
   /**
    * The lease a grant of `cost` at `t` may carry (the rings evicted to `t`, the cost fitting):
-   * at most `want` units, at most {@link maxLeaseUnits}, and at most {@link LEASE_HEADROOM_SHARE} of each limit's headroom less
-   * what is leased out already; `lifetimeMs` while at least half of every limit is free, scaled
-   * down with the freest share below that, and in proportion when fewer units than `want` are
+   * at most `want` units, at most {@link maxLeaseUnits} ({@link FAR_LEASE_FACTOR} times that while the key is
+   * {@link FAR_BELOW_FREE far below} every limit), and at most {@link LEASE_HEADROOM_SHARE} of each limit's headroom
+   * less what is leased out already; `lifetimeMs` while far below, scaled down with the least free share below that
+   * (none under 1/4), and in proportion when fewer units than `want` are
    * granted (the caller asked for what it would spend in the lifetime). `fromLog` (a caller new to
    * the key): `want` is only a cap; at most {@link FIRST_LEASE_UNITS}, and at most what the key uses
    * in the lifetime at its fastest recent rate over its windows (units ahead of now left out), for
@@ -365,7 +368,7 @@ export class KeyLog {
     lifetimeMs: number,
     fromLog: boolean,
   ): { units: number; lifetimeMs: number } {
-    let units = Math.min(want, this.maxLeaseUnits);
+    let units = want;
     let free = 1;
     /** The key's fastest recent rate (units per ms) over its limits' windows, units ahead of now left out. */
     let rate = 0;
@@ -378,7 +381,9 @@ export class KeyLog {
       free = Math.min(free, headroom / limit.limit);
       rate = Math.max(rate, (limit.limit - p.ring.remaining(p.j) - ahead) / limit.windowMs);
     });
-    let lifetime = free >= 0.75 ? lifetimeMs : Math.floor(lifetimeMs * Math.max(0, 2 * free - 0.5));
+    const far = free >= FAR_BELOW_FREE;
+    units = Math.min(units, far ? FAR_LEASE_FACTOR * this.maxLeaseUnits : this.maxLeaseUnits);
+    let lifetime = far ? lifetimeMs : Math.floor(lifetimeMs * Math.max(0, 2 * free - 0.5));
     if (fromLog) {
       // A caller new to the key: a few units at most (it may see little of the key's traffic), for about
       // as long as the whole key takes to use them.

@@ -318,18 +318,25 @@ describe("KeyLog edge cases", () => {
       { limit: 1000, windowMs: 1000 },
       { limit: 300, windowMs: 60_000 },
     ]);
-    // One lease holds at most 1/8 of the smallest limit (37 of 300), for the share of the lifetime
-    // those units are of the units asked (37 of 1000 asked for 10 s: 370 ms).
+    // Far below every limit (3/4 free), one lease holds at most 1/4 of the smallest limit (2 · 37 of 300), for the
+    // share of the lifetime those units are of the units asked (74 of 1000 asked for 10 s: 740 ms).
     const d = log.take(0, { cost: 2, leaseUnits: 1000, leaseMs: 10_000 }).decision;
-    expect(d.lease).toMatchObject({ units: 37, lifetimeMs: 370 });
-    expect(d.limits.map((l) => l.remaining)).toEqual([961, 261]);
-    // All leases together stay within half of the tightest headroom: 300 / 2 = 150 units ahead (39 + 3 · 37).
+    expect(d.lease).toMatchObject({ units: 74, lifetimeMs: 740 });
+    expect(d.limits.map((l) => l.remaining)).toEqual([924, 224]);
+    // All leases together stay within half of the tightest headroom: 300 / 2 = 150 units ahead (76 + 2 · 37).
     const ask = { cost: 0, leaseUnits: 37, leaseMs: 10_000 };
-    const units = [1, 2, 3, 4, 5].map((t) => log.take(t, ask).decision.lease?.units ?? 0);
-    expect(units).toEqual([37, 37, 37, 0, 0]);
+    const units = [1, 2, 3, 4].map((t) => log.take(t, ask).decision.lease?.units ?? 0);
+    expect(units).toEqual([37, 37, 0, 0]);
     // Given back, the share is free again.
-    log.giveBack(d.lease?.recordedAt ?? [], 37);
+    log.giveBack(d.lease?.recordedAt ?? [], 74);
     expect(log.take(6, ask).decision.lease?.units).toBe(37);
+    // Under 3/4 of a limit free, one lease holds at most 1/8 of the smallest limit.
+    const near = new KeyLog([{ limit: 300, windowMs: 60_000 }]);
+    near.take(0, { cost: 76 });
+    expect(near.take(1, { cost: 1, leaseUnits: 100, leaseMs: 1000 }).decision.lease?.units).toBe(37);
+    const edge = new KeyLog([{ limit: 300, windowMs: 60_000 }]);
+    edge.take(0, { cost: 74 });
+    expect(edge.take(1, { cost: 1, leaseUnits: 100, leaseMs: 1000 }).decision.lease?.units).toBe(74);
     // A lifetime is at most the longest window (and a minute).
     const short = new KeyLog([{ limit: 1000, windowMs: 500 }]);
     expect(short.take(0, { cost: 1, leaseUnits: 10, leaseMs: 10_000 }).decision.lease?.lifetimeMs).toBe(500);

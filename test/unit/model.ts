@@ -102,7 +102,7 @@ export class Model {
       if (leaseUnits > 0 && leaseMs > 0 && t - this.refusedAt >= shortest) {
         // The policy from its definition: the units ahead of now, per limit, are what is leased out.
         const L = Math.min(leaseMs, maxLeaseMs(this.limits));
-        extra = Math.min(leaseUnits, Math.floor(Math.min(...this.limits.map((l) => l.limit)) / LEASE_LIMIT_DIVISOR));
+        extra = leaseUnits;
         let free = 1;
         let rate = 0;
         for (const l of this.limits) {
@@ -114,6 +114,9 @@ export class Model {
           // The key's rate over this window: what it used before now.
           rate = Math.max(rate, (this.#used(l, t) - ahead) / l.windowMs);
         }
+        // One lease: 1/8 of the smallest limit, twice that while at least 3/4 of every limit is free.
+        const perLease = Math.floor(Math.min(...this.limits.map((l) => l.limit)) / LEASE_LIMIT_DIVISOR);
+        extra = Math.min(extra, free >= 0.75 ? 2 * perLease : perLease);
         lifetime = free >= 0.75 ? L : Math.floor(L * Math.max(0, 2 * free - 0.5));
         if (fromLog) {
           extra = Math.min(extra, FIRST_LEASE_UNITS, Math.floor(rate * lifetime));
