@@ -98,6 +98,13 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   readonly #grants = new WeakMap<RateLimitResult, Grant>();
   /** An operator's override limits as `Limit` lists, one per distinct override (header strings are cached per list). */
   readonly #views = new Map<string, readonly Limit[]>();
+  /**
+   * Keys with a request's call out from this isolate that was sent when the key's cached denial had
+   * just lapsed: the key was at a limit, and what frees is likely one unit. Other requests for the key
+   * wait for that answer (a grant of the unit with a new "blocked until", or a denial) instead of
+   * each asking the object for it too.
+   */
+  readonly #contended = new Set<string>();
   /** When this client next looks for idle keys' expired units to give back (its clock, ms). */
   #idleCheckAt = 0;
 
@@ -317,7 +324,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
           const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
           if (blocked && retryAt !== undefined) return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now);
         }
-        if (entry && this.#inFlight(entry, now) && now < waitDeadline) {
+        const waiting = (entry && this.#inFlight(entry, now)) || this.#contended.has(name);
+        if (waiting && now < waitDeadline) {
           await new Promise((resolve) => setTimeout(resolve, 1));
           now = this.now();
           continue;
@@ -331,13 +339,19 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
           : undefined;
       const sentAt = now;
       const ask = this.#leaseAsk(entry, want, cost);
-      const call = this.#ask(ns, name, limits, ask);
-      if (entry && ask.leaseUnits) this.#settle(entry, call, sentAt, quietMs(ask, limits));
+      // At a limit a moment ago (its cached denial lapsed here): the first request to ask is the only one.
+      const single = !this.#contended.has(name) && this.denyCache.lapsed(name);
+      if (single) this.#contended.add(name);
       let d: Decision;
       try {
+        const call = this.#ask(ns, name, limits, ask);
+        if (entry && ask.leaseUnits) this.#settle(entry, call, sentAt, quietMs(ask, limits));
         d = await call;
       } catch (e) {
         return this.#failed(plan, cost, e);
+      } finally {
+        // In the same turn as the answer is remembered: a request that waited finds the new entry, or none.
+        if (single) this.#contended.delete(name);
       }
       this.#remember(name, d, cost, sentAt);
       this.#observe(name, d, unused);

@@ -141,7 +141,11 @@ export class LeaseTable {
     e.limits = limits;
     const dt = Math.max(0, now - e.seenAt);
     // A gap of several mean intervals is a quiet spell: what comes next is a new rate, watched from now.
-    if (dt * e.score > QUIET_INTERVALS * RATE_TAU_MS) e.firstSeen = now;
+    // The old rate says nothing of the new one: forgotten, so the key's next lease is sized from its log again.
+    if (dt * e.score > QUIET_INTERVALS * RATE_TAU_MS) {
+      e.firstSeen = now;
+      e.score = 0;
+    }
     e.score = e.score * Math.exp(-dt / RATE_TAU_MS) + 1;
     e.burst = e.burst * Math.exp(-dt / BURST_TAU_MS) + 1;
     e.seenAt = now;
@@ -253,7 +257,7 @@ export class LeaseTable {
     // not worth its units (they count until their record leaves the window, used or not).
     if (lifetimeMs < RTT_LIFETIMES * this.#rttMs) return NO_ASK;
     if (this.fromLog(e)) return { units: maxUnits, lifetimeMs };
-    const recent = rate(e);
+    const recent = rate(e, now);
     const perMs = ASK_SHARE * recent;
     // A key this isolate alone would take half of some limit per window from at its recent rate heads for that
     // limit: its leases live no longer than `youngMs` (units used at once but recorded a lifetime later would hold
@@ -296,7 +300,7 @@ export class LeaseTable {
       left += h.left;
       until = Math.max(until, h.expiresAt);
     }
-    return left <= Math.ceil(rate(e) * lead) || until - now <= lead;
+    return left <= Math.ceil(rate(e, now) * lead) || until - now <= lead;
   }
 
   /** Keeps a lease granted for a call sent at `sentAt`. */
@@ -332,12 +336,17 @@ export class LeaseTable {
 }
 
 /**
- * The key's recent rate here (requests per ms): the higher of the two estimates, so that a burst
- * shows within a few requests (and its leases live about as long as it takes to spend them). The
- * burst estimate leaves out the request just counted: one request after a quiet spell is no burst.
+ * The key's recent rate here (requests per ms): the higher of two estimates, so that a burst shows
+ * within a few requests (and its leases live about as long as it takes to spend them). Each leaves
+ * out the request just counted (n requests span n − 1 intervals; one request after a quiet spell is
+ * no burst). The 10 s estimate is divided by what its decayed count reaches over the time the key
+ * has been watched here (at least the burst estimate's 100 ms): the rate since then, unbiased while
+ * it ramps up (a key seen steadily for 12 s would otherwise read at 70 % of its rate).
  */
-function rate(e: KeyLeases): number {
-  return Math.max(e.score / RATE_TAU_MS, (e.burst - 1) / BURST_TAU_MS);
+function rate(e: KeyLeases, now: number): number {
+  const watched = Math.max(now - e.firstSeen, BURST_TAU_MS);
+  const reached = 1 - Math.exp(-watched / RATE_TAU_MS);
+  return Math.max((e.score - 1) / (RATE_TAU_MS * reached), (e.burst - 1) / BURST_TAU_MS);
 }
 
 /** Whether the key had less than half of some limit left when the lease was granted. */

@@ -145,8 +145,9 @@ describe("LimiterClient.limit", () => {
     expect(last?.method).toBe("take");
     expect(last?.ask?.returns?.reduce((n, u) => n + u.units, 0)).toBe(held);
     expect(t.store.count("giveBack")).toBe(0);
-    // RateLimit right after the pause: everything granted and nothing else counts.
-    expect(r.limits[0]?.remaining).toBe(1000 - 11 - (t.client.leases.get("key:a")?.held[0]?.left ?? 0));
+    // RateLimit right after the pause: everything granted and nothing else counts (units this isolate holds
+    // are what it may still grant).
+    expect(r.limits[0]?.remaining).toBe(1000 - 11);
   });
 
   it("refuses over the limit with the exact wait, then from the deny cache until the recheck", async () => {
@@ -485,5 +486,90 @@ describe("one lease call per key at a time", () => {
     release();
     const results = await Promise.all([first, ...others]);
     expect(results.map((r) => r.reason)).toEqual(["granted", "leased", "leased", "leased"]);
+  });
+});
+
+describe("one call per key at a time at a limit", () => {
+  /** A namespace whose first `take` waits for `release()`; `takes` counts every `take` that reached it. */
+  function gated(ns: LimiterNamespace) {
+    let release: () => void = () => {};
+    const gate = { takes: 0, release: () => release() };
+    const opened = new Promise<void>((r) => (release = r));
+    const slow = {
+      getByName: (name: string) => {
+        const stub = ns.getByName(name);
+        return {
+          ...stub,
+          take: async (...args: Parameters<typeof stub.take>) => {
+            gate.takes += 1;
+            if (gate.takes === 1) await opened;
+            return stub.take(...args);
+          },
+        };
+      },
+    } as unknown as LimiterNamespace;
+    return { slow, gate };
+  }
+
+  it("once the cached denial lapses, the first request asks and the others wait for its answer: one call for one unit", async () => {
+    const t = setup({ limits: [{ limit: 2, window: "1s" }], leases: { enabled: false } });
+    await t.limit();
+    t.advance(500);
+    // The last unit's grant said "blocked until 1000", when the first unit frees.
+    expect((await t.limit()).reason).toBe("granted");
+    t.advance(100);
+    expect((await t.limit()).reason).toBe("cached_denial");
+    t.advance(400);
+    const { slow, gate } = gated(t.ns);
+    const first = t.client.limit(slow, "key:a", t.plan, 1, t.bg);
+    const others = Array.from({ length: 3 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    await new Promise((r) => setTimeout(r, 10));
+    expect(gate.takes).toBe(1);
+    gate.release();
+    const results = await Promise.all([first, ...others]);
+    // The unit that freed went to the first; its answer said "blocked until 1500", which refused the others here.
+    expect(results.map((r) => r.reason)).toEqual(["granted", "cached_denial", "cached_denial", "cached_denial"]);
+    expect(gate.takes).toBe(1);
+    expect(results[1]?.retryAfterMs).toBe(500);
+  });
+
+  it("when the answer leaves room, the requests that waited ask for themselves", async () => {
+    const t = setup({ limits: [{ limit: 4, window: "1s" }], leases: { enabled: false } });
+    for (let i = 0; i < 4; i++) await t.limit();
+    expect((await t.limit()).reason).toBe("cached_denial");
+    t.advance(1000); // every unit frees at once
+    const { slow, gate } = gated(t.ns);
+    const first = t.client.limit(slow, "key:a", t.plan, 1, t.bg);
+    const others = Array.from({ length: 3 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    await new Promise((r) => setTimeout(r, 10));
+    expect(gate.takes).toBe(1);
+    gate.release();
+    const results = await Promise.all([first, ...others]);
+    expect(results.map((r) => r.reason)).toEqual(["granted", "granted", "granted", "granted"]);
+    expect(gate.takes).toBe(4);
+  });
+
+  it("a key never refused here does not wait: concurrent requests ask at once", async () => {
+    const t = setup({ limits: [{ limit: 4, window: "1s" }], leases: { enabled: false } });
+    const { slow, gate } = gated(t.ns);
+    const first = t.client.limit(slow, "key:a", t.plan, 1, t.bg);
+    const others = Array.from({ length: 3 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    await new Promise((r) => setTimeout(r, 10));
+    expect(gate.takes).toBe(4);
+    gate.release();
+    expect((await Promise.all([first, ...others])).map((r) => r.reason)).toEqual(Array(4).fill("granted"));
+  });
+
+  it("shadow mode never waits (it serves no cached denial)", async () => {
+    const t = setup({ limits: [{ limit: 1, window: "1s" }], leases: { enabled: false }, shadow: true });
+    await t.limit();
+    expect((await t.limit()).reason).toBe("shadow");
+    t.advance(1000);
+    const { slow, gate } = gated(t.ns);
+    const all = Array.from({ length: 3 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    await new Promise((r) => setTimeout(r, 10));
+    expect(gate.takes).toBe(3);
+    gate.release();
+    await Promise.all(all);
   });
 });
