@@ -34,10 +34,11 @@ export class DenyCache {
   readonly #entries = new Map<string, Blocked>();
   /** Keys whose entry lapsed on read, with no answer since. */
   readonly #lapsed = new Set<string>();
-  readonly #max: number;
+  /** The most entries (and lapsed keys) it holds. */
+  readonly max: number;
 
   constructor(max = 10_000) {
-    this.#max = max;
+    this.max = max;
   }
 
   /** The entry for `name` while it still blocks at `now`, else undefined. */
@@ -46,7 +47,7 @@ export class DenyCache {
     if (!entry) return undefined;
     if (now >= entry.until || (entry.recheckAt !== undefined && now >= entry.recheckAt)) {
       this.#entries.delete(name);
-      if (this.#lapsed.size >= this.#max) this.#lapsed.delete(this.#lapsed.values().next().value as string);
+      if (this.#lapsed.size >= this.max) this.#lapsed.delete(this.#lapsed.values().next().value as string);
       this.#lapsed.add(name);
       return undefined;
     }
@@ -60,7 +61,7 @@ export class DenyCache {
 
   set(name: string, entry: Blocked, now: number): void {
     this.#lapsed.delete(name);
-    if (!this.#entries.has(name) && this.#entries.size >= this.#max) this.#prune(now);
+    if (!this.#entries.has(name) && this.#entries.size >= this.max) this.#prune(now);
     this.#entries.set(name, entry);
   }
 
@@ -86,7 +87,7 @@ export class DenyCache {
   #prune(now: number): void {
     for (const [k, v] of this.#entries) if (now >= v.until) this.#entries.delete(k);
     for (const k of this.#entries.keys()) {
-      if (this.#entries.size < this.#max) break;
+      if (this.#entries.size < this.max) break;
       this.#entries.delete(k);
     }
   }

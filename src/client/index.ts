@@ -98,13 +98,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   readonly #grants = new WeakMap<RateLimitResult, Grant>();
   /** An operator's override limits as `Limit` lists, one per distinct override (header strings are cached per list). */
   readonly #views = new Map<string, readonly Limit[]>();
-  /**
-   * Keys with a request's call out from this isolate that was sent when the key's cached denial had
-   * just lapsed: the key was at a limit, and what frees is likely one unit. Other requests for the key
-   * wait for that answer (a grant of the unit with a new "blocked until", or a denial) instead of
-   * each asking the object for it too.
-   */
-  readonly #contended = new Set<string>();
+  /** Keys at a limit a moment ago (their cached denial lapsed here): see {@link Contention}. */
+  readonly #contended = new Map<string, Contention>();
   /** When this client next looks for idle keys' expired units to give back (its clock, ms). */
   #idleCheckAt = 0;
 
@@ -306,6 +301,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       this.#idleCheckAt = now + IDLE_RETURN_MS;
       this.leases.idle(now, unused);
     }
+    const gate: Gate = { out: null, waitingIn: null };
     try {
       // While this key's one lease call is out, wait for it — on this request's own timer: a request
       // must never await a promise another request made (workerd cancels such continuations when
@@ -324,8 +320,12 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
           const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
           if (blocked && retryAt !== undefined) return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now);
         }
-        const waiting = (entry && this.#inFlight(entry, now)) || this.#contended.has(name);
-        if (waiting && now < waitDeadline) {
+        if (entry && this.#inFlight(entry, now) && now < waitDeadline) {
+          await new Promise((resolve) => setTimeout(resolve, 1));
+          now = this.now();
+          continue;
+        }
+        if (!this.config.shadow && this.#mustWait(name, now, gate)) {
           await new Promise((resolve) => setTimeout(resolve, 1));
           now = this.now();
           continue;
@@ -339,20 +339,17 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
           : undefined;
       const sentAt = now;
       const ask = this.#leaseAsk(entry, want, cost);
-      // At a limit a moment ago (its cached denial lapsed here): the first request to ask is the only one.
-      const single = !this.#contended.has(name) && this.denyCache.lapsed(name);
-      if (single) this.#contended.add(name);
       let d: Decision;
       try {
         const call = this.#ask(ns, name, limits, ask);
         if (entry && ask.leaseUnits) this.#settle(entry, call, sentAt, quietMs(ask, limits));
         d = await call;
       } catch (e) {
+        this.#contendedAnswer(gate, name, null);
         return this.#failed(plan, cost, e);
-      } finally {
-        // In the same turn as the answer is remembered: a request that waited finds the new entry, or none.
-        if (single) this.#contended.delete(name);
       }
+      // In the same turn as the answer is remembered: a request that waited finds the new entry, or none.
+      this.#contendedAnswer(gate, name, d);
       this.#remember(name, d, cost, sentAt);
       this.#observe(name, d, unused);
       if (!d.allowed && d.blockedBy === undefined && entry) {
@@ -376,8 +373,57 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       }
       return result;
     } finally {
+      stopWaiting(gate);
       this.#giveBack(ns, unused, bg);
     }
+  }
+
+  /**
+   * At a limit a moment ago (the key's cached denial lapsed here), this isolate asks the object about
+   * the key one request at a time, or as many at once as its last answer left units for: whether
+   * this request waits (one poll) or goes, as the asker or on a pass. A request goes as the asker
+   * when no call is out, or when the last one went two recent round trips ago (its request may have
+   * been cancelled, or the object is slow: at most one more call per two round trips).
+   */
+  #mustWait(name: string, now: number, gate: Gate): boolean {
+    let c = this.#contended.get(name);
+    if (!c) {
+      if (!this.denyCache.lapsed(name)) return stopWaiting(gate);
+      if (this.#contended.size >= this.denyCache.max) {
+        this.#contended.delete(this.#contended.keys().next().value as string);
+      }
+      c = { sentAt: now, out: 0, passes: 0, waiting: 0 };
+      this.#contended.set(name, c);
+    }
+    if (c.passes > 0 || c.out === 0 || now - c.sentAt >= 2 * Math.max(this.leases.rttMs, WAIT_FLOOR_MS)) {
+      if (c.passes > 0) c.passes -= 1;
+      else c.sentAt = now;
+      c.out += 1;
+      gate.out = c;
+      return stopWaiting(gate);
+    }
+    if (gate.waitingIn !== c) {
+      stopWaiting(gate);
+      gate.waitingIn = c;
+      c.waiting += 1;
+    }
+    return true;
+  }
+
+  /**
+   * An answer to a call that went through a contended key's queue (null: the call failed). Blocked
+   * again, the cached denial answers the requests waiting; room for all of them, they all go; room for
+   * fewer, that many go at once (less what is still out) and then the next asks alone.
+   */
+  #contendedAnswer(gate: Gate, name: string, d: Decision | null): void {
+    const c = gate.out;
+    if (!c) return;
+    gate.out = null;
+    c.out = Math.max(0, c.out - 1);
+    if (!d || this.#contended.get(name) !== c) return;
+    const room = d.blockedUntil > d.now ? 0 : Math.min(...d.limits.map((l) => l.remaining));
+    if (room === 0 || room >= c.waiting + c.out) this.#contended.delete(name);
+    else c.passes = Math.max(0, room - c.out);
   }
 
   /** The result value: its limits, headers, and what shadow mode and the failure mode make of it. */
@@ -595,8 +641,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * Acts on an operator's change seen in the object's answer: a block drops the key's leases here, and
    * leases granted under other limits than the ones now applied (an override came or went) are
    * dropped. Their unused units go into `unused`, to be given back. Other isolates do the same when
-   * they next ask the object; until then they spend what they hold (at most 1/8 of the smallest
-   * limit, within one lease lifetime), and those units were counted when leased.
+   * they next ask the object; until then they spend what they hold (at most 1/4 of the smallest
+   * limit a lease, within one lease lifetime), and those units were counted when leased.
    */
   #observe(name: string, d: Decision, unused: Unused[]): void {
     if (d.blockedBy !== undefined) this.leases.drop(name, unused);
@@ -641,6 +687,31 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   #log(event: string, name: string, e: unknown, level: "warn" | "error" = "error"): void {
     void keyId(name).then((id) => logEvent(event, { key_id: id, message: errorName(e) }, level));
   }
+}
+
+/**
+ * A key at a limit a moment ago, as this isolate asks its object about it: when a request last went
+ * as the asker (local ms), how many calls that went through the queue are out, passes (requests that
+ * may go at once on the last answer's room), and how many requests wait.
+ */
+interface Contention {
+  sentAt: number;
+  out: number;
+  passes: number;
+  waiting: number;
+}
+
+/** One request's part in a contended key's queue: the queue it went through, the one it waits in. */
+interface Gate {
+  out: Contention | null;
+  waitingIn: Contention | null;
+}
+
+/** Takes a request out of the waiting count it is in, if any: it goes (or was answered). Always false. */
+function stopWaiting(gate: Gate): false {
+  if (gate.waitingIn) gate.waitingIn.waiting -= 1;
+  gate.waitingIn = null;
+  return false;
 }
 
 /** The deny cache entry of a route's requests: the key's name and the route's (a NUL byte is in neither). */

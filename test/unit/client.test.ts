@@ -1,7 +1,7 @@
 // The client in Node, against an in-memory object built on the real core (KeyLog) and one clock the test
 // moves for both: leases spent here and given back, the deny cache, refunds, peek, what shadow mode and the
 // failure mode make of a decision, and the one retry.
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { type Background, LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
 import { type LimiterConfig, type Plan, parseLimiterConfig } from "../../src/config.ts";
 import { type Ask, type Decision, KeyLog, type LimitSpec, type NamedLimit } from "../../src/core/index.ts";
@@ -490,11 +490,21 @@ describe("one lease call per key at a time", () => {
 });
 
 describe("one call per key at a time at a limit", () => {
-  /** A namespace whose first `take` waits for `release()`; `takes` counts every `take` that reached it. */
-  function gated(ns: LimiterNamespace) {
-    let release: () => void = () => {};
-    const gate = { takes: 0, release: () => release() };
-    const opened = new Promise<void>((r) => (release = r));
+  /**
+   * A namespace whose `take`s that `hold` picks (by their number, from 1; the first by default) wait for the next
+   * `release()`; `takes` counts every `take` that reached it.
+   */
+  function gated(ns: LimiterNamespace, hold = (n: number) => n === 1) {
+    let open: () => void = () => {};
+    let opened = new Promise<void>((r) => (open = r));
+    const gate = {
+      takes: 0,
+      release: () => {
+        const now = open;
+        opened = new Promise<void>((r) => (open = r));
+        now();
+      },
+    };
     const slow = {
       getByName: (name: string) => {
         const stub = ns.getByName(name);
@@ -502,7 +512,7 @@ describe("one call per key at a time at a limit", () => {
           ...stub,
           take: async (...args: Parameters<typeof stub.take>) => {
             gate.takes += 1;
-            if (gate.takes === 1) await opened;
+            if (hold(gate.takes)) await opened;
             return stub.take(...args);
           },
         };
@@ -547,6 +557,52 @@ describe("one call per key at a time at a limit", () => {
     const results = await Promise.all([first, ...others]);
     expect(results.map((r) => r.reason)).toEqual(["granted", "granted", "granted", "granted"]);
     expect(gate.takes).toBe(4);
+  });
+
+  it("when the answer leaves room for fewer than wait, that many go at once and the next asks alone", async () => {
+    const t = setup({ limits: [{ limit: 4, window: "1s" }], leases: { enabled: false } });
+    for (let i = 0; i < 4; i++) await t.limit();
+    expect((await t.limit()).reason).toBe("cached_denial");
+    t.advance(1000);
+    const { slow, gate } = gated(t.ns, (n) => n <= 4);
+    const first = t.client.limit(slow, "key:a", t.plan, 1, t.bg);
+    const others = Array.from({ length: 5 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    await new Promise((r) => setTimeout(r, 10));
+    expect(gate.takes).toBe(1);
+    gate.release();
+    // 3 left after the first: three go at once on passes (their calls out together), the other two wait for them.
+    await vi.waitFor(() => expect(gate.takes).toBe(4), { timeout: 5000 });
+    await new Promise((r) => setTimeout(r, 10));
+    expect(gate.takes).toBe(4);
+    gate.release();
+    const results = await Promise.all([first, ...others]);
+    // The last unit's grant says "blocked until", which the other two read.
+    expect(results.map((r) => r.reason)).toEqual([
+      "granted",
+      "granted",
+      "granted",
+      "granted",
+      "cached_denial",
+      "cached_denial",
+    ]);
+    expect(gate.takes).toBe(4);
+  });
+
+  it("an answer that does not come within two round trips: one waiter asks in its place", async () => {
+    const t = setup({ limits: [{ limit: 2, window: "1s" }], leases: { enabled: false } });
+    await t.limit();
+    t.advance(500);
+    await t.limit();
+    t.advance(500);
+    const { slow, gate } = gated(t.ns);
+    void t.client.limit(slow, "key:a", t.plan, 1, t.bg); // never answered
+    const others = Array.from({ length: 3 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    await new Promise((r) => setTimeout(r, 10));
+    expect(gate.takes).toBe(1);
+    t.advance(10); // two round trips of at least 5 ms
+    const results = await Promise.all(others);
+    expect(results.map((r) => r.reason)).toEqual(["granted", "cached_denial", "cached_denial"]);
+    expect(gate.takes).toBe(2);
   });
 
   it("a key never refused here does not wait: concurrent requests ask at once", async () => {
