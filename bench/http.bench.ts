@@ -109,6 +109,22 @@ const urlsOf = (t: Target) => [t.url()].flat();
 
 const manyKeys = (prefix: string) => (i: number) => `${prefix}${i % KEYS}`;
 
+/**
+ * Ordinary keys in random order (a fixed seed): each key's requests arrive at random, as in
+ * production, so its leases run out at its own times. In turn (`manyKeys`) every key would be
+ * at the same point of its lease at once, and a few seconds' slice could see no lease call at all.
+ */
+const scatteredKeys = (prefix: string) => {
+  let seed = 0x9e3779b9;
+  return () => {
+    // mulberry32
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return `${prefix}${Math.floor((((t ^ (t >>> 14)) >>> 0) / 4294967296) * KEYS)}`;
+  };
+};
+
 function fmt(n: number, digits = 0): string {
   return Number.isFinite(n) ? n.toFixed(digits) : "-";
 }
@@ -194,7 +210,7 @@ async function main(): Promise<void> {
         id: "allowed",
         label: "(3) limiter, leases on, allowed, 1000 ordinary keys (100/1s + 1000/1m)",
         url: () => u.product,
-        key: manyKeys("o_"),
+        key: scatteredKeys("o_"),
         expect: 200,
         steady: true,
       },
@@ -223,7 +239,7 @@ async function main(): Promise<void> {
         id: "allowedoff",
         label: "(3) limiter, leases off, allowed, 1000 ordinary keys",
         url: () => u["product-off"],
-        key: manyKeys("o_"),
+        key: scatteredKeys("o_"),
         expect: 200,
         steady: true,
       },
@@ -545,7 +561,7 @@ async function countStorage(u: Runtime["urls"]) {
   };
   /** 1,000 ordinary keys in steady state, as the throughput rows run them: counted over the measured seconds only. */
   const ordinary = async (url: string, tag: string) => {
-    const key = (i: number) => `o_${tag}c${i % KEYS}`;
+    const key = scatteredKeys(`o_${tag}c`);
     const statsAll = async () =>
       sum(await Promise.all(Array.from({ length: KEYS }, (_, i) => stats(url, `key:o_${tag}c${i}`))));
     await load({ url, duration: QUICK ? 6 : 12, connections: CONNECTIONS, key });

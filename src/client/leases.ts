@@ -9,7 +9,7 @@
  */
 
 import type { Lease, LimitStatus, NamedLimit } from "../core/decision.ts";
-import { type LimitSpec, MIN_LEASE_UNITS } from "../core/limits.ts";
+import { type LimitSpec, MIN_LEASE_UNITS, RING_SLACK_DIVISOR } from "../core/limits.ts";
 import type { Unspent } from "../core/log.ts";
 
 /** The object's answer that came with a lease, as this isolate keeps it. */
@@ -246,7 +246,8 @@ export class LeaseTable {
    * ({@link ASK_SHARE} of it), whole units only, at most `maxUnits`, over a lifetime of at most
    * `lifetimeMs` and at most as long as this isolate has watched the key (at least `youngMs`): a
    * rate seen for 20 ms says little about the next 10 s, and a leased unit counts until its record
-   * leaves the window. A lease capped by `maxUnits` asks for the time it takes to spend them.
+   * leaves the window. At most 1/32 of the window of each limit the key heads for (this isolate
+   * alone would take half of it per window at that rate). A lease capped by `maxUnits` asks for the time it takes to spend them.
    * `units` 0 (no lease) when that is under {@link MIN_LEASE_UNITS} (the lease would cost more
    * calls than it saves). A key without a rate here (`fromLog`) asks for `maxUnits` over
    * `lifetimeMs`, for the object to size from the key's own rate.
@@ -260,10 +261,12 @@ export class LeaseTable {
     const recent = rate(e, now);
     const perMs = ASK_SHARE * recent;
     // A key this isolate alone would take half of some limit per window from at its recent rate heads for that
-    // limit: its leases live no longer than `youngMs` (units used at once but recorded a lifetime later would hold
-    // capacity the key is about to need).
-    const busy = e.limits.some((l) => 2 * recent * l.windowMs >= l.limit);
-    const life = Math.min(lifetimeMs, busy ? youngMs : Math.max(youngMs, now - e.firstSeen));
+    // limit: its leases live no longer than 1/32 of that limit's window (units used at once but recorded a lifetime
+    // later would hold capacity the key is about to need).
+    let life = Math.min(lifetimeMs, Math.max(youngMs, now - e.firstSeen));
+    for (const l of e.limits) {
+      if (2 * recent * l.windowMs >= l.limit) life = Math.min(life, Math.floor(l.windowMs / RING_SLACK_DIVISOR));
+    }
     const units = Math.floor(perMs * life);
     if (units < MIN_LEASE_UNITS) return NO_ASK;
     if (units <= maxUnits) return { units, lifetimeMs: life };

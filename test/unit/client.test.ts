@@ -494,7 +494,7 @@ describe("one call per key at a time at a limit", () => {
    * A namespace whose `take`s that `hold` picks (by their number, from 1; the first by default) wait for the next
    * `release()`; `takes` counts every `take` that reached it.
    */
-  function gated(ns: LimiterNamespace, hold = (n: number) => n === 1) {
+  function gated(ns: LimiterNamespace, hold: (n: number) => boolean = (n) => n === 1) {
     let open: () => void = () => {};
     let opened = new Promise<void>((r) => (open = r));
     const gate = {

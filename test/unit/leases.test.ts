@@ -3,7 +3,13 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { IDLE_RETURN_MS, LeaseTable, leaseMargin, sameLimits, type Unused } from "../../src/client/leases.ts";
-import { type Lease, type LimitStatus, MIN_LEASE_UNITS, type NamedLimit } from "../../src/core/index.ts";
+import {
+  type Lease,
+  type LimitSpec,
+  type LimitStatus,
+  MIN_LEASE_UNITS,
+  type NamedLimit,
+} from "../../src/core/index.ts";
 
 const LIMITS: LimitStatus[] = [{ remaining: 50, resetMs: 1000, exceeded: false }];
 const SPECS = [{ limit: 1000, windowMs: 1000 }];
@@ -105,7 +111,7 @@ describe("LeaseTable", () => {
     expect(table.want(hot, 1000, 1000, 1000).units).toBeGreaterThan(0);
   });
 
-  it("asks a key it would take half of a limit per window from for leases of youngMs at most", () => {
+  it("asks a key it would take half of a limit per window from for leases of 1/32 of that window at most", () => {
     const table = new LeaseTable();
     const limits = [
       { limit: 100_000, windowMs: 1000 },
@@ -114,10 +120,14 @@ describe("LeaseTable", () => {
     // About 10 requests a second, steady: 600 a minute here, more than half of 1000 a minute.
     let e = table.touch("k", limits, 0, []);
     for (let t = 100; t <= 60_000; t += 100) e = table.touch("k", limits, t, []);
-    // 31 ms at 10 a second is under two units: no lease, the per-request path.
-    expect(table.want(e, 30_000, 10_000, 60_000, 31).units).toBe(0);
-    // With youngMs 1 s: 1 s at most, however long the key has been watched.
-    expect(table.want(e, 30_000, 10_000, 60_000, 1000)).toMatchObject({ lifetimeMs: 1000 });
+    // 60 s / 32, however long the key has been watched: 0.8 · 10/s · 1.875 s.
+    expect(table.want(e, 30_000, 10_000, 60_000, 31)).toMatchObject({ units: 14, lifetimeMs: 1875 });
+    // Heading for a limit of 10 a second: 1 s / 32 = 31 ms, under two units at 10 a second: no lease.
+    const tight = [{ limit: 10, windowMs: 1000 }, limits[1] as LimitSpec];
+    let t1 = table.touch("t", tight, 0, []);
+    for (let t = 100; t <= 60_000; t += 100) t1 = table.touch("t", tight, t, []);
+    expect(table.want(t1, 30_000, 10_000, 60_000, 1).units).toBe(0);
+    expect(table.want(t1, 30_000, 10_000, 60_000, 1000).units).toBe(0);
     // At a third of that rate (200 a minute) it is far from the limit: the whole watched span.
     let calm = table.touch("c", limits, 0, []);
     for (let t = 300; t <= 60_000; t += 300) calm = table.touch("c", limits, t, []);
