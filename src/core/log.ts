@@ -382,7 +382,9 @@ export class KeyLog {
       rate = Math.max(rate, (limit.limit - p.ring.remaining(p.j) - ahead) / limit.windowMs);
     });
     const far = free >= FAR_BELOW_FREE;
-    units = Math.min(units, far ? FAR_LEASE_FACTOR * this.maxLeaseUnits : this.maxLeaseUnits);
+    // Limits too small for a lease near them (under 16) get none far below them either.
+    const perLease = this.maxLeaseUnits;
+    units = Math.min(units, far && perLease >= MIN_LEASE_UNITS ? FAR_LEASE_FACTOR * perLease : perLease);
     let lifetime = far ? lifetimeMs : Math.floor(lifetimeMs * Math.max(0, 2 * free - 0.5));
     if (fromLog) {
       // A caller new to the key: a few units at most (it may see little of the key's traffic), for about

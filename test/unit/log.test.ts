@@ -357,6 +357,13 @@ describe("KeyLog edge cases", () => {
     expect(
       new KeyLog([{ limit: 4, windowMs: 1000 }]).take(0, { cost: 1, leaseUnits: 5, leaseMs: 50 }).decision.lease,
     ).toBeNull();
+    // Under 16 no lease, even far below the limit (where a lease may otherwise carry twice 1/8 of it).
+    expect(
+      new KeyLog([{ limit: 15, windowMs: 1000 }]).take(0, { cost: 1, leaseUnits: 5, leaseMs: 50 }).decision.lease,
+    ).toBeNull();
+    expect(
+      new KeyLog([{ limit: 16, windowMs: 1000 }]).take(0, { cost: 1, leaseUnits: 5, leaseMs: 50 }).decision.lease,
+    ).toMatchObject({ units: 4 });
     expect(
       new KeyLog([{ limit: 100, windowMs: 1000 }]).take(0, { cost: 1, leaseUnits: 1, leaseMs: 50 }).decision.lease,
     ).toBeNull();

@@ -116,7 +116,7 @@ export class Model {
         }
         // One lease: 1/8 of the smallest limit, twice that while at least 3/4 of every limit is free.
         const perLease = Math.floor(Math.min(...this.limits.map((l) => l.limit)) / LEASE_LIMIT_DIVISOR);
-        extra = Math.min(extra, free >= 0.75 ? 2 * perLease : perLease);
+        extra = Math.min(extra, free >= 0.75 && perLease >= MIN_LEASE_UNITS ? 2 * perLease : perLease);
         lifetime = free >= 0.75 ? L : Math.floor(L * Math.max(0, 2 * free - 0.5));
         if (fromLog) {
           extra = Math.min(extra, FIRST_LEASE_UNITS, Math.floor(rate * lifetime));
