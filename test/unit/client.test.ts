@@ -576,14 +576,16 @@ describe("one call per key at a time at a limit", () => {
     expect(gate.takes).toBe(4);
     gate.release();
     const results = await Promise.all([first, ...others]);
-    // The last unit's grant says "blocked until", which the other two read.
-    expect(results.map((r) => r.reason)).toEqual([
-      "granted",
-      "granted",
-      "granted",
-      "granted",
+    // The last unit's grant says "blocked until", which the other two read (which waiters went first depends on the
+    // order their timers fire).
+    expect(results[0]?.reason).toBe("granted");
+    expect(results.map((r) => r.reason).sort()).toEqual([
       "cached_denial",
       "cached_denial",
+      "granted",
+      "granted",
+      "granted",
+      "granted",
     ]);
     expect(gate.takes).toBe(4);
   });
@@ -601,7 +603,8 @@ describe("one call per key at a time at a limit", () => {
     expect(gate.takes).toBe(1);
     t.advance(10); // two round trips of at least 5 ms
     const results = await Promise.all(others);
-    expect(results.map((r) => r.reason)).toEqual(["granted", "cached_denial", "cached_denial"]);
+    // Which waiter asks depends on the order their timers fire; the outcome does not.
+    expect(results.map((r) => r.reason).sort()).toEqual(["cached_denial", "cached_denial", "granted"]);
     expect(gate.takes).toBe(2);
   });
 
