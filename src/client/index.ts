@@ -320,17 +320,12 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
           const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
           if (blocked && retryAt !== undefined) return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now);
         }
-        if (entry && this.#inFlight(entry, now) && now < waitDeadline) {
-          await new Promise((resolve) => setTimeout(resolve, 1));
-          now = this.now();
-          continue;
-        }
-        if (!this.config.shadow && this.#mustWait(name, now, gate)) {
-          await new Promise((resolve) => setTimeout(resolve, 1));
-          now = this.now();
-          continue;
-        }
-        break;
+        // The key's lease call, or (at a limit a moment ago) another request's call for it; `#mustWait` only asked
+        // when no lease call holds this one back, since it takes a pass or the asker's turn when it says go.
+        const leaseCallOut = entry !== undefined && this.#inFlight(entry, now) && now < waitDeadline;
+        if (!leaseCallOut && (this.config.shadow || !this.#mustWait(name, now, gate))) break;
+        await new Promise((resolve) => setTimeout(resolve, 1));
+        now = this.now();
       }
       // With a call still in flight after the rounds above, this one asks for itself only.
       const want =
