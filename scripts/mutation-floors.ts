@@ -5,21 +5,21 @@
  */
 
 /**
- * The least score (%) per file: the last full run's, rounded down, less one point of slack (two for files changed
- * after that run's snapshot: config, client/index, object, admin, index, hono).
+ * The least score (%) per file: the last full run's (CI's, at 3df6651; forward.ts re-run alone after its unit
+ * tests), rounded down, less one point of slack.
  */
 export const FLOORS: Readonly<Record<string, number>> = {
-  "src/config.ts": 92,
+  "src/config.ts": 93,
   "src/core/duration.ts": 99,
   "src/core/limits.ts": 98,
-  // Headroom leases (issue 18): re-run alone at 92.41%. The new survivors are mostly equivalent: guards before
-  // #leaseFor, which grants nothing for them anyway, and boundaries where both sides give the same lifetime.
+  // log.ts's survivors are mostly equivalent: guards before #leaseFor, which grants nothing for them anyway, and
+  // boundaries where both sides give the same lifetime.
   "src/core/log.ts": 91,
   "src/core/budgets.ts": 96,
   "src/core/ring.ts": 93,
-  "src/client/deny-cache.ts": 87,
-  "src/client/leases.ts": 97,
-  "src/client/index.ts": 71,
+  "src/client/deny-cache.ts": 97,
+  "src/client/leases.ts": 96,
+  "src/client/index.ts": 70,
   "src/client/headers.ts": 94,
   "src/client/policy.ts": 85,
   "src/client/result.ts": 99,
@@ -27,14 +27,14 @@ export const FLOORS: Readonly<Record<string, number>> = {
   "src/http.ts": 95,
   "src/telemetry.ts": 87,
   "src/path.ts": 87,
-  "src/object/index.ts": 72,
+  "src/object/index.ts": 74,
   "src/proxy/app.ts": 60,
-  "src/proxy/forward.ts": 72,
-  "src/proxy/admin.ts": 71,
+  "src/proxy/forward.ts": 99,
+  "src/proxy/admin.ts": 72,
   "src/proxy/admin-page.ts": 65,
   "src/proxy/index.ts": 99,
   "src/index.ts": 78,
-  "src/hono.ts": 76,
+  "src/hono.ts": 82,
 };
 
 /** What the report holds of one mutant that matters here. */

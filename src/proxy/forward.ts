@@ -90,8 +90,7 @@ export async function forward(
   return out;
 }
 
-/** ORIGIN's own path prefix joined with the request path: `/api` + `/v1/x` → `/api/v1/x`. */
+/** ORIGIN's own path prefix joined with the request path: `/api` + `/v1/x` → `/api/v1/x`, `/` + `/v1/x` → `/v1/x`. */
 function joinPath(base: string, path: string): string {
-  if (base === "/" || base === "") return path;
   return base.replace(/\/+$/, "") + path;
 }
