@@ -99,12 +99,17 @@ interface Target {
 }
 
 /**
- * Before each measured slice: ordinary keys (`o_`) get 12 s of the same load first, so that each
- * key has been seen about once a second for longer than a lease lives (steady state, as in
- * production); other 1000-key targets enough requests to touch every key twice; one key a second.
+ * Before each measured slice: ordinary keys (`o_`) get {@link STEADY_WARMUP_S} of the same load first, as in
+ * production, where such a key is seen about once a second for minutes: an isolate's lease for a key grows with how
+ * long it has watched the key (up to the plan's 30 s lease, capped at 1/4 of the smallest limit far below every
+ * limit), so at ~1–2 requests a second its leases reach steady state after 15–30 s. Other 1000-key targets get
+ * enough requests to touch every key twice; one key a second.
  */
+const STEADY_WARMUP_S = QUICK ? 15 : 30;
+/** The ordinary keys' object calls and rows are counted over this long (s): each key's lease calls are 15–30 s apart. */
+const COUNT_SECONDS = QUICK ? 5 : 10;
 const warmUp = (t: Target) =>
-  t.steady ? { duration: QUICK ? 6 : 12 } : typeof t.key === "function" ? { amount: 2 * KEYS } : { duration: 1 };
+  t.steady ? { duration: STEADY_WARMUP_S } : typeof t.key === "function" ? { amount: 2 * KEYS } : { duration: 1 };
 const urlsOf = (t: Target) => [t.url()].flat();
 
 const manyKeys = (prefix: string) => (i: number) => `${prefix}${i % KEYS}`;
@@ -564,10 +569,10 @@ async function countStorage(u: Runtime["urls"]) {
     const key = scatteredKeys(`o_${tag}c`);
     const statsAll = async () =>
       sum(await Promise.all(Array.from({ length: KEYS }, (_, i) => stats(url, `key:o_${tag}c${i}`))));
-    await load({ url, duration: QUICK ? 6 : 12, connections: CONNECTIONS, key });
+    await load({ url, duration: STEADY_WARMUP_S, connections: CONNECTIONS, key });
     await sleep(200);
     const before = await statsAll();
-    const run = await load({ url, duration: SECONDS, connections: CONNECTIONS, key });
+    const run = await load({ url, duration: COUNT_SECONDS, connections: CONNECTIONS, key });
     await sleep(200);
     return {
       raw: minus(await statsAll(), before),
@@ -602,7 +607,7 @@ async function countStorage(u: Runtime["urls"]) {
     ["off", off],
   ] as const) {
     row(
-      `${KEYS} ordinary keys (100/1s + 1000/1m), steady, ${SECONDS} s after ${QUICK ? 6 : 12} s`,
+      `${KEYS} ordinary keys (100/1s + 1000/1m), steady, ${COUNT_SECONDS} s after ${STEADY_WARMUP_S} s`,
       name,
       m.ordinary.raw,
       m.ordinary.per,

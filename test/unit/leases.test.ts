@@ -202,15 +202,17 @@ describe("LeaseTable", () => {
     expect(e.seenAt).toBe(10_500);
   });
 
-  it("watches a key anew after a quiet spell: a gap of more than four mean intervals", () => {
+  it("watches a key anew after a quiet spell: a gap of more than ten mean intervals", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
-    // Score 1: one request per 10 s; a gap of exactly 40 s is not yet a quiet spell.
-    table.touch("k", SPECS, 40_000, []);
+    // Score 1: one request per 10 s; a gap of exactly 100 s is not yet a quiet spell.
+    table.touch("k", SPECS, 100_000, []);
     expect(e.firstSeen).toBe(0);
-    // Score now 1 + e^(−4) ≈ 1.018: 39,300 ms × 1.018 is past 40 s.
-    table.touch("k", SPECS, 79_300, []);
-    expect(e.firstSeen).toBe(79_300);
+    // Score now 1 + e^(−10) ≈ 1.0000454: 99,995 ms × that is just under 100 s, 99,996 ms just past it.
+    table.touch("k", SPECS, 199_995, []);
+    expect(e.firstSeen).toBe(0);
+    table.touch("k", SPECS, 199_995 + 99_996, []); // the score is again 1 + e^(−10) to 7 digits
+    expect(e.firstSeen).toBe(299_991);
     // The old rate is forgotten: one request since, so the object sizes the next lease from the key's log.
     expect(e.score).toBe(1);
     expect(table.fromLog(e)).toBe(true);
