@@ -32,7 +32,10 @@ const LATENCY_SECONDS = QUICK ? 1 : 3;
 const CONNECTIONS = 8;
 const LATENCY_RATE = 250;
 const KEYS = 1000;
-/** `BENCH_ONLY=allowed,floor npm run bench`: only these targets (and the pass-through), no storage count or chart. */
+/**
+ * `BENCH_ONLY=allowed,floor npm run bench`: only these targets (and the pass-through), no chart; the storage count
+ * only when `count` is among them.
+ */
 const ONLY = process.env.BENCH_ONLY?.split(",") ?? null;
 /** `BENCH_BASELINE=<git rev> npm run bench`: the product as of that revision too, side by side ("before"). */
 const BASELINE = process.env.BENCH_BASELINE || undefined;
@@ -423,8 +426,9 @@ async function main(): Promise<void> {
       console.log(`  ${`${label}:`.padEnd(50)} ${fmt(median(xs), 2)}   [${xs.map((x) => fmt(x, 2)).join(", ")}]`);
     }
     if (ONLY) {
+      if (ONLY.includes("count")) await countStorage(u);
       console.log(
-        `\nBENCH_ONLY: no storage count, chart or targets; total ${fmt((performance.now() - started) / 1000, 0)} s`,
+        `\nBENCH_ONLY: ${ONLY.includes("count") ? "" : "no storage count, "}no chart or targets; total ${fmt((performance.now() - started) / 1000, 0)} s`,
       );
       return;
     }

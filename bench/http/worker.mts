@@ -59,12 +59,21 @@ interface BenchEnv extends WorkerEnv {
   NATIVE_CHART?: RateLimitBinding;
 }
 
+/**
+ * Each object's counts, by object id, in the isolate's memory rather than the instance's: workerd evicts an object
+ * idle for ~10 s (an ordinary key's object between its leases), and a new instance must go on counting, not start at
+ * zero (the counts would go backwards between two reads).
+ */
+const countsById = new Map<string, StorageCounts>();
+
 /** The limiter's object with its storage calls counted (a bench-only subclass; behaviour unchanged). */
 export class CountingRateLimiter extends RateLimiter {
   #counts = emptyCounts();
 
   constructor(ctx: DurableObjectState, env: Env) {
-    const counts = emptyCounts();
+    const id = ctx.id.toString();
+    const counts = countsById.get(id) ?? emptyCounts();
+    countsById.set(id, counts);
     const sql = ctx.storage.sql;
     const exec = sql.exec.bind(sql);
     Object.defineProperty(sql, "exec", {
