@@ -89,8 +89,11 @@ interface Sent {
   readonly id: number;
   readonly key: string;
   readonly isolate: number;
+  /** Wall clock (ms): arrival times for the exact limiter and the origin's windows. */
   readonly sentAt: number;
   receivedAt: number;
+  /** Send to answer on the monotonic clock, with sub-millisecond resolution (added latency). */
+  latencyMs: number;
   status: number;
 }
 
@@ -149,7 +152,8 @@ async function run(urls: readonly string[], plan: readonly Planned[], random: ()
   const start = performance.now();
   const send = (p: Planned, id: number) => {
     const worker = Math.floor(p.isolate / RTTS.length);
-    const s: Sent = { id, key: p.key, isolate: p.isolate, sentAt: Date.now(), receivedAt: 0, status: 0 };
+    const t0 = performance.now();
+    const s: Sent = { id, key: p.key, isolate: p.isolate, sentAt: Date.now(), receivedAt: 0, latencyMs: 0, status: 0 };
     sent.push(s);
     const done = fetch(`${urls[worker]}/r?id=${id}`, {
       headers: {
@@ -167,6 +171,7 @@ async function run(urls: readonly string[], plan: readonly Planned[], random: ()
       })
       .finally(() => {
         s.receivedAt = Date.now();
+        s.latencyMs = performance.now() - t0;
         inFlight.delete(done);
       });
     inFlight.add(done);
@@ -266,7 +271,7 @@ async function main(): Promise<void> {
     }
 
     // Latency of the probes per round trip: the reference for added latency.
-    const latency = (list: readonly Sent[]) => list.map((s) => s.receivedAt - s.sentAt).sort((a, b) => a - b);
+    const latency = (list: readonly Sent[]) => list.map((s) => s.latencyMs).sort((a, b) => a - b);
     const probeByRtt = RTTS.map((_, r) =>
       latency(sent.filter((s) => s.key.startsWith("free_") && s.isolate % RTTS.length === r && s.status === 200)),
     );
