@@ -618,6 +618,9 @@ async function countStorage(u: Runtime["urls"]) {
     );
   }
   console.log(
+    `  ${KEYS} ordinary keys, object instances their calls started (workerd evicts an object ~10 s after its last call): leases on ${on.ordinary.raw.starts} of ${on.ordinary.raw.decides + on.ordinary.raw.giveBacks} calls, off ${off.ordinary.raw.starts} of ${off.ordinary.raw.decides + off.ordinary.raw.giveBacks}`,
+  );
+  console.log(
     `  native rate-limit binding: no object calls, no rows, no separate price ($0 beyond the Worker); Miniflare simulates it with one internal object call per request`,
   );
   await load({ url: u.count, amount: 1, connections: 1, key: "deny_c" });

@@ -20,6 +20,8 @@ export interface StorageCounts {
   /** The part of `rowsWritten` that went to the `slots` table. */
   slotRowsWritten: number;
   setAlarms: number;
+  /** Instances of the object a `take` or `giveBack` started: the key's first call, and every call after an eviction (idle ~10 s). */
+  starts: number;
   /** At rest, after the run: rows in `slots` and `meta`, and the object's SQLite file size. */
   slotRows: number;
   metaRows: number;
@@ -39,6 +41,7 @@ export function emptyCounts(): StorageCounts {
     rowsWritten: 0,
     slotRowsWritten: 0,
     setAlarms: 0,
+    starts: 0,
     slotRows: 0,
     metaRows: 0,
     databaseSize: 0,

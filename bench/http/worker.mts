@@ -69,6 +69,15 @@ const countsById = new Map<string, StorageCounts>();
 /** The limiter's object with its storage calls counted (a bench-only subclass; behaviour unchanged). */
 export class CountingRateLimiter extends RateLimiter {
   #counts = emptyCounts();
+  /** No `take` or `giveBack` has reached this instance yet (a `stats` read does not count as its start). */
+  #fresh = true;
+
+  /** Counts this instance's start at its first object call. */
+  #started(): void {
+    if (!this.#fresh) return;
+    this.#fresh = false;
+    this.#counts.starts += 1;
+  }
 
   constructor(ctx: DurableObjectState, env: Env) {
     const id = ctx.id.toString();
@@ -99,6 +108,7 @@ export class CountingRateLimiter extends RateLimiter {
   }
 
   override async take(...args: Parameters<RateLimiter["take"]>): Promise<Decision> {
+    this.#started();
     const result = await super.take(...args);
     this.#counts.decides += 1;
     if (result.allowed && result.cost > 0) this.#counts.grants += 1;
@@ -110,6 +120,7 @@ export class CountingRateLimiter extends RateLimiter {
   }
 
   override giveBack(...args: Parameters<RateLimiter["giveBack"]>): number {
+    this.#started();
     this.#counts.giveBacks += 1;
     this.#counts.returnedUnits += args[2];
     return super.giveBack(...args);
