@@ -200,6 +200,10 @@ describe("LeaseTable", () => {
     table.touch("k", SPECS, 10_500, []); // an earlier local time: no decay, and no growth either
     expect(e.score).toBeCloseTo(before + 1, 12);
     expect(e.seenAt).toBe(10_500);
+    // The burst estimate decays with its own 100 ms constant: 50 ms later, by e^(−1/2).
+    const b = e.burst;
+    table.touch("k", SPECS, 10_550, []);
+    expect(e.burst).toBeCloseTo(b * Math.exp(-0.5) + 1, 12);
   });
 
   it("watches a key anew after a quiet spell: a gap of more than ten mean intervals", () => {
