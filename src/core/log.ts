@@ -200,7 +200,7 @@ export class KeyLog {
    * @throws RangeError for a cost, lease or `now` out of range
    */
   take(now: number, ask: Ask): Outcome {
-    const { cost, leaseUnits = 0, leaseMs = 0, returns = [] } = ask;
+    const { cost, leaseUnits = 0, leaseMs = 0, returns = NOTHING } = ask;
     if (!Number.isSafeInteger(cost) || cost < 0)
       throw new RangeError(`cost: expected a whole number ≥ 0, got ${describe(cost)}`);
     if (!Number.isSafeInteger(leaseUnits) || leaseUnits < 0) {
@@ -212,11 +212,11 @@ export class KeyLog {
     if (cost === 0 && leaseUnits === 0) throw new RangeError("cost: 0 asks for nothing; ask for a cost or lease units");
     if (!Array.isArray(returns)) throw new RangeError("returns: expected a list of unspent units");
     // Given back first, so that the decision and the limits it reports see them.
-    const given: SlotRow[] = [];
+    let given: readonly SlotRow[] = NOTHING;
     for (const r of returns) {
       // A lease recorded under other limits (other rings) is not here to give back: its units expire.
       if (Array.isArray(r?.recordedAt) && r.recordedAt.length === this.rings.length) {
-        given.push(...this.giveBack(r.recordedAt, r.units));
+        given = [...given, ...this.giveBack(r.recordedAt, r.units)];
       }
     }
     const t = this.#advance(now);
@@ -239,8 +239,7 @@ export class KeyLog {
     const writes = given.length > 0 ? [...given, ...recorded] : recorded;
     const recordedAt = recorded.map((w) => w.ts);
     const lease = extra > 0 ? { units: extra, lifetimeMs: lifetime, recordedAt } : null;
-    const decision = this.#decision(t, cost, true, lease);
-    return { decision: cost > 0 ? { ...decision, recordedAt } : decision, writes };
+    return { decision: this.#decision(t, cost, true, lease, cost > 0 ? recordedAt : undefined), writes };
   }
 
   /**
@@ -414,7 +413,14 @@ export class KeyLog {
     return at;
   }
 
-  #decision(t: number, cost: number, allowed: boolean, lease: Decision["lease"]): Decision {
+  /** The decision at `t`; `recordedAt`, where a granted cost was recorded (left out when undefined). */
+  #decision(
+    t: number,
+    cost: number,
+    allowed: boolean,
+    lease: Decision["lease"],
+    recordedAt?: readonly number[],
+  ): Decision {
     const limits: LimitStatus[] = this.#places.map((p) => ({
       remaining: p.ring.remaining(p.j),
       resetMs: p.ring.resetMs(p.j, t),
@@ -423,7 +429,7 @@ export class KeyLog {
     const neverAllowed = cost > this.#minLimit;
     let blockedUntil = t;
     for (const p of this.#places) blockedUntil = Math.max(blockedUntil, p.ring.freeAt(p.j, t, 1));
-    return {
+    const decision: { -readonly [K in keyof Decision]: Decision[K] } = {
       allowed,
       neverAllowed,
       cost,
@@ -433,10 +439,15 @@ export class KeyLog {
       limits,
       lease,
     };
+    if (recordedAt !== undefined) decision.recordedAt = recordedAt;
+    return decision;
   }
 }
 
 const NO_LEASE = { units: 0, lifetimeMs: 0 } as const;
+
+/** No returns, no rows: shared, never written to (a call allocates nothing for what it does not have). */
+const NOTHING: readonly never[] = Object.freeze([]);
 
 function longestWindow(ring: Ring, log: KeyLog): number {
   let w = 0;
