@@ -25,16 +25,10 @@ export interface Blocked {
 
 import type { NamedLimit } from "../core/decision.ts";
 
-/**
- * A bounded map of blocked keys; expired entries are dropped on read and when full. An entry that
- * stopped answering on read is remembered as lapsed (also bounded) until the key's next answer:
- * the key was at a limit a moment ago, and its next unit is likely contended.
- */
+/** A bounded map of blocked keys; expired entries are dropped on read and when full. */
 export class DenyCache {
   readonly #entries = new Map<string, Blocked>();
-  /** Keys whose entry lapsed on read, with no answer since. */
-  readonly #lapsed = new Set<string>();
-  /** The most entries (and lapsed keys) it holds. */
+  /** The most entries it holds. */
   readonly max: number;
 
   constructor(max = 10_000) {
@@ -47,28 +41,19 @@ export class DenyCache {
     if (!entry) return undefined;
     if (now >= entry.until || (entry.recheckAt !== undefined && now >= entry.recheckAt)) {
       this.#entries.delete(name);
-      if (this.#lapsed.size >= this.max) this.#lapsed.delete(this.#lapsed.values().next().value as string);
-      this.#lapsed.add(name);
       return undefined;
     }
     return entry;
   }
 
-  /** Whether the key's entry lapsed (on a read at or after its `until` or `recheckAt`) and no answer came since. */
-  lapsed(name: string): boolean {
-    return this.#lapsed.has(name);
-  }
-
   set(name: string, entry: Blocked, now: number): void {
-    this.#lapsed.delete(name);
     if (!this.#entries.has(name) && this.#entries.size >= this.max) this.#prune(now);
     this.#entries.set(name, entry);
   }
 
-  /** Forgets the key's entry, lapsed or not: an answer left it room. */
+  /** Forgets the key's entry: an answer left it room. */
   delete(name: string): void {
     this.#entries.delete(name);
-    this.#lapsed.delete(name);
   }
 
   /** Deletes a key's entry and its routes' entries (`<key>\0<route>`): after an operator's change to the key. */
@@ -76,7 +61,6 @@ export class DenyCache {
     this.delete(name);
     const routes = `${name}\u0000`;
     for (const k of this.#entries.keys()) if (k.startsWith(routes)) this.#entries.delete(k);
-    for (const k of this.#lapsed) if (k.startsWith(routes)) this.#lapsed.delete(k);
   }
 
   get size(): number {

@@ -9,7 +9,7 @@ import { type Limit, type LimiterConfig, type Plan, type Route, routeBudget } fr
 import type { RouteBudget } from "../core/budgets.ts";
 import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
 import { type LimitSpec, ringSlackMs } from "../core/limits.ts";
-import type { Ask } from "../core/log.ts";
+import type { Ask, Settlement } from "../core/log.ts";
 import { keyId, logEvent } from "../telemetry.ts";
 import { type Blocked, DenyCache } from "./deny-cache.ts";
 import { type HeaderState, seconds, setRateLimitHeaders } from "./headers.ts";
@@ -17,10 +17,10 @@ import {
   type HeldLease,
   IDLE_RETURN_MS,
   type KeyLeases,
+  type KeySettlements,
   type LeaseAsk,
   LeaseTable,
   sameLimits,
-  type Unused,
 } from "./leases.ts";
 import { callObject, errorName, isOverloaded, LimiterTimeout } from "./policy.ts";
 import type { LimitResult, RateLimitResult, Reason } from "./result.ts";
@@ -46,6 +46,7 @@ export interface LimiterStub {
     units: number,
     route?: RouteBudget,
   ): Promise<number>;
+  settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): Promise<number>;
   peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget): Promise<Decision>;
   reset(limits: readonly LimitSpec[], buckets: number, routes?: readonly RouteBudget[]): Promise<unknown>;
 }
@@ -67,9 +68,6 @@ export interface ClientOptions {
  * this long. A flood costs the object one call per key, isolate and interval.
  */
 export const DENY_RECHECK_MS = 1000;
-
-/** The least a request waits for its key's lease call in flight (ms), however fast recent calls were. */
-const WAIT_FLOOR_MS = 5;
 
 /** The wait a caller is told when the limiter is unavailable (ms): `Retry-After: 1`. */
 export const UNAVAILABLE_RETRY_MS = 1000;
@@ -98,8 +96,6 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   readonly #grants = new WeakMap<RateLimitResult, Grant>();
   /** An operator's override limits as `Limit` lists, one per distinct override (header strings are cached per list). */
   readonly #views = new Map<string, readonly Limit[]>();
-  /** Keys at a limit a moment ago (their cached denial lapsed here): see {@link Contention}. */
-  readonly #contended = new Map<string, Contention>();
   /** When this client next looks for idle keys' expired units to give back (its clock, ms). */
   #idleCheckAt = 0;
 
@@ -176,12 +172,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const shown = this.#shown(limits, d.limitsOverride, route);
     // Units this isolate holds on lease count as remaining, for the key's own limits (route requests never lease).
     const entry = route ? undefined : this.leases.get(name);
-    let held = 0;
-    const now = this.now();
-    if (entry && d.blockedBy === undefined) {
-      for (const h of entry.held)
-        if (now < h.expiresAt && sameLimits(h.applied, d.limitsOverride ?? null)) held += h.left;
-    }
+    const held =
+      entry && d.blockedBy === undefined ? this.leases.holding(entry, this.now(), d.limitsOverride ?? null) : 0;
     const states = d.limits.map((l) => withLease(l, held));
     if (d.allowed || held >= cost) return this.#finish(plan, shown, cost, "peek", true, states, [], 0, d.now, route);
     const reason = d.blockedBy !== undefined ? "blocked" : d.neverAllowed ? "too_costly" : "over_limit";
@@ -190,26 +182,18 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
-   * Gives back exactly the units `result` was granted, once: to the lease it was spent from while
-   * that lease is still held here, else to the key's object. A refunded request is not counted.
+   * Gives back exactly the units `result` was granted, once: to the lease it was spent from (no call), else to
+   * the key's object. A refunded request is not counted.
    *
-   * @returns false when there was nothing to give back (a refusal, a peek, or already refunded)
+   * @returns false when there was nothing to give back (a refusal, a peek, already refunded, or a leased grant
+   *   whose lease was settled since: its units were re-dated to their use and stay counted)
    */
   async refund(ns: LimiterNamespace, result: RateLimitResult): Promise<boolean> {
     const g = this.#grants.get(result);
     if (!g) return false;
     this.#grants.delete(result);
     const { held, entry } = g;
-    if (
-      held &&
-      entry &&
-      this.leases.get(g.name) === entry &&
-      entry.held.includes(held) &&
-      this.now() < held.expiresAt
-    ) {
-      held.left += g.units;
-      return true;
-    }
+    if (held && entry) return this.leases.unspend(entry, held, g.units);
     await callObject(
       () =>
         g.route
@@ -227,9 +211,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    */
   forget(ns: LimiterNamespace, name: string, bg: Background = {}): void {
     this.denyCache.deleteKey(name);
-    const unused: Unused[] = [];
-    this.leases.drop(name, unused);
-    this.#giveBack(ns, unused, bg);
+    const out: KeySettlements[] = [];
+    this.leases.drop(name, out);
+    this.#settleElsewhere(ns, out, bg);
   }
 
   /**
@@ -257,14 +241,14 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     }
     let d: Decision;
     try {
-      d = await this.#ask(ns, name, limits, { cost }, routeBudget(route));
+      d = await this.#call(ns, name, limits, { cost }, routeBudget(route));
     } catch (e) {
       return this.#failed(plan, cost, e, route);
     }
     this.#remember(cached, d, cost, now);
-    const unused: Unused[] = [];
-    this.#observe(name, d, unused);
-    this.#giveBack(ns, unused, bg);
+    const out: KeySettlements[] = [];
+    this.#observe(name, d, out);
+    this.#settleElsewhere(ns, out, bg);
     const shown = this.#shown(limits, d.limitsOverride, route);
     if (!d.allowed) {
       const reason = d.blockedBy !== undefined ? "blocked" : "over_limit";
@@ -294,131 +278,79 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     cost: number,
     bg: Background,
   ): Promise<RateLimitResult> {
-    const unused: Unused[] = [];
     let now = this.now();
-    const entry = plan.leaseMs > 0 ? this.leases.touch(name, limits, now, unused) : undefined;
+    const elsewhere: KeySettlements[] = [];
+    const entry = plan.leaseMs > 0 ? this.leases.touch(name, limits, now, elsewhere) : undefined;
     if (now >= this.#idleCheckAt) {
       this.#idleCheckAt = now + IDLE_RETURN_MS;
-      this.leases.idle(now, unused);
+      this.leases.idle(now, elsewhere);
     }
-    const gate: Gate = { out: null, waitingIn: null };
-    try {
-      // While this key's one lease call is out, wait for it — on this request's own timer: a request
-      // must never await a promise another request made (workerd cancels such continuations when
-      // that request ends) — for at most two recent round trips, then ask for itself.
-      const waitDeadline = now + 2 * Math.max(this.leases.rttMs, WAIT_FLOOR_MS);
-      for (;;) {
-        if (entry) {
-          const held = this.leases.spend(entry, cost, now);
-          if (held) {
-            this.#refill(ns, plan, name, entry, now, bg);
-            return this.#leased(plan, name, cost, entry, held, now);
-          }
-        }
-        if (!this.config.shadow) {
-          const blocked = this.denyCache.get(name, now);
-          const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
-          if (blocked && retryAt !== undefined) return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now);
-        }
-        // The key's lease call, or (at a limit a moment ago) another request's call for it; `#mustWait` only asked
-        // when no lease call holds this one back, since it takes a pass or the asker's turn when it says go.
-        const leaseCallOut = entry !== undefined && this.#inFlight(entry, now) && now < waitDeadline;
-        if (!leaseCallOut && (this.config.shadow || !this.#mustWait(name, now, gate))) break;
-        await new Promise((resolve) => setTimeout(resolve, 1));
-        now = this.now();
-      }
-      // With a call still in flight after the rounds above, this one asks for itself only.
-      const want =
-        entry && !this.#inFlight(entry, now)
-          ? this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now, ringSlackMs(limits))
-          : undefined;
-      const sentAt = now;
-      const ask = this.#leaseAsk(entry, want, cost);
-      let d: Decision;
-      try {
-        const call = this.#ask(ns, name, limits, ask);
-        if (entry && ask.leaseUnits) this.#settle(entry, call, sentAt, quietMs(ask, limits));
-        d = await call;
-      } catch (e) {
-        this.#contendedAnswer(gate, name, null);
-        return this.#failed(plan, cost, e);
-      }
-      // In the same turn as the answer is remembered: a request that waited finds the new entry, or none.
-      this.#contendedAnswer(gate, name, d);
-      this.#remember(name, d, cost, sentAt);
-      this.#observe(name, d, unused);
-      if (!d.allowed && d.blockedBy === undefined && entry) {
-        // Units this isolate was leased while the call was out count as used at the object: spend them.
-        now = this.now();
+    this.#settleElsewhere(ns, elsewhere, bg);
+    // A request waits for no other request's call, except a lease call out that asked for enough units to cover it,
+    // and for no longer than that call's round trip (docs/design.md, "No waiting behind other requests").
+    for (let joined = false; ; joined = true) {
+      if (entry) {
         const held = this.leases.spend(entry, cost, now);
-        if (held) return this.#leased(plan, name, cost, entry, held, now);
+        if (held) {
+          this.#refill(ns, plan, name, entry, now, bg);
+          return this.#leased(plan, name, cost, entry, held, now);
+        }
       }
-      const shown = this.#shown(limits, d.limitsOverride);
-      if (!d.allowed) {
-        const reason = d.blockedBy !== undefined ? "blocked" : "over_limit";
-        const exceeded = d.limits.map((l) => l.exceeded);
-        return this.#finish(plan, shown, cost, reason, false, d.limits, exceeded, d.retryAfterMs, d.now);
+      if (!this.config.shadow) {
+        const blocked = this.denyCache.get(name, now);
+        const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
+        if (blocked && retryAt !== undefined) return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now);
       }
-      // What the object has left, plus every unit this isolate holds (the new lease's included).
-      const units = entry ? this.leases.holding(entry, this.now(), d.limitsOverride ?? null).units : 0;
-      const states = d.limits.map((l) => withLease(l, units));
-      const result = this.#finish(plan, shown, cost, "granted", true, states, [], 0, d.now);
-      if (d.recordedAt) {
-        this.#grants.set(result, { name, limits, recordedAt: d.recordedAt, units: cost, held: null, entry: null });
-      }
-      return result;
-    } finally {
-      stopWaiting(gate);
-      this.#giveBack(ns, unused, bg);
+      const call = entry && !joined ? this.leases.join(entry, cost, now) : null;
+      if (!call) break;
+      // On this request's own promise and timer: workerd runs a request's continuations only while it lives, so
+      // a request never awaits a promise another request made.
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, Math.max(1, call.until - now));
+        call.wake.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+      now = this.now();
     }
-  }
-
-  /**
-   * At a limit a moment ago (the key's cached denial lapsed here), this isolate asks the object about
-   * the key one request at a time, or as many at once as its last answer left units for: whether
-   * this request waits (one poll) or goes, as the asker or on a pass. A request goes as the asker
-   * when no call is out, or when the last one went two recent round trips ago (its request may have
-   * been cancelled, or the object is slow: at most one more call per two round trips).
-   */
-  #mustWait(name: string, now: number, gate: Gate): boolean {
-    let c = this.#contended.get(name);
-    if (!c) {
-      if (!this.denyCache.lapsed(name)) return stopWaiting(gate);
-      if (this.#contended.size >= this.denyCache.max) {
-        this.#contended.delete(this.#contended.keys().next().value as string);
-      }
-      c = { sentAt: now, out: 0, passes: 0, waiting: 0 };
-      this.#contended.set(name, c);
+    // Its own call: with a lease ask when none is out for the key.
+    const want =
+      entry && entry.call === null
+        ? this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now, ringSlackMs(limits))
+        : undefined;
+    const sentAt = now;
+    const ask = this.#ask(entry, want, cost, now);
+    const call = entry && ask.leaseUnits ? this.leases.calling(entry, ask.leaseUnits, now) : null;
+    let d: Decision;
+    try {
+      d = await this.#call(ns, name, limits, ask);
+    } catch (e) {
+      if (entry && call) this.leases.answered(entry, call);
+      return this.#failed(plan, cost, e);
     }
-    if (c.passes > 0 || c.out === 0 || now - c.sentAt >= 2 * Math.max(this.leases.rttMs, WAIT_FLOOR_MS)) {
-      if (c.passes > 0) c.passes -= 1;
-      else c.sentAt = now;
-      c.out += 1;
-      gate.out = c;
-      return stopWaiting(gate);
+    const lease = entry ? this.#keep(entry, d, sentAt, ask) : null;
+    if (entry && call) this.leases.answered(entry, call);
+    this.#remember(name, d, cost, sentAt);
+    const dropped: KeySettlements[] = [];
+    this.#observe(name, d, dropped);
+    this.#settleElsewhere(ns, dropped, bg);
+    const shown = this.#shown(limits, d.limitsOverride);
+    if (!d.allowed) {
+      const reason = d.blockedBy !== undefined ? "blocked" : "over_limit";
+      const exceeded = d.limits.map((l) => l.exceeded);
+      return this.#finish(plan, shown, cost, reason, false, d.limits, exceeded, d.retryAfterMs, d.now);
     }
-    if (gate.waitingIn !== c) {
-      stopWaiting(gate);
-      gate.waitingIn = c;
-      c.waiting += 1;
+    // What the object has left, plus every unit this isolate holds (the new lease's included).
+    const units = entry ? this.leases.holding(entry, this.now(), d.limitsOverride ?? null) : 0;
+    const states = d.limits.map((l) => withLease(l, units));
+    const result = this.#finish(plan, shown, cost, "granted", true, states, [], 0, d.now);
+    if (d.recordedAt) {
+      // Recorded with a lease, the cost is refunded through it (it may be settled by then).
+      const via = lease && entry ? { held: lease, entry } : { held: null, entry: null };
+      this.#grants.set(result, { name, limits, recordedAt: d.recordedAt, units: cost, ...via });
     }
-    return true;
-  }
-
-  /**
-   * An answer to a call that went through a contended key's queue (null: the call failed). Blocked
-   * again, the cached denial answers the requests waiting; room for all of them, they all go; room for
-   * fewer, that many go at once (less what is still out) and then the next asks alone.
-   */
-  #contendedAnswer(gate: Gate, name: string, d: Decision | null): void {
-    const c = gate.out;
-    if (!c) return;
-    gate.out = null;
-    c.out = Math.max(0, c.out - 1);
-    if (!d || this.#contended.get(name) !== c) return;
-    const room = d.blockedUntil > d.now ? 0 : Math.min(...d.limits.map((l) => l.remaining));
-    if (room === 0 || room >= c.waiting + c.out) this.#contended.delete(name);
-    else c.passes = Math.max(0, room - c.out);
+    return result;
   }
 
   /** The result value: its limits, headers, and what shadow mode and the failure mode make of it. */
@@ -471,12 +403,14 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     };
   }
 
-  /** A request served from a lease: the object's view at the grant, plus what the lease still holds. */
+  /**
+   * A request served from a lease: the object's latest answer about the key, plus every unit this isolate still
+   * holds (exact with one isolate, as of that answer).
+   */
   #leased(plan: Plan, name: string, cost: number, entry: KeyLeases, held: HeldLease, now: number): RateLimitResult {
-    // The object's latest view (the newest lease's), plus every unit this isolate still holds: leases are
-    // spent in order of expiry, not of grant, so the one spent may be the older view.
-    const { latest, units } = this.leases.holding(entry, now, held.applied);
-    const view = latest ?? held;
+    const units = this.leases.holding(entry, now, held.applied);
+    const seen = entry.view;
+    const view = seen && sameLimits(seen.applied, held.applied) ? seen : held;
     const elapsed = now - view.sentAt;
     const states = view.limits.map((l) => ({
       remaining: l.remaining + units,
@@ -556,16 +490,27 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
 
   /**
    * One call to the key's object under the deadline and retry policy. Stubs are not cached across
-   * requests: workerd binds a stub to the request that made it.
+   * requests: workerd binds a stub to the request that made it. A retry carries no settlements: the
+   * first try may have applied them, and moving a lease's units twice would move units not yet used.
    */
-  #ask(ns: LimiterNamespace, name: string, limits: readonly Limit[], ask: Ask, route?: RouteBudget): Promise<Decision> {
+  #call(
+    ns: LimiterNamespace,
+    name: string,
+    limits: readonly Limit[],
+    ask: Ask,
+    route?: RouteBudget,
+  ): Promise<Decision> {
     const start = this.now();
+    let tries = 0;
     return callObject(
-      () =>
-        (route ? ns.getByName(name).take(limits, ask, route) : ns.getByName(name).take(limits, ask)).then((d) => {
+      () => {
+        const sent = tries++ === 0 || !ask.settle?.length ? ask : { ...ask, settle: [] };
+        const stub = ns.getByName(name);
+        return (route ? stub.take(limits, sent, route) : stub.take(limits, sent)).then((d) => {
           this.leases.observeRtt(this.now() - start);
           return d;
-        }),
+        });
+      },
       this.config.objectTimeoutMs,
       (e) => this.#log("limiter_retry", name, e, "warn"),
     );
@@ -573,84 +518,78 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
 
   /**
    * What a call for the key asks: the request's `cost`, the lease `want`ed (sized by the object from the
-   * key's log when this isolate has no rate of its own for it), and the key's expired units to give back.
+   * key's log when this isolate has no rate of its own for it), and the settlement of the key's leases here.
    */
-  #leaseAsk(entry: KeyLeases | undefined, want: LeaseAsk | undefined, cost: number): Ask {
+  #ask(entry: KeyLeases | undefined, want: LeaseAsk | undefined, cost: number, now: number): Ask {
     const leaseUnits = want?.units ?? 0;
     return {
       cost,
       leaseUnits,
       leaseMs: want?.lifetimeMs ?? 0,
       leaseFromLog: entry !== undefined && leaseUnits > 0 && this.leases.fromLog(entry),
-      returns: entry ? this.leases.takeReturns(entry) : [],
+      settle: entry ? this.leases.settle(entry, now) : [],
     };
-  }
-
-  /** Marks the key's lease call as out, and ties it to the entry: keeps the lease, then clears the mark. */
-  #settle(entry: KeyLeases, call: Promise<Decision>, sentAt: number, quietForMs: number): Promise<void> {
-    entry.inflightSince = sentAt;
-    const done = () => {
-      if (entry.inflightSince === sentAt) entry.inflightSince = null;
-    };
-    return call.then((d) => {
-      if (d.lease) this.leases.add(entry, d.lease, sentAt, d.limits, d.limitsOverride ?? null);
-      // No lease: ask for none for `quietForMs` (see quietMs()), so that requests neither wait on lease
-      // calls nor make them while the object decides per request.
-      else entry.quietUntil = sentAt + quietForMs;
-      done();
-    }, done);
   }
 
   /**
-   * Whether the key's lease call is still out. A mark older than the object deadline is cleared: the
-   * request that made the call may have been cancelled before its answer could clear it.
+   * Keeps the lease an answer brought (returned), or (a lease was asked for and none came, the key being near or at
+   * a limit) asks for none for a shortest window: requests then neither wait for lease calls nor make them. Not after
+   * a first lease sized from the key's log, which may simply have found no history. A request's own cost granted
+   * with the lease is recorded with it: it counts as the lease's first use, settled like the others.
    */
-  #inFlight(entry: KeyLeases, now: number): boolean {
-    if (entry.inflightSince !== null && now - entry.inflightSince >= this.config.objectTimeoutMs) {
-      entry.inflightSince = null;
+  #keep(entry: KeyLeases, d: Decision, sentAt: number, ask: Ask): HeldLease | null {
+    this.leases.saw(entry, { limits: d.limits, decidedAt: d.now, sentAt, applied: d.limitsOverride ?? null });
+    if (d.lease) {
+      const used = d.allowed ? ask.cost : 0;
+      return this.leases.add(entry, d.lease, sentAt, d.now, d.limits, d.limitsOverride ?? null, used);
     }
-    return entry.inflightSince !== null;
+    if (ask.leaseUnits && !ask.leaseFromLog)
+      entry.quietUntil = sentAt + Math.min(...entry.limits.map((l) => l.windowMs));
+    return null;
   }
 
   /** Asks for the next lease in the background when the held ones run low (off the request's path). */
   #refill(ns: LimiterNamespace, plan: Plan, name: string, entry: KeyLeases, now: number, bg: Background): void {
     const limits = plan.limits ?? [];
     const want = this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now, ringSlackMs(limits));
-    if (this.#inFlight(entry, now) || !this.leases.needsRefill(entry, now, want)) return;
-    const ask = this.#leaseAsk(entry, want, 0);
-    const call = this.#ask(ns, name, limits, ask);
-    const settled = this.#settle(entry, call, now, quietMs(ask, limits));
-    call.then(
+    if (!this.leases.needsRefill(entry, now, want)) return;
+    const ask = this.#ask(entry, want, 0, now);
+    const call = this.leases.calling(entry, want.units, now);
+    const done = this.#call(ns, name, limits, ask).then(
       (d) => {
+        this.#keep(entry, d, now, ask);
+        this.leases.answered(entry, call);
         this.#remember(name, d, 1, now, true);
-        const unused: Unused[] = [];
-        this.#observe(name, d, unused);
-        this.#giveBack(ns, unused, bg);
+        const others: KeySettlements[] = [];
+        this.#observe(name, d, others);
+        this.#settleElsewhere(ns, others, bg);
       },
-      (e) => this.#log("lease_refill_failed", name, e),
+      (e) => {
+        this.leases.answered(entry, call);
+        this.#log("lease_refill_failed", name, e);
+      },
     );
-    bg.waitUntil?.(settled);
+    bg.waitUntil?.(done);
   }
 
   /**
    * Acts on an operator's change seen in the object's answer: a block drops the key's leases here, and
    * leases granted under other limits than the ones now applied (an override came or went) are
-   * dropped. Their unused units go into `unused`, to be given back. Other isolates do the same when
-   * they next ask the object; until then they spend what they hold (at most 1/4 of the smallest
-   * limit a lease, within one lease lifetime), and those units were counted when leased.
+   * dropped; their settlements go into `out`. Other isolates do the same when they next ask the
+   * object; until then they spend what they hold (at most 1/4 of the smallest limit a lease, within
+   * one lease lifetime), and those units were counted when leased.
    */
-  #observe(name: string, d: Decision, unused: Unused[]): void {
-    if (d.blockedBy !== undefined) this.leases.drop(name, unused);
-    else this.leases.dropOthers(name, d.limitsOverride ?? null, unused);
+  #observe(name: string, d: Decision, out: KeySettlements[]): void {
+    if (d.blockedBy !== undefined) this.leases.drop(name, out);
+    else this.leases.dropOthers(name, d.limitsOverride ?? null, out);
   }
 
-  /** Gives unused units back to their keys' objects, in the background. */
-  #giveBack(ns: LimiterNamespace, unused: readonly Unused[], bg: Background): void {
-    for (const u of unused) {
-      const call = callObject(
-        () => ns.getByName(u.name).giveBack(u.limits, u.recordedAt, u.units),
-        this.config.objectTimeoutMs,
-      ).catch((e: unknown) => this.#log("lease_return_failed", u.name, e));
+  /** Settles leases of keys this request is not about (dropped or idle ones) with their objects, in the background. */
+  #settleElsewhere(ns: LimiterNamespace, out: readonly KeySettlements[], bg: Background): void {
+    for (const k of out) {
+      const call = callObject(() => ns.getByName(k.name).settle(k.limits, k.settle), this.config.objectTimeoutMs).catch(
+        (e: unknown) => this.#log("lease_return_failed", k.name, e),
+      );
       bg.waitUntil?.(call);
     }
   }
@@ -684,42 +623,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   }
 }
 
-/**
- * A key at a limit a moment ago, as this isolate asks its object about it: when a request last went
- * as the asker (local ms), how many calls that went through the queue are out, passes (requests that
- * may go at once on the last answer's room), and how many requests wait.
- */
-interface Contention {
-  sentAt: number;
-  out: number;
-  passes: number;
-  waiting: number;
-}
-
-/** One request's part in a contended key's queue: the queue it went through, the one it waits in. */
-interface Gate {
-  out: Contention | null;
-  waitingIn: Contention | null;
-}
-
-/** Takes a request out of the waiting count it is in, if any: it goes (or was answered). Always false. */
-function stopWaiting(gate: Gate): false {
-  if (gate.waitingIn) gate.waitingIn.waiting -= 1;
-  gate.waitingIn = null;
-  return false;
-}
-
 /** The deny cache entry of a route's requests: the key's name and the route's (a NUL byte is in neither). */
 function routeEntry(name: string, route: Route): string {
   return `${name}\u0000${route.name}`;
-}
-
-/**
- * How long to ask for no lease once one was asked for and none came: a shortest window (the key is near or at a
- * limit); none after a first lease, sized from the key's log, which may simply have found no history.
- */
-function quietMs(ask: Ask, limits: readonly Limit[]): number {
-  return ask.leaseFromLog ? 0 : Math.min(...limits.map((l) => l.windowMs));
 }
 
 function withLease(l: LimitStatus, units: number): HeaderState {

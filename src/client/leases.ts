@@ -1,25 +1,34 @@
 /**
  * @module The isolate's lease table: units a key's object granted ahead of use, spent here while
- * this isolate's clock is inside the lease (DESIGN.md, "Leases"). Bounded like the deny cache.
+ * this isolate's clock is inside the lease, and settled with the key's next call (docs/design.md,
+ * "Leases"). Bounded like the deny cache.
  *
  * A lease asked at local time `sentAt` with lifetime `L` may be spent while the local clock reads
  * less than `sentAt + L − margin`. The object recorded the units at its own `issuedAt + L`, and
  * `issuedAt` came after `sentAt`, so every use happens before the record whenever the two clocks
- * run at the same rate; the margin absorbs small rate differences.
+ * run at the same rate; the margin absorbs small rate differences. Settlement reports, per lease,
+ * the units used since the last report and the offset from `sentAt` of the last of them: the object
+ * moves them to `issuedAt` plus that offset, still never earlier than a use.
  */
 
 import type { Lease, LimitStatus, NamedLimit } from "../core/decision.ts";
-import { type LimitSpec, MIN_LEASE_UNITS, RING_SLACK_DIVISOR } from "../core/limits.ts";
-import type { Unspent } from "../core/log.ts";
+import { type LimitSpec, leaseMargin, MIN_LEASE_UNITS } from "../core/limits.ts";
+import type { Settlement } from "../core/log.ts";
 
 /** The object's answer that came with a lease, as this isolate keeps it. */
 export interface HeldLease {
   /** Units still to spend. */
   left: number;
+  /** Units spent since the lease was last settled. */
+  used: number;
+  /** Local time of the last of those uses. */
+  lastUseAt: number;
   /** Local time from which the lease may no longer be spent. */
   readonly expiresAt: number;
-  /** Where the object recorded it: handed back with unused units. */
+  /** Where the object recorded it. */
   readonly recordedAt: readonly number[];
+  /** The object's clock when it granted the lease. */
+  readonly issuedAt: number;
   /** Local time the lease was asked at. */
   readonly sentAt: number;
   /** The key's limits as the object saw them right after granting it. */
@@ -36,14 +45,38 @@ export interface LeaseAsk {
 
 const NO_ASK: LeaseAsk = { units: 0, lifetimeMs: 0 };
 
-/** Units to give back to a key's object. */
-export interface Unused {
+/** Settlements of one key's leases, to send to its object on a call of their own. */
+export interface KeySettlements {
   /** The key's object name. */
   readonly name: string;
-  /** The limits the lease was granted under (the object rebuilds its log for other limits). */
+  /** The limits the leases were granted under (the object rebuilds its log for other limits). */
   readonly limits: readonly LimitSpec[];
-  readonly recordedAt: readonly number[];
-  readonly units: number;
+  readonly settle: readonly Settlement[];
+}
+
+/**
+ * A lease call out for a key: requests that find no unit here may wait for it while the units it asked
+ * for cover them (`spare`), and never past `until`.
+ */
+export interface LeaseCall {
+  /** Lease units asked for and not yet promised to a waiting request. */
+  spare: number;
+  /** Local time after which nobody waits for it any more (its answer is late: it may never come). */
+  readonly until: number;
+  /** Wakes the requests waiting for the answer (each on its own promise). */
+  readonly wake: (() => void)[];
+}
+
+/** The object's latest answer about a key, as this isolate saw it. */
+export interface View {
+  /** The key's limits right after that decision (every unit leased out counted as used). */
+  readonly limits: readonly LimitStatus[];
+  /** The object's clock when it decided. */
+  readonly decidedAt: number;
+  /** Local time the call was sent at (`resetMs` counts down from it). */
+  readonly sentAt: number;
+  /** The limits it decided against when an operator's override, not the plan, applied. */
+  readonly applied: readonly NamedLimit[] | null;
 }
 
 /** What the table knows of one key. */
@@ -53,38 +86,25 @@ export interface KeyLeases {
   limits: readonly LimitSpec[];
   /** Leases being spent, oldest (first to expire) first. */
   readonly held: HeldLease[];
-  /**
-   * Expired leases' unused units, given back with the key's next object call here (so its answer
-   * counts them), or by {@link LeaseTable.idle} when the key is not seen again.
-   */
+  /** Leases that expired here with units used but not settled, or left unused: settled with the key's next call. */
   expired: HeldLease[];
-  /**
-   * When this key's lease call went out (local ms), or null: at most one per isolate. A call
-   * older than the object deadline counts as gone (its request may have been cancelled).
-   */
-  inflightSince: number | null;
+  /** The key's lease call out, or null: one at a time per isolate. */
+  call: LeaseCall | null;
+  /** The object's latest answer about the key: with the units held here, what `RateLimit` says. */
+  view: View | null;
   /** Requests seen, decayed with a 10 s time constant: about the key's rate per 10 s here. */
   score: number;
   /** Requests seen, decayed with a 100 ms time constant: follows a burst within a few requests. */
   burst: number;
   seenAt: number;
-  /** Local time since which the key has been seen here without a quiet spell (its rate is known over this long). */
-  firstSeen: number;
-  /** Local time before which no lease is asked: the object refused this key, or had none to give. */
+  /** Local time the key was first seen here (its rate is known over this long). */
+  readonly firstSeen: number;
+  /** Local time before which no lease is asked: the object had none to give. */
   quietUntil: number;
 }
 
-/**
- * The time constant of the rate estimate (ms): long enough that a key seen about once a second
- * has a rate here, short enough that a key that went quiet stops asking for much.
- */
+/** The time constant of the rate estimate (ms). */
 const RATE_TAU_MS = 10_000;
-/**
- * A gap longer than this many of the key's mean intervals here ends what its rate was watched over. Requests that
- * arrive at random leave a gap of n mean intervals once in e^n: at 4, once in 55 requests, so a steady key at
- * ~1 request a second lost its rate (and its lease size) about every third lease; at 10, once in 22,000.
- */
-const QUIET_INTERVALS = 10;
 /** The time constant of the burst estimate (ms). */
 const BURST_TAU_MS = 100;
 /** A key seen fewer times than this per time constant has no rate of its own here: the object sizes its lease. */
@@ -102,13 +122,11 @@ const MIN_LEAD_MS = 5;
 /** A lease is asked for only when its lifetime is at least this many recent object round trips. */
 const RTT_LIFETIMES = 4;
 
-/** An isolate gives back an idle key's expired units on its own once it has not seen the key for this long (ms). */
-export const IDLE_RETURN_MS = 1_000;
+/** The least time (ms) a request waits for a lease call out, however fast recent calls were. */
+const MIN_WAIT_MS = 5;
 
-/** Safety margin subtracted from a lease's lifetime (ms). */
-export function leaseMargin(lifetimeMs: number): number {
-  return 1 + Math.floor(lifetimeMs / 50);
-}
+/** An isolate settles an idle key's leases on its own once it has not seen the key for this long (ms). */
+export const IDLE_RETURN_MS = 1_000;
 
 export class LeaseTable {
   readonly #entries = new Map<string, KeyLeases>();
@@ -124,16 +142,17 @@ export class LeaseTable {
   }
 
   /** The key's entry, counting this request in its rate (created when missing; the oldest entry makes room). */
-  touch(name: string, limits: readonly LimitSpec[], now: number, unused: Unused[]): KeyLeases {
+  touch(name: string, limits: readonly LimitSpec[], now: number, out: KeySettlements[]): KeyLeases {
     let e = this.#entries.get(name);
     if (!e) {
-      if (this.#entries.size >= this.#max) this.#evictOldest(unused);
+      if (this.#entries.size >= this.#max) this.#evictOldest(out);
       e = {
         name,
         limits,
         held: [],
         expired: [],
-        inflightSince: null,
+        call: null,
+        view: null,
         score: 0,
         burst: 0,
         seenAt: now,
@@ -144,12 +163,6 @@ export class LeaseTable {
     }
     e.limits = limits;
     const dt = Math.max(0, now - e.seenAt);
-    // A gap of several mean intervals is a quiet spell: what comes next is a new rate, watched from now.
-    // The old rate says nothing of the new one: forgotten, so the key's next lease is sized from its log again.
-    if (dt * e.score > QUIET_INTERVALS * RATE_TAU_MS) {
-      e.firstSeen = now;
-      e.score = 0;
-    }
     e.score = e.score * Math.exp(-dt / RATE_TAU_MS) + 1;
     e.burst = e.burst * Math.exp(-dt / BURST_TAU_MS) + 1;
     e.seenAt = now;
@@ -161,31 +174,34 @@ export class LeaseTable {
     return this.#entries.get(name);
   }
 
-  /** Forgets a key's leases (an operator's reset or block); returns their unused units. */
-  drop(name: string, unused: Unused[]): void {
+  /** Forgets a key's leases (an operator's reset or block); adds their settlement to `out`. */
+  drop(name: string, out: KeySettlements[]): void {
     const e = this.#entries.get(name);
     if (!e) return;
-    for (const h of [...e.expired, ...e.held]) if (h.left > 0) unused.push(unusedOf(e, h));
     this.#entries.delete(name);
+    pushSettlements(out, e, [...e.expired, ...e.held]);
   }
 
-  /** Forgets the key's leases granted under other limits than `applied`; returns their unused units. */
-  dropOthers(name: string, applied: readonly NamedLimit[] | null, unused: Unused[]): void {
+  /** Forgets the key's leases granted under other limits than `applied`; adds their settlement to `out`. */
+  dropOthers(name: string, applied: readonly NamedLimit[] | null, out: KeySettlements[]): void {
     const e = this.#entries.get(name);
     if (!e) return;
+    const gone: HeldLease[] = [];
     for (const list of [e.held, e.expired]) {
       for (let i = list.length - 1; i >= 0; i--) {
         const h = list[i] as HeldLease;
         if (sameLimits(h.applied, applied)) continue;
-        if (h.left > 0) unused.push(unusedOf(e, h));
+        gone.push(h);
         list.splice(i, 1);
       }
     }
+    // A lease granted under other limits is recorded in other rings: settled against them, where its units are.
+    pushSettlements(out, e, gone);
   }
 
   /**
    * Spends `cost` from the first lease still valid at `now` that has enough left. Expired leases
-   * are dropped; their unused units wait in `expired` for the key's next call.
+   * move to `expired`, to be settled with the key's next call.
    */
   spend(e: KeyLeases, cost: number, now: number): HeldLease | null {
     this.#expire(e, now);
@@ -193,6 +209,8 @@ export class LeaseTable {
     for (const h of e.held) {
       if (h.left >= cost) {
         h.left -= cost;
+        h.used += cost;
+        h.lastUseAt = now;
         return h;
       }
     }
@@ -200,48 +218,68 @@ export class LeaseTable {
   }
 
   /**
-   * What this isolate holds for the key at `now` under `applied` limits: the units of its valid leases,
-   * and the lease granted last (whose limits are the object's latest view).
+   * Puts `units` spent from `h` back into it, when they are not settled yet (a refund): true when done. Back in a
+   * lease still valid they may be spent again; in an expired one they are given back with its settlement. A settled
+   * unit's record was moved to its use: it stays counted (spent again later, it would be used after its record).
    */
-  holding(
-    e: KeyLeases,
-    now: number,
-    applied: readonly NamedLimit[] | null,
-  ): { latest: HeldLease | null; units: number } {
-    let latest: HeldLease | null = null;
-    let units = 0;
-    for (const h of e.held) {
-      if (now >= h.expiresAt || !sameLimits(h.applied, applied)) continue;
-      units += h.left;
-      if (latest === null || h.sentAt > latest.sentAt) latest = h;
+  unspend(e: KeyLeases, h: HeldLease, units: number): boolean {
+    if (this.#entries.get(e.name) !== e || h.used < units || !(e.held.includes(h) || e.expired.includes(h))) {
+      return false;
     }
-    return { latest, units };
+    h.used -= units;
+    h.left += units;
+    return true;
+  }
+
+  /** The units of the key's leases valid at `now` under `applied` limits: what this isolate may still grant. */
+  holding(e: KeyLeases, now: number, applied: readonly NamedLimit[] | null): number {
+    let units = 0;
+    for (const h of e.held) if (now < h.expiresAt && sameLimits(h.applied, applied)) units += h.left;
+    return units;
+  }
+
+  /** Keeps the object's answer about the key when it is the latest decided (answers may arrive out of order). */
+  saw(e: KeyLeases, view: View): void {
+    if (e.view === null || view.decidedAt >= e.view.decidedAt) e.view = view;
   }
 
   /**
-   * Takes the key's expired units, to give back with its next object call. A lease granted under
-   * other limits than the object applies then has its units skipped there: they expire.
+   * The key's settlements for a call about to go out: every lease with units used since its last
+   * settlement, and every expired one (its unused units given back). They count as settled from
+   * now on: a call that fails leaves them where the object recorded them, which is later (safe).
    */
-  takeReturns(e: KeyLeases): Unspent[] {
-    if (e.expired.length === 0) return [];
-    const out = e.expired.map((h) => ({ recordedAt: h.recordedAt, units: h.left }));
+  settle(e: KeyLeases, now: number): Settlement[] {
+    this.#expire(e, now);
+    const out: Settlement[] = [];
+    for (const h of e.expired) out.push(settlement(h, h.left));
     e.expired = [];
+    for (const h of e.held) {
+      if (h.used === 0) continue;
+      out.push(settlement(h, 0));
+      h.used = 0;
+    }
     return out;
   }
 
   /**
-   * Expired units of keys not seen here for {@link IDLE_RETURN_MS}, to give back on their own
-   * call: an idle isolate returns what the key's other isolates may need. Only where they matter:
-   * when the key had less than half of some limit left at the lease's grant. Elsewhere they simply
-   * expire (their record leaves the window; a give-back would cost a call and a row for nothing).
+   * Settlements of keys not seen here for {@link IDLE_RETURN_MS}, for calls of their own: an idle
+   * isolate frees what the key's other isolates may need. Only where it matters: when the key had
+   * less than half of some limit left at the lease's grant. Elsewhere the units simply stay where they
+   * are recorded until their record leaves the window (a settlement would cost a call and rows for nothing).
    */
-  idle(now: number, unused: Unused[]): void {
+  idle(now: number, out: KeySettlements[]): void {
     for (const e of this.#entries.values()) {
-      if (now - e.seenAt < IDLE_RETURN_MS || e.inflightSince !== null) continue;
+      if (now - e.seenAt < IDLE_RETURN_MS || e.call !== null) continue;
       this.#expire(e, now);
-      if (e.expired.length === 0) continue;
-      for (const h of e.expired) if (nearLimit(e, h)) unused.push(unusedOf(e, h));
+      const near = [...e.expired, ...e.held].filter((h) => (h.used > 0 || now >= h.expiresAt) && nearLimit(e, h));
       e.expired = [];
+      if (near.length === 0) continue;
+      const settle: Settlement[] = [];
+      for (const h of near) {
+        settle.push(settlement(h, now >= h.expiresAt ? h.left : 0));
+        h.used = 0;
+      }
+      out.push({ name: e.name, limits: e.limits, settle });
     }
   }
 
@@ -249,28 +287,18 @@ export class LeaseTable {
    * The lease to ask for: about what this isolate would spend at its recent rate for the key
    * ({@link ASK_SHARE} of it), whole units only, at most `maxUnits`, over a lifetime of at most
    * `lifetimeMs` and at most as long as this isolate has watched the key (at least `youngMs`): a
-   * rate seen for 20 ms says little about the next 10 s, and a leased unit counts until its record
-   * leaves the window. At most 1/32 of the window of each limit the key heads for (this isolate
-   * alone would take half of it per window at that rate). A lease capped by `maxUnits` asks for the time it takes to spend them.
-   * `units` 0 (no lease) when that is under {@link MIN_LEASE_UNITS} (the lease would cost more
-   * calls than it saves). A key without a rate here (`fromLog`) asks for `maxUnits` over
-   * `lifetimeMs`, for the object to size from the key's own rate.
+   * rate seen for 20 ms says little about the next 10 s. A lease capped by `maxUnits` asks for the
+   * time it takes to spend them. `units` 0 (no lease) when that is under {@link MIN_LEASE_UNITS}.
+   * A key without a rate here ({@link fromLog}) asks for `maxUnits` over `lifetimeMs`, for the
+   * object to size from the key's own rate.
    */
   want(e: KeyLeases, lifetimeMs: number, maxUnits: number, now: number, youngMs = 0): LeaseAsk {
     if (lifetimeMs <= 0 || now < e.quietUntil) return NO_ASK;
-    // A lease arrives a round trip into its lifetime: one that would be mostly over by then is
-    // not worth its units (they count until their record leaves the window, used or not).
+    // A lease arrives a round trip into its lifetime: one that would be mostly over by then is not worth asking.
     if (lifetimeMs < RTT_LIFETIMES * this.#rttMs) return NO_ASK;
     if (this.fromLog(e)) return { units: maxUnits, lifetimeMs };
-    const recent = rate(e, now);
-    const perMs = ASK_SHARE * recent;
-    // A key this isolate alone would take half of some limit per window from at its recent rate heads for that
-    // limit: its leases live no longer than 1/32 of that limit's window (units used at once but recorded a lifetime
-    // later would hold capacity the key is about to need).
-    let life = Math.min(lifetimeMs, Math.max(youngMs, now - e.firstSeen));
-    for (const l of e.limits) {
-      if (2 * recent * l.windowMs >= l.limit) life = Math.min(life, Math.floor(l.windowMs / RING_SLACK_DIVISOR));
-    }
+    const perMs = ASK_SHARE * rate(e, now);
+    const life = Math.min(lifetimeMs, Math.max(youngMs, now - e.firstSeen));
     const units = Math.floor(perMs * life);
     if (units < MIN_LEASE_UNITS) return NO_ASK;
     if (units <= maxUnits) return { units, lifetimeMs: life };
@@ -282,7 +310,7 @@ export class LeaseTable {
     return e.score < MIN_SCORE;
   }
 
-  /** Records how long an object call took (ms), for {@link LeaseTable.want}: a moving average over recent calls. */
+  /** Records how long an object call took (ms): a moving average over recent calls. */
   observeRtt(ms: number): void {
     this.#rttMs = this.#rttMs === 0 ? ms : this.#rttMs + (ms - this.#rttMs) / 8;
   }
@@ -298,7 +326,7 @@ export class LeaseTable {
    * late enough that little of the held ones is left to give back.
    */
   needsRefill(e: KeyLeases, now: number, want: LeaseAsk): boolean {
-    if (e.inflightSince !== null || want.units === 0) return false;
+    if (e.call !== null || want.units === 0) return false;
     const lead = 2 * Math.max(this.#rttMs, MIN_LEAD_MS);
     let left = 0;
     let until = now;
@@ -310,45 +338,105 @@ export class LeaseTable {
     return left <= Math.ceil(rate(e, now) * lead) || until - now <= lead;
   }
 
-  /** Keeps a lease granted for a call sent at `sentAt`. */
+  /**
+   * Marks a lease call for `units` as out for the key at `now`; requests may wait for it (see {@link join}). The
+   * returned call is cleared with {@link answered}.
+   */
+  calling(e: KeyLeases, units: number, now: number): LeaseCall {
+    const call: LeaseCall = { spare: units, until: now + 2 * Math.max(this.#rttMs, MIN_WAIT_MS), wake: [] };
+    e.call = call;
+    return call;
+  }
+
+  /**
+   * The key's lease call a request of `cost` may wait for: one out, not late, whose spare units cover the
+   * request (they are promised to it). Null: the request asks for itself.
+   */
+  join(e: KeyLeases, cost: number, now: number): LeaseCall | null {
+    const call = e.call;
+    if (call === null || now >= call.until || call.spare < cost) return null;
+    call.spare -= cost;
+    return call;
+  }
+
+  /** The lease call answered (or failed): clears it, then wakes the requests that waited for it. */
+  answered(e: KeyLeases, call: LeaseCall): void {
+    if (e.call === call) e.call = null;
+    for (const wake of call.wake.splice(0)) wake();
+  }
+
+  /**
+   * Keeps a lease granted for a call sent at `sentAt` (local) and issued at `issuedAt` (the object's clock). `used`:
+   * the request's own cost granted with it and recorded in its slot, its first use (at `sentAt`).
+   */
   add(
     e: KeyLeases,
     lease: Lease,
     sentAt: number,
+    issuedAt: number,
     limits: readonly LimitStatus[],
     applied: readonly NamedLimit[] | null = null,
-  ): void {
+    used = 0,
+  ): HeldLease {
     const expiresAt = sentAt + lease.lifetimeMs - leaseMargin(lease.lifetimeMs);
-    const held: HeldLease = { left: lease.units, expiresAt, recordedAt: lease.recordedAt, sentAt, limits, applied };
+    const held: HeldLease = {
+      left: lease.units,
+      used,
+      lastUseAt: sentAt,
+      expiresAt,
+      recordedAt: lease.recordedAt,
+      issuedAt,
+      sentAt,
+      limits,
+      applied,
+    };
     let i = e.held.length;
     while (i > 0 && (e.held[i - 1] as HeldLease).expiresAt > expiresAt) i--;
     e.held.splice(i, 0, held);
+    return held;
   }
 
-  /** Moves the key's leases expired at `now` out of `held`, keeping those with units left in `expired`. */
+  /** Moves the key's leases expired at `now` out of `held`, keeping those with anything to settle in `expired`. */
   #expire(e: KeyLeases, now: number): void {
     while (e.held.length > 0 && now >= (e.held[0] as HeldLease).expiresAt) {
       const gone = e.held.shift() as HeldLease;
-      if (gone.left > 0) e.expired.push(gone);
+      if (gone.left > 0 || gone.used > 0) e.expired.push(gone);
     }
   }
 
-  #evictOldest(unused: Unused[]): void {
+  #evictOldest(out: KeySettlements[]): void {
     for (const [name, e] of this.#entries) {
       if (this.#entries.size < this.#max) break;
-      if (e.inflightSince !== null) continue;
-      this.drop(name, unused);
+      if (e.call !== null) continue;
+      this.drop(name, out);
     }
   }
 }
 
+/** A lease's settlement: its units used since the last one, and `unused` units given back. */
+function settlement(h: HeldLease, unused: number): Settlement {
+  return {
+    recordedAt: h.recordedAt,
+    issuedAt: h.issuedAt,
+    used: h.used,
+    // Whole milliseconds, rounded up: never earlier than the use.
+    lastUseMs: Math.max(0, Math.ceil(h.lastUseAt - h.sentAt)),
+    unused,
+  };
+}
+
+/** Adds the settlement of `leases` (each given up: its unused units back) for the key to `out`, when there is any. */
+function pushSettlements(out: KeySettlements[], e: KeyLeases, leases: readonly HeldLease[]): void {
+  const settle = leases.filter((h) => h.used > 0 || h.left > 0).map((h) => settlement(h, h.left));
+  if (settle.length > 0) out.push({ name: e.name, limits: e.limits, settle });
+}
+
 /**
  * The key's recent rate here (requests per ms): the higher of two estimates, so that a burst shows
- * within a few requests (and its leases live about as long as it takes to spend them). Each leaves
- * out the request just counted (n requests span n − 1 intervals; one request after a quiet spell is
- * no burst). The 10 s estimate is divided by what its decayed count reaches over the time the key
- * has been watched here (at least the burst estimate's 100 ms): the rate since then, unbiased while
- * it ramps up (a key seen steadily for 12 s would otherwise read at 70 % of its rate).
+ * within a few requests. Each leaves out the request just counted (n requests span n − 1 intervals;
+ * one request after a quiet spell is no burst). The 10 s estimate is divided by what its decayed count
+ * reaches over the time the key has been watched here (at least the burst estimate's 100 ms): the rate
+ * since then, unbiased while it ramps up.
  */
 function rate(e: KeyLeases, now: number): number {
   const watched = Math.max(now - e.firstSeen, BURST_TAU_MS);
@@ -360,10 +448,6 @@ function rate(e: KeyLeases, now: number): number {
 function nearLimit(e: KeyLeases, h: HeldLease): boolean {
   const limits = h.applied ?? e.limits;
   return h.limits.some((l, i) => 2 * (l.remaining + h.left) < (limits[i]?.limit ?? 0));
-}
-
-function unusedOf(e: KeyLeases, h: HeldLease): Unused {
-  return { name: e.name, limits: e.limits, recordedAt: h.recordedAt, units: h.left };
 }
 
 /** Whether two override limit lists are the same (null: the plan's). */

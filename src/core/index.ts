@@ -11,6 +11,7 @@ export {
   LEASE_LIMIT_DIVISOR,
   type Limit,
   type LimitSpec,
+  leaseMargin,
   MAX_KEY_SLOTS,
   MAX_LEASE_MS,
   MAX_RING_SLOTS,
@@ -23,5 +24,5 @@ export {
   ringLayout,
   ringSlackMs,
 } from "./limits.ts";
-export { type Ask, type History, KeyLog, type Outcome, type Restored, type Unspent } from "./log.ts";
+export { type Ask, type History, KeyLog, type Outcome, type Restored, type Settlement } from "./log.ts";
 export { Ring, roundUp, type SlotRow } from "./ring.ts";

@@ -70,6 +70,15 @@ export const FAR_BELOW_FREE = 3 / 4;
  */
 export const FAR_LEASE_FACTOR = 2;
 
+/**
+ * The clock-rate margin on a lease (ms): an isolate stops spending it this long before `sentAt + lifetimeMs`, and a
+ * settled unit is recorded this long after `issuedAt + lastUseMs`. It covers the isolate's and the object's clocks
+ * running at rates up to 2 % apart (their offsets never matter).
+ */
+export function leaseMargin(ms: number): number {
+  return 1 + Math.floor(ms / 50);
+}
+
 /** The most units one lease may carry under these limits near a limit: 1/8 of the smallest, floored. */
 export function maxLeaseUnits(limits: readonly LimitSpec[]): number {
   let smallest = Number.POSITIVE_INFINITY;

@@ -19,6 +19,7 @@ import {
   LEASE_HEADROOM_SHARE,
   type Limit,
   type LimitSpec,
+  leaseMargin,
   MIN_LEASE_UNITS,
   maxLeaseMs,
   maxLeaseUnits,
@@ -47,14 +48,31 @@ export interface Ask {
    * spread over that window, for one lifetime.
    */
   readonly leaseFromLog?: boolean;
-  /** Units of earlier leases the caller will not use, given back before the decision (so it sees them). */
-  readonly returns?: readonly Unspent[];
+  /**
+   * The caller's leases of this key, settled before the decision (so that it sees them): used units re-dated to
+   * their last use, unused ones given back.
+   */
+  readonly settle?: readonly Settlement[];
 }
 
-/** Units of a lease given back: where it was recorded (as the lease said) and how many. */
-export interface Unspent {
+/**
+ * What a caller reports of one lease it holds (docs/design.md, "Settled leases"): `used` units spent since its
+ * last report, the last of them `lastUseMs` after the lease was asked for (on the caller's clock), and `unused`
+ * units it gives up. The object moves the used units from the lease's record to `issuedAt + lastUseMs` (plus the
+ * clock-rate margin, {@link leaseMargin}) — never earlier than a use, since `issuedAt` came after the ask — and
+ * takes the unused ones back.
+ */
+export interface Settlement {
+  /** Where the lease was recorded, one time per ring (as the lease said). */
   readonly recordedAt: readonly number[];
-  readonly units: number;
+  /** The object's clock when it granted the lease (the decision's `now`). */
+  readonly issuedAt: number;
+  /** Units spent since the lease was last settled (0: none). */
+  readonly used: number;
+  /** The last of those uses, in ms after the caller asked for the lease (its own clock). */
+  readonly lastUseMs: number;
+  /** Units the caller will never spend (0: none). */
+  readonly unused: number;
 }
 
 /** Grants over one limit's window, per bucket: what an operator's chart shows. */
@@ -200,7 +218,7 @@ export class KeyLog {
    * @throws RangeError for a cost, lease or `now` out of range
    */
   take(now: number, ask: Ask): Outcome {
-    const { cost, leaseUnits = 0, leaseMs = 0, returns = NOTHING } = ask;
+    const { cost, leaseUnits = 0, leaseMs = 0, settle = NOTHING } = ask;
     if (!Number.isSafeInteger(cost) || cost < 0)
       throw new RangeError(`cost: expected a whole number ≥ 0, got ${describe(cost)}`);
     if (!Number.isSafeInteger(leaseUnits) || leaseUnits < 0) {
@@ -210,16 +228,14 @@ export class KeyLog {
       throw new RangeError(`leaseMs: expected whole milliseconds ≥ 0, got ${describe(leaseMs)}`);
     }
     if (cost === 0 && leaseUnits === 0) throw new RangeError("cost: 0 asks for nothing; ask for a cost or lease units");
-    if (!Array.isArray(returns)) throw new RangeError("returns: expected a list of unspent units");
-    // Given back first, so that the decision and the limits it reports see them.
-    let given: readonly SlotRow[] = NOTHING;
-    for (const r of returns) {
-      // A lease recorded under other limits (other rings) is not here to give back: its units expire.
-      if (Array.isArray(r?.recordedAt) && r.recordedAt.length === this.rings.length) {
-        given = [...given, ...this.giveBack(r.recordedAt, r.units)];
-      }
-    }
+    if (!Array.isArray(settle)) throw new RangeError("settle: expected a list of lease settlements");
     const t = this.#advance(now);
+    // Settled first, so that the decision and the limits it reports see them.
+    let given: readonly SlotRow[] = NOTHING;
+    for (const s of settle) {
+      const rows = this.settle(t, s);
+      if (rows.length > 0) given = [...given, ...rows];
+    }
     const allowed = this.rings.every((r) => r.fits(cost));
     if (!allowed) {
       if (cost <= this.#minLimit) this.#refusedAt = t;
@@ -240,6 +256,42 @@ export class KeyLog {
     const recordedAt = recorded.map((w) => w.ts);
     const lease = extra > 0 ? { units: extra, lifetimeMs: lifetime, recordedAt } : null;
     return { decision: this.#decision(t, cost, true, lease, cost > 0 ? recordedAt : undefined), writes };
+  }
+
+  /**
+   * Settles one lease at `now` (see {@link Settlement}): moves its used units to `issuedAt + lastUseMs` plus the
+   * margin, when that is earlier than their record, and takes back its unused units. Never earlier than a use;
+   * a settled unit's record is kept inside every window of its ring (a unit whose use has left a window already
+   * counts there for at most a millisecond more). A lease recorded under other limits (other rings) is not here:
+   * its units stay where they are and expire.
+   *
+   * @returns the rows to write, in order
+   * @throws RangeError for counts or times out of range
+   */
+  settle(now: number, s: Settlement): SlotRow[] {
+    if (!Array.isArray(s?.recordedAt) || s.recordedAt.length !== this.rings.length) return [];
+    const { used, unused, issuedAt, lastUseMs } = s;
+    for (const [field, n] of [
+      ["used", used],
+      ["unused", unused],
+      ["lastUseMs", lastUseMs],
+    ] as const) {
+      if (!Number.isSafeInteger(n) || n < 0)
+        throw new RangeError(`${field}: expected a whole number ≥ 0, got ${describe(n)}`);
+    }
+    if (!Number.isSafeInteger(issuedAt))
+      throw new RangeError(`issuedAt: expected a time in ms, got ${describe(issuedAt)}`);
+    const t = this.#advance(now);
+    // One more millisecond for clocks read in whole milliseconds (the use may lie up to 1 ms past its reading).
+    const at = issuedAt + lastUseMs + 1 + leaseMargin(lastUseMs);
+    const writes: SlotRow[] = [];
+    this.rings.forEach((ring, r) => {
+      const from = s.recordedAt[r] as number;
+      if (used > 0) writes.push(...ring.move(from, Math.max(at, t - shortestWindow(ring, this) + 1), used));
+      const row = unused > 0 ? ring.giveBack(from, unused) : null;
+      if (row) writes.push(row);
+    });
+    return writes;
   }
 
   /**
@@ -448,6 +500,12 @@ const NO_LEASE = { units: 0, lifetimeMs: 0 } as const;
 
 /** No returns, no rows: shared, never written to (a call allocates nothing for what it does not have). */
 const NOTHING: readonly never[] = Object.freeze([]);
+
+function shortestWindow(ring: Ring, log: KeyLog): number {
+  let w = Number.POSITIVE_INFINITY;
+  for (const l of log.limits) if (l.tickMs === ring.tickMs) w = Math.min(w, l.windowMs);
+  return w;
+}
 
 function longestWindow(ring: Ring, log: KeyLog): number {
   let w = 0;

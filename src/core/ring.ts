@@ -284,6 +284,21 @@ export class Ring {
     return row;
   }
 
+  /**
+   * Moves up to `units` from the slot at `from` (a lease's record) to `to` rounded up to the tick, when that is
+   * earlier: a lease's used units re-dated to their last use. Returns the rows to write, in order (none when no
+   * slot is at `from` or `to` is not earlier). The ring must be evicted to a time before `to` in every window.
+   */
+  move(from: number, to: number, units: number): SlotRow[] {
+    const i = this.#find(from);
+    const ts = roundUp(to, this.tickMs);
+    if (i === -1 || ts >= from) return [];
+    const taken = Math.min(units, this.#costAt(i));
+    const gone = this.giveBack(from, taken) as SlotRow;
+    // With the ring full, `record` adds to the next later slot: the lease's own, unless it was just emptied.
+    return [gone, this.record(ts, taken)];
+  }
+
   /** Absolute index of the slot at `ts`, or −1. Binary search: slots are sorted. */
   #find(ts: number): number {
     let lo = this.#start;

@@ -10,7 +10,7 @@ import { DurableObject } from "cloudflare:workers";
 import { combine, type RouteBudget, takeTogether } from "../core/budgets.ts";
 import type { Decision, NamedLimit } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
-import { type Ask, type History, KeyLog } from "../core/log.ts";
+import { type Ask, type History, KeyLog, type Settlement } from "../core/log.ts";
 import type { SlotRow } from "../core/ring.ts";
 
 const UPSERT =
@@ -98,7 +98,7 @@ export class RateLimiter extends DurableObject<unknown> {
 
   /**
    * Decides one request of `ask.cost` against `limits` at the object's clock, after taking back
-   * `ask.returns` (units of expired leases), and leases up to `ask.leaseUnits` more for up to
+   * `ask.settle` (the caller's leases: used units re-dated, unused ones taken back), and leases up to `ask.leaseUnits` more for up to
    * `ask.leaseMs`, sized by the key's headroom. One row per ring for a grant and per given-back
    * slot, nothing else. Synchronous up to the alarm, so no other call interleaves;
    * the output gate holds the answer until the rows are durable.
@@ -166,6 +166,24 @@ export class RateLimiter extends DurableObject<unknown> {
     const routed = routeLog.giveBack(recordedAt.slice(log.rings.length), units);
     this.#writeRoute(route.name, routed);
     return writes.length + routed.length;
+  }
+
+  /**
+   * Settles leases a caller holds of the key (docs/design.md, "Settled leases") outside a decision: their used
+   * units re-dated to their last use, their unused units taken back. Leases recorded under other limits (an
+   * override came or went) stay where they are and expire. Returns the rows written.
+   */
+  settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): number {
+    if (!Array.isArray(settle)) throw new RangeError("settle: expected a list of lease settlements");
+    const now = this.clock();
+    const log = this.#logFor(this.#activeOverride(now)?.limits ?? limits);
+    let written = 0;
+    for (const s of settle) {
+      const writes = log.settle(now, s);
+      this.#write(writes);
+      written += writes.length;
+    }
+    return written;
   }
 
   /**

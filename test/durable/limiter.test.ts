@@ -134,24 +134,46 @@ describe("leases", () => {
     expect(await o.take(limits, 20)).toMatchObject({ allowed: false });
   });
 
-  it("takes back an expired lease's units with the key's next request, before deciding it", async () => {
+  it("settles a caller's leases with the key's next request, before deciding it: used units re-dated, unused taken back", async () => {
     const o = await object();
     const limits: LimitSpec[] = [{ limit: 40, windowMs: 60_000, tickMs: 1 }];
     const d = await o.take(limits, 1, { leaseUnits: 4, leaseMs: 100 });
     expect(d.lease).toMatchObject({ units: 4, lifetimeMs: 100 });
     o.at(T0 + 200);
-    const returns = [{ recordedAt: d.lease?.recordedAt ?? [], units: 4 }];
-    const next = await o.take(limits, 1, { returns });
-    // The answer counts the given-back units as free: the two requests are all that is used.
-    expect(next.limits[0]?.remaining).toBe(38);
-    expect((await o.rows()).map((r) => [r.ts, r.cost])).toEqual([
-      [T0 + 100, 1],
+    // The caller used the request's own unit (recorded with the lease) and one more, the last 30 ms after it asked,
+    // and gives up the other three.
+    const settle = [{ recordedAt: d.lease?.recordedAt ?? [], issuedAt: d.now, used: 2, lastUseMs: 30, unused: 3 }];
+    const next = await o.take(limits, 1, { settle });
+    // The answer counts the given-back units as free: the two uses and the new request are all that is used.
+    expect(next.limits[0]?.remaining).toBe(37);
+    // The uses are recorded at issuedAt + 30, plus 1 ms for whole-millisecond clocks and the margin of 1 ms.
+    expect((await o.rows()).filter((r) => r.cost > 0).map((r) => [r.ts, r.cost])).toEqual([
+      [T0 + 32, 2],
       [T0 + 200, 1],
     ]);
-    // Units of a lease granted under other limits (another ring layout) are skipped: they expire.
-    const other = await o.take(limits, 1, { returns: [{ recordedAt: [T0 + 100, T0 + 100], units: 1 }] });
+    // A lease granted under other limits (another ring layout) is not here: nothing moves.
+    const elsewhere = { recordedAt: [T0 + 100, T0 + 100], issuedAt: T0, used: 1, lastUseMs: 0, unused: 1 };
+    const other = await o.take(limits, 1, { settle: [elsewhere] });
     expect(other).toMatchObject({ allowed: true });
-    expect(other.limits[0]?.remaining).toBe(37);
+    expect(other.limits[0]?.remaining).toBe(36);
+  });
+
+  it("settles on a call of its own, and a restart keeps what it moved", async () => {
+    const o = await object();
+    const limits: LimitSpec[] = [{ limit: 40, windowMs: 1000, tickMs: 1 }];
+    const d = await o.take(limits, 0, { leaseUnits: 5, leaseMs: 500 });
+    const recordedAt = d.lease?.recordedAt ?? [];
+    expect(recordedAt).toEqual([T0 + 500]);
+    o.at(T0 + 100);
+    // Two units used by 40 ms after the ask; the lease is still being spent, so nothing is given back.
+    const rows = await o.settle(limits, [{ recordedAt, issuedAt: d.now, used: 2, lastUseMs: 40, unused: 0 }]);
+    expect(rows).toBe(2);
+    await o.evict();
+    o.at(T0 + 1042);
+    // T0 + 42 has left the 1 s window; the three still leased at T0 + 500 count.
+    expect((await o.peek(limits)).limits[0]?.remaining).toBe(37);
+    expect(await o.settle(limits, [{ recordedAt, issuedAt: d.now, used: 0, lastUseMs: 0, unused: 3 }])).toBe(1);
+    expect((await o.peek(limits)).limits[0]?.remaining).toBe(40);
   });
 
   it("takes back unused units, and forgets a slot that holds nothing any more", async () => {

@@ -4,7 +4,7 @@ import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { expect } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
-import type { Ask } from "../../src/core/log.ts";
+import type { Ask, Settlement } from "../../src/core/log.ts";
 import type { KeyStatus, RateLimiter } from "../../src/object/index.ts";
 
 /** The time every test object starts at (ms). */
@@ -44,6 +44,12 @@ export async function object(name = crypto.randomUUID()) {
     },
     giveBack(limits: readonly LimitSpec[], recordedAt: readonly number[], units: number): Promise<number> {
       return stub.giveBack(limits, recordedAt, units) as Promise<number>;
+    },
+    settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): Promise<number> {
+      return stub.settle(limits, settle) as Promise<number>;
+    },
+    peek(limits: readonly LimitSpec[], cost = 1): Promise<Decision> {
+      return stub.peek(limits, cost) as Promise<Decision>;
     },
     status(limits: readonly LimitSpec[] = perSecond, buckets = 10): Promise<KeyStatus> {
       return stub.status(limits, buckets) as Promise<KeyStatus>;

@@ -2,7 +2,7 @@
 import { env } from "cloudflare:workers";
 import { inject, it } from "vitest";
 import type { Decision } from "../../src/core/index.ts";
-import type { Ask } from "../../src/core/log.ts";
+import type { Ask, Settlement } from "../../src/core/log.ts";
 import { createProxy, type WorkerEnv } from "../../src/proxy/app.ts";
 
 export type { WorkerEnv };
@@ -57,7 +57,7 @@ export function fakeLimiter(take: (call: number, ask: Ask) => Promise<Decision>)
   calls: () => number;
   /** The `ask` of every `take` call, in order. */
   asks: Ask[];
-  /** Every `giveBack` call: the lease's record times and the units given back. */
+  /** Every unit given back, by a `giveBack` call or a lease's settlement: the lease's record times and the units. */
   returns: { recordedAt: readonly number[]; units: number }[];
 } {
   const asks: Ask[] = [];
@@ -65,12 +65,16 @@ export function fakeLimiter(take: (call: number, ask: Ask) => Promise<Decision>)
   const stub = {
     take: (_limits: unknown, ask: Ask) => {
       asks.push(ask);
-      returns.push(...(ask.returns ?? []));
+      for (const x of ask.settle ?? []) if (x.unused > 0) returns.push({ recordedAt: x.recordedAt, units: x.unused });
       return take(asks.length, ask);
     },
     giveBack: (_limits: unknown, recordedAt: readonly number[], units: number) => {
       returns.push({ recordedAt, units });
       return Promise.resolve(1);
+    },
+    settle: (_limits: unknown, settle: readonly Settlement[]) => {
+      for (const x of settle) if (x.unused > 0) returns.push({ recordedAt: x.recordedAt, units: x.unused });
+      return Promise.resolve(settle.length);
     },
   };
   const namespace = { getByName: () => stub } as unknown as WorkerEnv["LIMITER"];

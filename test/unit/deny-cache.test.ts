@@ -101,38 +101,4 @@ describe("DenyCache", () => {
     expect(cache.get("k0", 0)).toBeUndefined();
     expect(cache.get("k1", 0)?.until).toBe(5000);
   });
-
-  it("remembers an entry that lapsed on read (at until or recheckAt) until the key's next answer", () => {
-    const cache = new DenyCache();
-    cache.set("k", blocked(1000), 0);
-    cache.set("r", blocked(10_000, 300), 0);
-    expect([cache.lapsed("k"), cache.lapsed("r"), cache.lapsed("nobody")]).toEqual([false, false, false]);
-    expect(cache.get("k", 999)).toBeDefined();
-    expect(cache.lapsed("k")).toBe(false);
-    expect(cache.get("k", 1000)).toBeUndefined();
-    expect(cache.get("r", 300)).toBeUndefined();
-    expect([cache.lapsed("k"), cache.lapsed("r")]).toEqual([true, true]);
-    // A lapsed key is no entry: it answers nothing and takes no room.
-    expect(cache.size).toBe(0);
-    // A new entry (still blocked) or a delete (room left) is the answer that ends it.
-    cache.set("k", blocked(2000), 1000);
-    cache.delete("r");
-    expect([cache.lapsed("k"), cache.lapsed("r")]).toEqual([false, false]);
-    // deleteKey ends the key's and its routes' lapses, no other key's.
-    for (const name of ["a", "a\u0000search", "ab"]) {
-      cache.set(name, blocked(1000), 0);
-      cache.get(name, 1000);
-    }
-    cache.deleteKey("a");
-    expect(["a", "a\u0000search", "ab"].map((n) => cache.lapsed(n))).toEqual([false, false, true]);
-  });
-
-  it("remembers at most as many lapsed keys as entries, the oldest forgotten first", () => {
-    const cache = new DenyCache(2);
-    for (const name of ["a", "b", "c"]) {
-      cache.set(name, blocked(1000), 0);
-      cache.get(name, 1000);
-    }
-    expect(["a", "b", "c"].map((n) => cache.lapsed(n))).toEqual([false, true, true]);
-  });
 });

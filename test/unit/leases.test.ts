@@ -1,15 +1,9 @@
-/** @module The isolate's lease table: spending inside a lease's lifetime, sizing, refills, returns, bounds. */
+/** @module The isolate's lease table: spending inside a lease's lifetime, settlements, sizing, refills, bounds. */
 
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { IDLE_RETURN_MS, LeaseTable, leaseMargin, sameLimits, type Unused } from "../../src/client/leases.ts";
-import {
-  type Lease,
-  type LimitSpec,
-  type LimitStatus,
-  MIN_LEASE_UNITS,
-  type NamedLimit,
-} from "../../src/core/index.ts";
+import { IDLE_RETURN_MS, type KeySettlements, LeaseTable, sameLimits } from "../../src/client/leases.ts";
+import { type Lease, type LimitStatus, leaseMargin, MIN_LEASE_UNITS, type NamedLimit } from "../../src/core/index.ts";
 
 const LIMITS: LimitStatus[] = [{ remaining: 50, resetMs: 1000, exceeded: false }];
 const SPECS = [{ limit: 1000, windowMs: 1000 }];
@@ -26,26 +20,28 @@ function lease(units: number, lifetimeMs = 100, recordedAt: number[] = [1100]): 
 describe("LeaseTable", () => {
   it("spends a lease only while the local clock is before sentAt + lifetime − margin", () => {
     const table = new LeaseTable();
-    const unused: Unused[] = [];
+    const unused: KeySettlements[] = [];
     const e = table.touch("k", SPECS, 1000, unused);
-    table.add(e, lease(3), 1000, LIMITS);
+    table.add(e, lease(3), 1000, 1000, LIMITS);
     const last = 1000 + 100 - leaseMargin(100) - 1;
     expect(table.spend(e, 1, 1000)?.left).toBe(2);
     expect(table.spend(e, 1, last)?.left).toBe(1);
     expect(table.spend(e, 1, last + 1)).toBeNull();
-    // The expired lease's last unit waits to go back with the key's next call, once.
-    expect(table.takeReturns(e)).toEqual([{ recordedAt: [1100], units: 1 }]);
+    // The expired lease waits to be settled with the key's next call, once: its 2 uses, its last unit given back.
+    expect(table.settle(e, last + 1)).toEqual([
+      { recordedAt: [1100], issuedAt: 1000, used: 2, lastUseMs: last - 1000, unused: 1 },
+    ]);
     expect(table.spend(e, 1, last + 2)).toBeNull();
-    expect(table.takeReturns(e)).toEqual([]);
+    expect(table.settle(e, last + 2)).toEqual([]);
     expect(unused).toEqual([]);
   });
 
   it("never spends more than a lease holds, and uses the lease that expires first", () => {
     const table = new LeaseTable();
-    const unused: Unused[] = [];
+    const unused: KeySettlements[] = [];
     const e = table.touch("k", SPECS, 0, unused);
-    table.add(e, lease(5, 200, [200]), 0, LIMITS);
-    table.add(e, lease(2, 100, [100]), 0, LIMITS);
+    table.add(e, lease(5, 200, [200]), 0, 0, LIMITS);
+    table.add(e, lease(2, 100, [100]), 0, 0, LIMITS);
     expect(table.spend(e, 3, 10)?.recordedAt).toEqual([200]); // the 2-unit lease cannot pay 3
     expect(table.spend(e, 2, 10)?.recordedAt).toEqual([100]);
     expect(table.spend(e, 2, 10)?.recordedAt).toEqual([200]);
@@ -54,7 +50,7 @@ describe("LeaseTable", () => {
 
   it("lets the object size a rarely seen key's lease, and sizes it from the key's recent rate here once it has one", () => {
     const table = new LeaseTable();
-    const unused: Unused[] = [];
+    const unused: KeySettlements[] = [];
     const rare = table.touch("rare", SPECS, 0, unused);
     expect(table.fromLog(rare)).toBe(true);
     // A cap: the object sizes it from the key's log.
@@ -98,7 +94,7 @@ describe("LeaseTable", () => {
 
   it("asks for no lease whose lifetime is under four recent round trips to the object", () => {
     const table = new LeaseTable();
-    const unused: Unused[] = [];
+    const unused: KeySettlements[] = [];
     let hot = table.touch("hot", ROOMY, 0, unused);
     for (let t = 1; t < 1000; t++) hot = table.touch("hot", ROOMY, t, unused);
     expect(table.want(hot, 1000, 1000, 1000).units).toBeGreaterThan(0);
@@ -111,7 +107,7 @@ describe("LeaseTable", () => {
     expect(table.want(hot, 1000, 1000, 1000).units).toBeGreaterThan(0);
   });
 
-  it("asks a key it would take half of a limit per window from for leases of 1/32 of that window at most", () => {
+  it("asks for the whole watched span near a limit too: settlement, not a shorter lease, keeps used units cheap", () => {
     const table = new LeaseTable();
     const limits = [
       { limit: 100_000, windowMs: 1000 },
@@ -120,27 +116,18 @@ describe("LeaseTable", () => {
     // About 10 requests a second, steady: 600 a minute here, more than half of 1000 a minute.
     let e = table.touch("k", limits, 0, []);
     for (let t = 100; t <= 60_000; t += 100) e = table.touch("k", limits, t, []);
-    // 60 s / 32, however long the key has been watched: 0.8 · 10/s · 1.875 s.
-    expect(table.want(e, 30_000, 10_000, 60_000, 31)).toMatchObject({ units: 14, lifetimeMs: 1875 });
-    // Heading for a limit of 10 a second: 1 s / 32 = 31 ms, under two units at 10 a second: no lease.
-    const tight = [{ limit: 10, windowMs: 1000 }, limits[1] as LimitSpec];
-    let t1 = table.touch("t", tight, 0, []);
-    for (let t = 100; t <= 60_000; t += 100) t1 = table.touch("t", tight, t, []);
-    expect(table.want(t1, 30_000, 10_000, 60_000, 1).units).toBe(0);
-    expect(table.want(t1, 30_000, 10_000, 60_000, 1000).units).toBe(0);
-    // At a third of that rate (200 a minute) it is far from the limit: the whole watched span.
-    let calm = table.touch("c", limits, 0, []);
-    for (let t = 300; t <= 60_000; t += 300) calm = table.touch("c", limits, t, []);
-    expect(table.want(calm, 30_000, 10_000, 60_000, 31).lifetimeMs).toBe(30_000);
+    // 0.8 · ~10/s over the 30 s asked for; capped at max_units, for the time 100 units take at that rate.
+    expect(table.want(e, 30_000, 100, 60_000, 31)).toEqual({ units: 100, lifetimeMs: 12_563 });
+    expect(table.want(e, 30_000, 10_000, 60_000, 31)).toEqual({ units: 238, lifetimeMs: 30_000 });
   });
 
   it("asks for a refill when the held units or time would run out within two round trips, never with a call out", () => {
     const table = new LeaseTable();
-    const unused: Unused[] = [];
+    const unused: KeySettlements[] = [];
     table.touch("k", SPECS, 0, unused);
     const e = table.touch("k", SPECS, 0, unused); // two requests in 100 ms: 1 unit in the 10 ms lead
     expect(table.needsRefill(e, 0, ask(10))).toBe(true);
-    table.add(e, lease(10), 0, LIMITS); // spendable until 97
+    table.add(e, lease(10), 0, 0, LIMITS); // spendable until 97
     expect(table.needsRefill(e, 0, ask(10))).toBe(false);
     expect(table.needsRefill(e, 86, ask(10))).toBe(false); // 11 ms left
     expect(table.needsRefill(e, 87, ask(10))).toBe(true); // 10 ms left: two round trips of at least 5 ms
@@ -148,41 +135,53 @@ describe("LeaseTable", () => {
     expect(table.needsRefill(e, 1, ask(10))).toBe(false); // 2 left
     table.spend(e, 1, 1);
     expect(table.needsRefill(e, 1, ask(10))).toBe(true); // 1 left: what the lead will use
-    e.inflightSince = 1;
+    table.calling(e, 10, 1);
     expect(table.needsRefill(e, 1, ask(10))).toBe(false);
     expect(table.needsRefill(table.touch("cold", SPECS, 0, unused), 0, ask(0))).toBe(false);
   });
 
   it("stays bounded: the oldest key makes room, and its unused units go back to its own object", () => {
     const table = new LeaseTable(2);
-    const unused: Unused[] = [];
+    const unused: KeySettlements[] = [];
     const other = [{ limit: 64, windowMs: 60_000 }];
-    table.add(table.touch("a", other, 0, unused), lease(4, 100, [7]), 0, LIMITS);
+    table.add(table.touch("a", other, 0, unused), lease(4, 100, [7]), 0, 0, LIMITS);
     table.touch("b", SPECS, 0, unused);
     table.touch("c", SPECS, 0, unused);
     expect(table.size).toBe(2);
     expect(table.get("a")).toBeUndefined();
-    expect(unused).toEqual([{ name: "a", limits: other, recordedAt: [7], units: 4 }]);
+    expect(unused).toEqual([
+      { name: "a", limits: other, settle: [{ recordedAt: [7], issuedAt: 0, used: 0, lastUseMs: 0, unused: 4 }] },
+    ]);
   });
 
   it("drop forgets a key and hands back what its leases still hold", () => {
     const table = new LeaseTable();
-    const unused: Unused[] = [];
+    const unused: KeySettlements[] = [];
     const e = table.touch("k", SPECS, 0, unused);
-    table.add(e, lease(1, 100, [8]), 0, LIMITS);
-    table.add(e, lease(4, 100, [9]), 0, LIMITS);
+    table.add(e, lease(1, 100, [8]), 0, 0, LIMITS);
+    table.add(e, lease(4, 100, [9]), 0, 0, LIMITS);
     table.spend(e, 1, 0); // the 1-unit lease is used up: nothing of it to hand back
     table.spend(e, 1, 0); // the 4-unit lease pays
     table.drop("k", unused);
     expect(table.get("k")).toBeUndefined();
-    expect(unused).toEqual([{ name: "k", limits: SPECS, recordedAt: [9], units: 3 }]);
+    // The used-up lease is settled too (its use re-dated); the other gives back its 3 unused units.
+    expect(unused).toEqual([
+      {
+        name: "k",
+        limits: SPECS,
+        settle: [
+          { recordedAt: [8], issuedAt: 0, used: 1, lastUseMs: 0, unused: 0 },
+          { recordedAt: [9], issuedAt: 0, used: 1, lastUseMs: 0, unused: 3 },
+        ],
+      },
+    ]);
   });
 
   it("keeps a margin of 1 ms plus 1/50 of the lifetime, floored", () => {
     expect([0, 1, 49, 50, 99, 100, 1000].map(leaseMargin)).toEqual([1, 1, 1, 2, 2, 3, 21]);
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
-    table.add(e, lease(1, 1000), 5000, LIMITS);
+    table.add(e, lease(1, 1000), 5000, 5000, LIMITS);
     expect(e.held[0]?.expiresAt).toBe(5000 + 1000 - 21);
   });
 
@@ -204,22 +203,6 @@ describe("LeaseTable", () => {
     const b = e.burst;
     table.touch("k", SPECS, 10_550, []);
     expect(e.burst).toBeCloseTo(b * Math.exp(-0.5) + 1, 12);
-  });
-
-  it("watches a key anew after a quiet spell: a gap of more than ten mean intervals", () => {
-    const table = new LeaseTable();
-    const e = table.touch("k", SPECS, 0, []);
-    // Score 1: one request per 10 s; a gap of exactly 100 s is not yet a quiet spell.
-    table.touch("k", SPECS, 100_000, []);
-    expect(e.firstSeen).toBe(0);
-    // Score now 1 + e^(−10) ≈ 1.0000454: 99,995 ms × that is just under 100 s, 99,996 ms just past it.
-    table.touch("k", SPECS, 199_995, []);
-    expect(e.firstSeen).toBe(0);
-    table.touch("k", SPECS, 199_995 + 99_996, []); // the score is again 1 + e^(−10) to 7 digits
-    expect(e.firstSeen).toBe(299_991);
-    // The old rate is forgotten: one request since, so the object sizes the next lease from the key's log.
-    expect(e.score).toBe(1);
-    expect(table.fromLog(e)).toBe(true);
   });
 
   it("asks for 0.8 of a lifetime's units at the key's rate once that is at least two units, within the bounds", () => {
@@ -245,18 +228,18 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     table.touch("k", SPECS, 0, []);
     const e = table.touch("k", SPECS, 0, []); // two requests in 100 ms: 1 unit in the 10 ms lead
-    table.add(e, lease(2, 100), 0, LIMITS); // expires at 97
+    table.add(e, lease(2, 100), 0, 0, LIMITS); // expires at 97
     expect(table.needsRefill(e, 0, ask(10))).toBe(false);
     table.spend(e, 1, 0);
     expect(table.needsRefill(e, 0, ask(10))).toBe(true); // 1 left: what the lead uses
     const g = table.touch("g", SPECS, 0, []);
-    table.add(g, lease(50, 100), 0, LIMITS); // expires at 97
+    table.add(g, lease(50, 100), 0, 0, LIMITS); // expires at 97
     expect(table.needsRefill(g, 86, ask(10))).toBe(false); // 11 ms left
     expect(table.needsRefill(g, 87, ask(10))).toBe(true); // 10 ms left
     // A big lease that has just expired counts for nothing, whatever its units.
     const f = table.touch("f", SPECS, 0, []);
-    table.add(f, lease(100, 100), 0, LIMITS); // expires at 97
-    table.add(f, lease(5, 200), 0, LIMITS); // expires at 195
+    table.add(f, lease(100, 100), 0, 0, LIMITS); // expires at 97
+    table.add(f, lease(5, 200), 0, 0, LIMITS); // expires at 195
     expect(table.needsRefill(f, 96, ask(10))).toBe(false);
     expect(table.needsRefill(f, 185, ask(10))).toBe(true);
     table.observeRtt(50); // slower round trips: a longer lead
@@ -267,7 +250,7 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     const e = table.touch("hot", SPECS, 0, []);
     e.burst = 101; // 100 requests in the last 100 ms besides this one: one a millisecond
-    table.add(e, lease(50, 1000), 0, LIMITS); // expires at 979: time is no reason to refill
+    table.add(e, lease(50, 1000), 0, 0, LIMITS); // expires at 979: time is no reason to refill
     table.spend(e, 39, 0);
     // The 10 ms lead uses 10 units at this rate.
     expect(table.needsRefill(e, 0, ask(10))).toBe(false); // 11 left
@@ -279,8 +262,8 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     table.touch("k", SPECS, 0, []);
     const e = table.touch("k", SPECS, 0, []); // two requests in 100 ms: 1 unit in the 10 ms lead
-    table.add(e, lease(100, 100), 0, LIMITS); // expires at 97
-    table.add(e, lease(1, 1000), 0, LIMITS); // expires at 979
+    table.add(e, lease(100, 100), 0, 0, LIMITS); // expires at 97
+    table.add(e, lease(1, 1000), 0, 0, LIMITS); // expires at 979
     expect(table.needsRefill(e, 96, ask(10))).toBe(false);
     expect(table.needsRefill(e, 97, ask(10))).toBe(true); // only the live lease's 1 unit counts
   });
@@ -295,23 +278,23 @@ describe("LeaseTable", () => {
 
   it("spends leases that expire at the same time in the order they came", () => {
     const table = new LeaseTable();
-    const unused: Unused[] = [];
+    const unused: KeySettlements[] = [];
     const e = table.touch("k", SPECS, 0, unused);
-    table.add(e, lease(1, 100, [1]), 0, LIMITS);
-    table.add(e, lease(1, 100, [2]), 0, LIMITS);
-    table.add(e, lease(1, 100, [3]), 0, LIMITS);
+    table.add(e, lease(1, 100, [1]), 0, 0, LIMITS);
+    table.add(e, lease(1, 100, [2]), 0, 0, LIMITS);
+    table.add(e, lease(1, 100, [3]), 0, 0, LIMITS);
     expect([1, 2, 3].map(() => table.spend(e, 1, 0)?.recordedAt[0])).toEqual([1, 2, 3]);
   });
 
   it("keeps every expired lease's units for the key's next call; an idle key's go back on their own only near a limit", () => {
     const table = new LeaseTable();
-    const unused: Unused[] = [];
+    const unused: KeySettlements[] = [];
     const e = table.touch("k", SPECS, 0, unused);
     const far: LimitStatus[] = [{ remaining: 900, resetMs: 1000, exceeded: false }];
     const near: LimitStatus[] = [{ remaining: 400, resetMs: 1000, exceeded: false }];
-    table.add(e, lease(2, 100, [1]), 0, far);
-    table.add(e, lease(3, 100, [2]), 10, near);
-    table.add(e, lease(4, 200, [3]), 0, far);
+    table.add(e, lease(2, 100, [1]), 0, 0, far);
+    table.add(e, lease(3, 100, [2]), 10, 10, near);
+    table.add(e, lease(4, 200, [3]), 0, 0, far);
     const later = [{ limit: 1000, windowMs: 1000 }];
     table.touch("k", later, 150, unused);
     expect(e.limits).toBe(later);
@@ -325,29 +308,40 @@ describe("LeaseTable", () => {
     expect(unused).toEqual([]);
     // Idle: only the lease granted with less than half of a limit left goes back (400 + 3 of 1000).
     table.idle(150 + IDLE_RETURN_MS, unused);
-    expect(unused).toEqual([{ name: "k", limits: later, recordedAt: [2], units: 3 }]);
+    expect(unused).toEqual([
+      { name: "k", limits: later, settle: [{ recordedAt: [2], issuedAt: 10, used: 0, lastUseMs: 0, unused: 3 }] },
+    ]);
     expect(e.expired).toEqual([]);
-    // A lease spent to the last unit expires without anything to hand back.
-    table.spend(e, 3, 150);
+    // The far lease expired while the key was idle: far from every limit its units simply stay where recorded.
     expect(table.spend(e, 1, 400)).toBeNull();
-    expect(table.takeReturns(e)).toEqual([]);
+    expect(table.settle(e, 400)).toEqual([]);
     expect(e.held).toEqual([]);
   });
 
-  it("holding: the units of the leases still valid under the limits applied, and the one granted last", () => {
+  it("holding: the units of the leases still valid under the limits applied", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
     const vip: NamedLimit[] = [{ limit: 500, windowMs: 1000, tickMs: 1, name: "vip" }];
-    table.add(e, lease(5, 200, [1]), 10, LIMITS); // expires at 10 + 200 − 5 = 205
-    table.add(e, lease(3, 100, [2]), 20, LIMITS); // expires at 117: spent first, granted later
-    table.add(e, lease(7, 300, [3]), 30, LIMITS, vip);
-    const now = table.holding(e, 50, null);
-    expect([now.units, now.latest?.recordedAt[0]]).toEqual([8, 2]);
-    expect(table.holding(e, 50, vip).units).toBe(7);
-    // At its expiry a lease no longer counts, and an earlier one is the latest view left.
-    const later = table.holding(e, 117, null);
-    expect([later.units, later.latest?.recordedAt[0]]).toEqual([5, 1]);
-    expect(table.holding(e, 205, null)).toEqual({ latest: null, units: 0 });
+    table.add(e, lease(5, 200, [1]), 10, 10, LIMITS); // expires at 10 + 200 − 5 = 205
+    table.add(e, lease(3, 100, [2]), 20, 20, LIMITS); // expires at 117
+    table.add(e, lease(7, 300, [3]), 30, 30, LIMITS, vip);
+    expect(table.holding(e, 50, null)).toBe(8);
+    expect(table.holding(e, 50, vip)).toBe(7);
+    // At its expiry a lease no longer counts.
+    expect(table.holding(e, 117, null)).toBe(5);
+    expect(table.holding(e, 205, null)).toBe(0);
+  });
+
+  it("keeps the object's latest decided answer about a key, whatever order the answers arrive in", () => {
+    const table = new LeaseTable();
+    const e = table.touch("k", SPECS, 0, []);
+    const view = (decidedAt: number) => ({ limits: LIMITS, decidedAt, sentAt: decidedAt - 5, applied: null });
+    table.saw(e, view(20));
+    table.saw(e, view(10)); // decided earlier, arrived later
+    expect(e.view?.decidedAt).toBe(20);
+    table.saw(e, view(20));
+    table.saw(e, view(30));
+    expect(e.view?.decidedAt).toBe(30);
   });
 
   it("an idle key is near a limit when some limit had less than half left with the lease's units counted", () => {
@@ -357,11 +351,11 @@ describe("LeaseTable", () => {
     ];
     const returned = (limits: LimitStatus[], left: number) => {
       const table = new LeaseTable();
-      const unused: Unused[] = [];
+      const unused: KeySettlements[] = [];
       const e = table.touch("k", two, 0, unused);
-      table.add(e, lease(left, 100, [1, 2]), 0, limits);
+      table.add(e, lease(left, 100, [1, 2]), 0, 0, limits);
       table.idle(100 + IDLE_RETURN_MS, unused);
-      return unused.map((u) => u.units);
+      return unused.flatMap((k) => k.settle.map((x) => x.unused));
     };
     const status = (remaining: number) => ({ remaining, resetMs: 1000, exceeded: false });
     // The second limit alone is near: 40 + 5 of 100.
@@ -373,9 +367,9 @@ describe("LeaseTable", () => {
 
   it("makes room by dropping the oldest key with no call in flight", () => {
     const table = new LeaseTable(2);
-    const unused: Unused[] = [];
+    const unused: KeySettlements[] = [];
     const busy = table.touch("busy", SPECS, 0, unused);
-    busy.inflightSince = 0;
+    table.calling(busy, 10, 0);
     table.touch("idle", SPECS, 0, unused);
     table.touch("new", SPECS, 0, unused);
     expect([table.get("busy"), table.get("idle"), table.get("new")].map((e) => e?.name)).toEqual([
@@ -388,7 +382,7 @@ describe("LeaseTable", () => {
 
   it("drop and dropOthers on an unknown key do nothing", () => {
     const table = new LeaseTable();
-    const unused: Unused[] = [];
+    const unused: KeySettlements[] = [];
     table.drop("nobody", unused);
     table.dropOthers("nobody", null, unused);
     expect([table.size, unused]).toEqual([0, []]);
@@ -396,20 +390,23 @@ describe("LeaseTable", () => {
 
   it("dropOthers keeps the leases granted under the limits now applied and hands back the others' unused units", () => {
     const table = new LeaseTable();
-    const unused: Unused[] = [];
+    const unused: KeySettlements[] = [];
     const vip: NamedLimit[] = [{ limit: 500, windowMs: 1000, tickMs: 1, name: "vip" }];
     const e = table.touch("k", SPECS, 0, unused);
-    table.add(e, lease(2, 100, [1]), 0, LIMITS); // the plan's
-    table.add(e, lease(3, 100, [2]), 0, LIMITS, vip);
-    table.add(e, lease(4, 100, [3]), 0, LIMITS); // the plan's
-    table.add(e, lease(5, 100, [4]), 0, LIMITS, [{ ...(vip[0] as NamedLimit) }]); // equal to vip
+    table.add(e, lease(2, 100, [1]), 0, 0, LIMITS); // the plan's
+    table.add(e, lease(3, 100, [2]), 0, 0, LIMITS, vip);
+    table.add(e, lease(4, 100, [3]), 0, 0, LIMITS); // the plan's
+    table.add(e, lease(5, 100, [4]), 0, 0, LIMITS, [{ ...(vip[0] as NamedLimit) }]); // equal to vip
     table.spend(e, 2, 0); // the first plan lease is used up
     table.dropOthers("k", vip, unused);
     expect(e.held.map((h) => h.recordedAt[0])).toEqual([2, 4]);
-    expect(unused).toEqual([{ name: "k", limits: SPECS, recordedAt: [3], units: 4 }]);
+    expect(unused.flatMap((k) => k.settle)).toEqual([
+      { recordedAt: [3], issuedAt: 0, used: 0, lastUseMs: 0, unused: 4 },
+      { recordedAt: [1], issuedAt: 0, used: 2, lastUseMs: 0, unused: 0 },
+    ]);
     table.dropOthers("k", null, unused);
     expect(e.held).toEqual([]);
-    expect(unused.map((u) => u.units)).toEqual([4, 5, 3]);
+    expect(unused.flatMap((k) => k.settle.map((x) => x.unused))).toEqual([4, 0, 5, 3]);
     expect(table.get("k")).toBe(e); // the key itself stays
   });
 
@@ -445,7 +442,7 @@ describe("LeaseTable, property: never spends a unit at or after its lease's expi
     fc.assert(
       fc.property(fc.array(step, { maxLength: 60 }), (steps) => {
         const table = new LeaseTable();
-        const unused: Unused[] = [];
+        const unused: KeySettlements[] = [];
         const e = table.touch("k", SPECS, 0, unused);
         // The model: every lease by id (its recordedAt), with what it still holds and when it expires.
         const model = new Map<number, { left: number; expiresAt: number }>();
@@ -456,7 +453,7 @@ describe("LeaseTable, property: never spends a unit at or after its lease's expi
           now += s.dt;
           if (s.kind === "add") {
             const sentAt = now - s.delay;
-            table.add(e, lease(s.units, s.lifetimeMs, [id]), sentAt, LIMITS);
+            table.add(e, lease(s.units, s.lifetimeMs, [id]), sentAt, sentAt, LIMITS);
             model.set(id, { left: s.units, expiresAt: sentAt + s.lifetimeMs - leaseMargin(s.lifetimeMs) });
             added += s.units;
             continue;
@@ -475,16 +472,20 @@ describe("LeaseTable, property: never spends a unit at or after its lease's expi
           (m as { left: number }).left -= s.cost;
           spent += s.cost;
         }
-        // Every unit was spent, is still held, or waits to go back, once, after its lease expired.
-        const returns = table.takeReturns(e);
+        // Every unit was spent, is still held, or goes back, once, after its lease expired.
+        const settled = table.settle(e, now);
         expect(unused).toEqual([]);
-        for (const u of returns) {
+        for (const u of settled) {
           const m = model.get(u.recordedAt[0] as number);
-          expect(m && m.expiresAt <= now && m.left === u.units).toBe(true);
+          expect(m !== undefined && (u.unused === 0 || (m.expiresAt <= now && m.left === u.unused))).toBe(true);
         }
         const held = e.held.reduce((sum, h) => sum + h.left, 0);
-        const returned = returns.reduce((sum, u) => sum + u.units, 0);
+        const returned = settled.reduce((sum, u) => sum + u.unused, 0);
+        const used = settled.reduce((sum, u) => sum + u.used, 0);
         expect(spent + held + returned).toBe(added);
+        // Every use is settled, once.
+        expect(used).toBe(spent);
+        expect(table.settle(e, now).reduce((sum, u) => sum + u.used, 0)).toBe(0);
         expect(e.held.every((h) => h.left >= 0)).toBe(true);
       }),
       { numRuns: 500 },

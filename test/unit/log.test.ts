@@ -67,6 +67,11 @@ interface Held {
   recordedAt: readonly number[];
 }
 
+/** A settlement that gives back what a lease did not use. */
+function given(h: Held) {
+  return { recordedAt: h.recordedAt, issuedAt: 0, used: 0, lastUseMs: 0, unused: h.left };
+}
+
 /** A stand-in for the object's table: rows upserted by (ring, key). */
 class Store {
   readonly rows = new Map<string, SlotRow>();
@@ -110,10 +115,10 @@ function run(limits: readonly LimitSpec[], steps: readonly Step[], start: number
         // The caller reads its clock just before it asks: here the same real time.
         const sentAt = real;
         const i = action.give ? held.findIndex((h) => real >= h.expiresAt && h.left > 0) : -1;
-        const returns = i === -1 ? [] : held.splice(i, 1).map((h) => ({ recordedAt: h.recordedAt, units: h.left }));
+        const settle = i === -1 ? [] : held.splice(i, 1).map((h) => given(h));
         const ask = { cost: action.cost, leaseUnits: action.units, leaseMs: action.ms, leaseFromLog: action.fromLog };
-        const out = log.take(real, { ...ask, returns });
-        expect(out.decision).toEqual(model.take(real, action.cost, action.units, action.ms, action.fromLog, returns));
+        const out = log.take(real, { ...ask, settle });
+        expect(out.decision).toEqual(model.take(real, action.cost, action.units, action.ms, action.fromLog, settle));
         store.apply(out.writes);
         const d = out.decision;
         if (d.allowed && action.cost > 0) uses.push({ t: real, cost: action.cost });
@@ -460,12 +465,17 @@ describe("KeyLog edge cases", () => {
     expect(() => log.take(0, { cost: 1, leaseUnits: -1 })).toThrow(/^leaseUnits: /);
     expect(() => log.take(0, { cost: 1, leaseMs: 0.5 })).toThrow(/^leaseMs: /);
     expect(() => log.giveBack([1, 2], 1)).toThrow(/^recordedAt: /);
-    // Returns: a list; an entry that is no lease of these rings is skipped (its units expire), bad units throw.
-    expect(() => log.take(0, { cost: 1, returns: {} as never })).toThrow(/^returns: expected a list of unspent units$/);
-    expect(log.take(0, { cost: 1, returns: [null, { recordedAt: [1, 2], units: 1 }] as never }).decision.allowed).toBe(
-      true,
+    // Settlements: a list; an entry that is no lease of these rings is skipped (its units expire), bad counts throw.
+    expect(() => log.take(0, { cost: 1, settle: {} as never })).toThrow(
+      /^settle: expected a list of lease settlements$/,
     );
-    expect(() => log.take(0, { cost: 1, returns: [{ recordedAt: [1], units: 0 }] })).toThrow(/^units: /);
+    const elsewhere = { recordedAt: [1, 2], issuedAt: 0, used: 1, lastUseMs: 0, unused: 1 };
+    expect(log.take(0, { cost: 1, settle: [null, elsewhere] as never }).decision.allowed).toBe(true);
+    const own = { recordedAt: [1], issuedAt: 0, used: 0, lastUseMs: 0, unused: 0 };
+    expect(() => log.take(0, { cost: 1, settle: [{ ...own, used: -1 }] })).toThrow(/^used: /);
+    expect(() => log.take(0, { cost: 1, settle: [{ ...own, unused: 0.5 }] })).toThrow(/^unused: /);
+    expect(() => log.take(0, { cost: 1, settle: [{ ...own, lastUseMs: Number.NaN }] })).toThrow(/^lastUseMs: /);
+    expect(() => log.take(0, { cost: 1, settle: [{ ...own, issuedAt: 1.5 }] })).toThrow(/^issuedAt: /);
     expect(() => new KeyLog([])).toThrow(/^limits: /);
     expect(() => new KeyLog([{ limit: 0, windowMs: 1 }])).toThrow(/^limits\[0\]\.limit: /);
     expect(() => new KeyLog([{ limit: 1, windowMs: 0 }])).toThrow(/^limits\[0\]\.windowMs: /);

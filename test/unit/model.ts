@@ -4,11 +4,12 @@
  * the records. Slow and obviously right.
  */
 
-import type { Decision, Limit, LimitSpec } from "../../src/core/index.ts";
+import type { Decision, Limit, LimitSpec, Settlement } from "../../src/core/index.ts";
 import {
   FIRST_LEASE_UNITS,
   LEASE_HEADROOM_SHARE,
   LEASE_LIMIT_DIVISOR,
+  leaseMargin,
   MIN_LEASE_UNITS,
   maxLeaseMs,
   normalizeLimits,
@@ -86,11 +87,11 @@ export class Model {
     leaseUnits = 0,
     leaseMs = 0,
     fromLog = false,
-    returns: readonly { recordedAt: readonly number[]; units: number }[] = [],
+    settle: readonly Settlement[] = [],
   ): Decision {
-    for (const r of returns) this.giveBack(r.recordedAt, r.units);
     const t = Math.max(Math.floor(now), this.clock);
     this.clock = t;
+    for (const s of settle) this.settle(t, s);
     const fits = this.limits.map((l) => this.#used(l, t) + cost <= l.limit);
     const allowed = fits.every(Boolean);
     const shortest = Math.min(...this.limits.map((l) => l.windowMs));
@@ -130,24 +131,56 @@ export class Model {
       if (units > 0) {
         const at = extra > 0 ? t + lifetime : t;
         const recordedAt: number[] = [];
-        for (const [tick, list] of this.records) {
-          const want = roundUp(at, tick);
-          const same = list.find((g) => g.t === want);
-          // A ring with no free slot adds the units to the next later slot (later is safe).
-          const later = this.#slots(tick, t) >= this.#capacity(tick) ? list.find((g) => g.t > want) : undefined;
-          const into = same ?? later;
-          if (into) into.cost += units;
-          else {
-            list.push({ t: want, cost: units });
-            list.sort((a, b) => a.t - b.t);
-          }
-          recordedAt.push(into?.t ?? want);
-        }
+        for (const [tick, list] of this.records) recordedAt.push(this.#record(tick, list, t, at, units));
         if (extra > 0) lease = { units: extra, lifetimeMs: lifetime, recordedAt };
         if (cost > 0) return { ...this.#decision(t, cost, allowed, lease), recordedAt };
       }
     }
     return this.#decision(t, cost, allowed, lease);
+  }
+
+  /** Records `units` at `at` rounded up to the tick; returns where they went. */
+  #record(tick: number, list: Grant[], t: number, at: number, units: number): number {
+    const want = roundUp(at, tick);
+    const same = list.find((g) => g.t === want);
+    // A ring with no free slot adds the units to the next later slot (later is safe).
+    const later = this.#slots(tick, t) >= this.#capacity(tick) ? list.find((g) => g.t > want) : undefined;
+    const into = same ?? later;
+    if (into) into.cost += units;
+    else {
+      list.push({ t: want, cost: units });
+      list.sort((a, b) => a.t - b.t);
+    }
+    return into?.t ?? want;
+  }
+
+  /**
+   * Settles a lease from the definition: its used units move from the record to the last use's offset after
+   * `issuedAt` (plus a millisecond and the margin), kept inside the ring's shortest window, when that is earlier;
+   * its unused units are taken back.
+   */
+  settle(now: number, s: Settlement): void {
+    if (s.recordedAt.length !== this.records.size) return;
+    const t = Math.max(Math.floor(now), this.clock);
+    this.clock = t;
+    const at = s.issuedAt + s.lastUseMs + 1 + leaseMargin(s.lastUseMs);
+    [...this.records].forEach(([tick, list], r) => {
+      const from = s.recordedAt[r] as number;
+      const shortest = Math.min(...this.limits.filter((l) => l.tickMs === tick).map((l) => l.windowMs));
+      const to = roundUp(Math.max(at, t - shortest + 1), tick);
+      const g = list.find((x) => x.t === from);
+      if (g && s.used > 0 && to < from) {
+        const moved = Math.min(s.used, g.cost);
+        g.cost -= moved;
+        if (g.cost === 0) list.splice(list.indexOf(g), 1);
+        this.#record(tick, list, t, to, moved);
+      }
+      const left = list.find((x) => x.t === from);
+      if (left && s.unused > 0) {
+        left.cost -= Math.min(s.unused, left.cost);
+        if (left.cost === 0) list.splice(list.indexOf(left), 1);
+      }
+    });
   }
 
   /** What {@link take} would decide for `cost` at `now`, recording nothing (the clock moves, as the core's `check`). */
