@@ -1,20 +1,29 @@
-// Mutation testing (npm run test:mutation; CONTRIBUTING.md, "Mutation testing"): every file of src/ (but the core's re-exports),
-// against the unit, Durable Object and integration tests in plain Node (vitest.stryker.config.ts: Stryker
-// instruments code in its own process only, so the workerd tests run against the Node stand-in in test/node/). One test
-// process at a time: the machine is shared. Narrow a run with `-- --mutate src/client/leases.ts`.
+// Mutation testing, the gate (npm run test:mutation; CONTRIBUTING.md, "Mutation testing"): the files whose logic the
+// unit tests pin down — the core, the client, config, key, path, http, telemetry — against the unit tests in plain
+// Node (vitest.mutation.config.ts). Incremental: results are kept in test/mutation/incremental.json (committed), and
+// a run tests again only the mutants whose code or covering tests changed since. `--force` runs them all and
+// rewrites the file. The object, the proxy and the adapters: stryker.full.config.mjs (npm run test:mutation:full).
 /** @type {import("@stryker-mutator/api/core").PartialStrykerOptions} */
 export default {
   testRunner: "vitest",
-  vitest: { configFile: "vitest.stryker.config.ts", related: false },
+  vitest: { configFile: "vitest.mutation.config.ts", related: false },
   mutate: [
-    "src/**/*.ts",
+    "src/core/**/*.ts",
     // Re-exports only.
     "!src/core/index.ts",
+    "src/client/**/*.ts",
+    "src/config.ts",
+    "src/key.ts",
+    "src/path.ts",
+    "src/http.ts",
+    "src/telemetry.ts",
   ],
+  incremental: true,
+  incrementalFile: "test/mutation/incremental.json",
   coverageAnalysis: "perTest",
   // Static mutants (module-level values: constants, tables, regular expressions) cannot be traced to the tests that
-  // cover them, so each one runs the whole suite: 664 of them took ~55 of ~80 minutes. They are left out of the run
-  // and the scores; the tests that read those values (config defaults, header forms, messages) pin them by value.
+  // cover them, so each one runs the whole suite. They are left out of the run and the scores; the tests that read
+  // those values (config defaults, header forms, messages) pin them by value.
   ignoreStatic: true,
   concurrency: 1,
   timeoutMS: 10_000,

@@ -1,5 +1,5 @@
 /**
- * @module `npm run bench:sim`: the product in a simulation shaped like production (DESIGN.md,
+ * @module `npm run bench:sim`: the product in a simulation shaped like production (BENCHMARKS.md,
  * "Measuring"). The real bundle's proxy app in workerd, as 12 isolates — 4 Workers sharing one
  * object namespace, 3 simulated isolates each (`sim` role, bench/http/worker.mts) — with
  * Worker→object round trips of 2, 20 and 80 ms. Open-loop Poisson arrivals on 10,000 keys drawn

@@ -11,7 +11,7 @@ export interface StorageCounts {
   /** `take` calls that came with a lease, and the units they leased. */
   leases: number;
   leasedUnits: number;
-  /** `giveBack` calls, and the units they gave back. */
+  /** `giveBack` and `settle` calls (calls that decide nothing), and the units they gave back. */
   giveBacks: number;
   returnedUnits: number;
   /** `sql.exec` calls that wrote (INSERT/UPDATE/DELETE), and the rows they reported written. */

@@ -12,7 +12,7 @@
  *   times of `chart_` keys, and every decision (time, allowed, reason) of `util_` keys
  *   (`GET /__bench/decisions` returns them and forgets them).
  * - `far`: the limiter's `handle()` with its LIMITER namespace wrapped so that every object call
- *   (`take` and `giveBack`) takes a simulated Worker→object round trip longer: half of the
+ *   (`take`, `giveBack` and `settle`) takes a simulated Worker→object round trip longer: half of the
  *   `x-bench-rtt` header's milliseconds before the call, half after its answer. The wrapper counts
  *   the calls and `onDecision` the reasons (`GET /__bench/far` returns them and resets them).
  * - `floor`: one call to a Durable Object that does nothing (`Noop`), then `proxy()`: what any
@@ -126,6 +126,14 @@ export class CountingRateLimiter extends RateLimiter {
     return super.giveBack(...args);
   }
 
+  override settle(...args: Parameters<RateLimiter["settle"]>): number {
+    this.#started();
+    // A settlement call counts with the give-backs: a call that is no decision.
+    this.#counts.giveBacks += 1;
+    for (const x of args[1]) this.#counts.returnedUnits += x.unused;
+    return super.settle(...args);
+  }
+
   stats(): StorageCounts {
     const sql = this.ctx.storage.sql;
     // An object whose state the idle alarm deleted has no tables any more: nothing in them.
@@ -157,7 +165,7 @@ const observeGrants: Hooks = {
 };
 
 /** The `far` role's counts in this isolate: object calls made through the delayed namespace, and decisions by reason. */
-let far = { take: 0, giveBack: 0, reasons: {} as Record<string, number> };
+let far = { take: 0, giveBack: 0, settle: 0, reasons: {} as Record<string, number> };
 const observeFar: Hooks = {
   onDecision: (e) => {
     far.reasons[e.reason] = (far.reasons[e.reason] ?? 0) + 1;
@@ -172,7 +180,7 @@ function withCtx(hooks: Hooks, ctx: ExecutionContext): Hooks {
 const sleep = (ms: number) => (ms > 0 ? new Promise<void>((r) => setTimeout(r, ms)) : Promise.resolve());
 
 /**
- * The real namespace behind a simulated distance: every `take` and `giveBack` waits `rttMs / 2`
+ * The real namespace behind a simulated distance: every `take`, `giveBack` and `settle` waits `rttMs / 2`
  * before it reaches the object and `rttMs / 2` after its answer, and is counted.
  */
 function distant(ns: WorkerEnv["LIMITER"], rttMs: number): WorkerEnv["LIMITER"] {
@@ -192,6 +200,13 @@ function distant(ns: WorkerEnv["LIMITER"], rttMs: number): WorkerEnv["LIMITER"] 
           far.giveBack += 1;
           await sleep(half);
           const n = await stub.giveBack(...args);
+          await sleep(half);
+          return n;
+        },
+        async settle(...args: Parameters<RateLimiter["settle"]>): Promise<number> {
+          far.settle += 1;
+          await sleep(half);
+          const n = await stub.settle(...args);
           await sleep(half);
           return n;
         },
@@ -277,7 +292,7 @@ export default {
     if (role === "far") {
       if (new URL(request.url).pathname === "/__bench/far") {
         const out = Response.json(far);
-        far = { take: 0, giveBack: 0, reasons: {} };
+        far = { take: 0, giveBack: 0, settle: 0, reasons: {} };
         return out;
       }
       const rtt = Number(request.headers.get("x-bench-rtt") ?? 0);

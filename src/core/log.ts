@@ -7,7 +7,7 @@
  * earlier than it can be used (per-request grants at `now` rounded up to the tick, leases at
  * `now + lifetime` rounded up, and on a ring with no free slot at the next later slot's time),
  * and every decision is evaluated at the real, monotone `now`. Then no window of real use times
- * ever holds more than `N` (DESIGN.md, "Future-dated grants").
+ * ever holds more than `N` (docs/design.md, "Future-dated grants").
  */
 
 import type { Decision, LimitStatus } from "./decision.ts";
@@ -208,7 +208,7 @@ export class KeyLog {
   /**
    * Decides a request of `ask.cost` at `now` and, when every limit allows it, records it —
    * together with up to `ask.leaseUnits` more units leased ahead for up to `ask.leaseMs`, sized by
-   * how far the key is from each limit (DESIGN.md, "Headroom leases"): the units leased out to all
+   * how far the key is from each limit (docs/design.md, "Leases"): the units leased out to all
    * callers together stay within {@link LEASE_HEADROOM_SHARE} of every limit's headroom, and a
    * lease lives its full lifetime only while at least half of every limit is free, shorter below.
    * Near a limit leases shrink to nothing, and none are granted for a shortest window after a

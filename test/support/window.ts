@@ -86,7 +86,7 @@ export interface Timed {
  * scheduling — an exact limiter never gives one. (Every request costs 1.) Returns those denials.
  *
  * `slackMs` widens each window backwards: with leases a unit is recorded at the object up to one lease
- * lifetime after it is spent (DESIGN.md, "Future-dated grants"), so it may still count for that long after
+ * lifetime after it is spent (docs/design.md, "Future-dated grants"), so it may still count for that long after
  * leaving a window of use times; pass the lease lifetime to judge a leasing limiter by what it promises.
  */
 export function unjustifiedDenials(

@@ -1,5 +1,5 @@
 /**
- * @module The config parser: valid configs (DESIGN.md, wrangler.toml, README examples, every
+ * @module The config parser: valid configs (the minimum, wrangler.toml, README examples, every
  * field), every config error naming its field and quoting the bad value, plan and cost lookup,
  * and properties: limits round-trip, junk never escapes as anything but a ConfigError.
  */
@@ -40,7 +40,7 @@ type Obj = Record<string, unknown>;
 const policyHeader = (plan: Plan) => policyOf(plan.limits ?? []);
 
 const ORIGIN = "https://api.example.com";
-/** The minimum config of DESIGN.md and README.md. */
+/** The minimum config of README.md. */
 const MINIMUM = {
   limits: [
     { limit: 100, window: "1s" },
@@ -141,7 +141,7 @@ describe("parseConfig: valid configs", () => {
     );
   });
 
-  it("parses the DESIGN.md minimum with every default filled in", () => {
+  it("parses the minimum config with every default filled in", () => {
     const config = parse(MINIMUM);
     expect(plain(config)).toEqual(minimumConfig);
     expect(policyHeader(config.defaultPlan as Plan)).toBe(MINIMUM_POLICY);
@@ -164,7 +164,7 @@ describe("parseConfig: valid configs", () => {
     });
   });
 
-  it("parses the DESIGN.md minimum as TOML through wrangler", async () => {
+  it("parses the minimum config as TOML through wrangler", async () => {
     const vars = await varsOfToml(`[vars]
 ORIGIN = "https://api.example.com"       # allowed requests go to ORIGIN + path + query
 

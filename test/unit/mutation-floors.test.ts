@@ -36,24 +36,35 @@ describe("mutation floors", () => {
     ]);
   });
 
-  it("has a floor for every file stryker.config.mjs mutates that has code, and only for those", async () => {
-    const configFile = new URL("../../stryker.config.mjs", import.meta.url).href; // plain JS: imported untyped
-    const { default: config } = (await import(configFile)) as { default: { mutate: string[] } };
+  it("has a floor for every file the gate and the full run mutate that has code, and only for those", async () => {
     const { readdirSync } = await import("node:fs");
-    const mutated = config.mutate.flatMap((pattern) => {
-      if (pattern.startsWith("!")) return [];
-      if (!pattern.includes("*")) return [pattern];
-      // `dir/*.ts` or `dir/**/*.ts`
-      const recursive = pattern.includes("/**/");
-      const dir = pattern.slice(0, pattern.indexOf("/*"));
-      return readdirSync(dir, { recursive })
-        .map(String)
-        .filter((f) => f.endsWith(".ts"))
-        .map((f) => `${dir}/${f}`);
-    });
-    const excluded = new Set(config.mutate.filter((p) => p.startsWith("!")).map((p) => p.slice(1)));
-    const withoutFloor = mutated.filter((f) => !excluded.has(f) && FLOORS[f] === undefined);
-    expect(withoutFloor).toEqual(["src/core/decision.ts"]); // types only: no mutants
-    for (const f of Object.keys(FLOORS)) expect(mutated, f).toContain(f);
+    /** The files a Stryker config mutates, with its `!` exclusions left out. */
+    const mutatedBy = async (name: string) => {
+      const configFile = new URL(`../../${name}`, import.meta.url).href; // plain JS: imported untyped
+      const { default: config } = (await import(configFile)) as { default: { mutate: string[] } };
+      const excluded = new Set(config.mutate.filter((p) => p.startsWith("!")).map((p) => p.slice(1)));
+      return config.mutate
+        .flatMap((pattern) => {
+          if (pattern.startsWith("!")) return [];
+          if (!pattern.includes("*")) return [pattern];
+          // `dir/*.ts` or `dir/**/*.ts`
+          const recursive = pattern.includes("/**/");
+          const dir = pattern.slice(0, pattern.indexOf("/*"));
+          return readdirSync(dir, { recursive })
+            .map(String)
+            .filter((f) => f.endsWith(".ts"))
+            .map((f) => `${dir}/${f}`);
+        })
+        .filter((f) => !excluded.has(f));
+    };
+    const gate = await mutatedBy("stryker.config.mjs");
+    const full = await mutatedBy("stryker.full.config.mjs");
+    expect(full.filter((f) => FLOORS[f] === undefined)).toEqual(["src/core/decision.ts"]); // types only: no mutants
+    for (const f of Object.keys(FLOORS)) expect(full, f).toContain(f);
+    // The gate is part of the full run: the core, the client, config, key, path, http and telemetry.
+    for (const f of gate) expect(full, f).toContain(f);
+    expect(gate).toContain("src/core/log.ts");
+    expect(gate).toContain("src/client/leases.ts");
+    expect(gate).not.toContain("src/object/index.ts");
   });
 });

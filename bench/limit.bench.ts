@@ -1,0 +1,218 @@
+/**
+ * @module `npm run bench:limit`: the customer's side at a limit (docs/design.md, "No waiting behind other
+ * requests"). The real bundle's proxy in workerd, one isolate, every call to a key's object delayed by a simulated
+ * round trip R (half before, half after: the `far` and `far-off` bench Workers), at R = 0, 20 and 80 ms, leases on
+ * and off. Per shape: utilisation (grants as a share of what an exact limiter deciding each request at its send
+ * time grants for the same arrivals), object calls per request, and added p50/p99 latency against the same shape
+ * sent just before on keys of an `unlimited` plan through the same isolate (the product's own pass-through). One
+ * exact decision costs one round trip: p99 above 2R + 25 ms is queueing.
+ *
+ *   npm run bench:limit                  # ~6 min
+ *   LIMIT_RTTS=80 LIMIT_SHAPES=loop,burst npm run bench:limit    # one round trip class, two shapes
+ */
+
+import { cpus } from "node:os";
+import { resolve } from "node:path";
+import { KeyLog, type LimitSpec } from "../src/core/index.ts";
+import { startOrigin } from "../test/support/origin.ts";
+import { quantile } from "./http/load.ts";
+import { startRuntime } from "./http/runtime.ts";
+
+const RTTS = (process.env.LIMIT_RTTS ?? "0,20,80").split(",").map(Number);
+/** `LIMIT_SHAPES=loop,burst`: only the shapes on these plans. */
+const ONLY = process.env.LIMIT_SHAPES?.split(",");
+
+/** The shapes' plans, by key prefix. */
+const PLANS = {
+  loop: [
+    { limit: 20, windowMs: 1000 },
+    { limit: 60, windowMs: 60_000 },
+  ],
+  many: [{ limit: 25, windowMs: 1000 }],
+  paced: [{ limit: 20, windowMs: 1000 }],
+  ramp: [{ limit: 25, windowMs: 1000 }],
+  burst: [
+    { limit: 30, windowMs: 1000 },
+    { limit: 300, windowMs: 60_000 },
+  ],
+} satisfies Record<string, LimitSpec[]>;
+type Plan = keyof typeof PLANS;
+
+const RATE_LIMIT = {
+  limits: [{ limit: 1_000_000, window: "1s" }],
+  plans: [
+    ...Object.entries(PLANS).map(([name, limits]) => ({
+      name,
+      key_prefix: `${name}_`,
+      limits: limits.map((l) => ({ limit: l.limit, window: l.windowMs })),
+    })),
+    { name: "free", key_prefix: "free_", unlimited: true },
+  ],
+};
+
+interface Sent {
+  readonly at: number;
+  latencyMs: number;
+  status: number;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** One request; its send time (wall clock, for the exact limiter), latency and status. */
+async function send(url: string, key: string, rtt: number): Promise<Sent> {
+  const s: Sent = { at: Date.now(), latencyMs: 0, status: 0 };
+  const start = performance.now();
+  try {
+    const res = await fetch(`${url}/limit`, { headers: { "x-api-key": key, "x-bench-rtt": String(rtt) } });
+    await res.arrayBuffer();
+    s.status = res.status;
+  } catch {
+    s.status = -1;
+  }
+  s.latencyMs = performance.now() - start;
+  return s;
+}
+
+/** Clients in closed loops (each sends its next request when the last one is answered) for `ms`. */
+async function loops(url: string, key: string, rtt: number, clients: number, ms: number): Promise<Sent[]> {
+  const out: Sent[] = [];
+  const end = Date.now() + ms;
+  await Promise.all(
+    Array.from({ length: clients }, async () => {
+      while (Date.now() < end) out.push(await send(url, key, rtt));
+    }),
+  );
+  return out;
+}
+
+/** Open-loop arrivals at the given offsets (ms from now), answered or not. */
+async function at(url: string, key: string, rtt: number, offsets: readonly number[]): Promise<Sent[]> {
+  const start = Date.now();
+  const pending: Promise<Sent>[] = [];
+  for (const o of offsets) {
+    const wait = start + o - Date.now();
+    if (wait > 0) await sleep(wait);
+    pending.push(send(url, key, rtt));
+  }
+  return Promise.all(pending);
+}
+
+/** The shapes: how each sends its requests. */
+const SHAPES: { name: string; plan: Plan; run: (url: string, key: string, rtt: number) => Promise<Sent[]> }[] = [
+  { name: "1 client in a loop", plan: "loop", run: (u, k, r) => loops(u, k, r, 1, 2600) },
+  { name: "8 clients in loops", plan: "many", run: (u, k, r) => loops(u, k, r, 8, 3000) },
+  // 20/1s paced at twice its rate: a request every 25 ms.
+  {
+    name: "paced at 2x",
+    plan: "paced",
+    run: (u, k, r) =>
+      at(
+        u,
+        k,
+        r,
+        Array.from({ length: 120 }, (_, i) => i * 25),
+      ),
+  },
+  {
+    // From 2 to 60 requests a second over 4 s on 25/1s: the rate at t is 2 + 14.5 t/s.
+    name: "ramp 2 to 60/s",
+    plan: "ramp",
+    run: (u, k, r) => {
+      const offsets: number[] = [];
+      for (let t = 0; t < 4000; ) {
+        offsets.push(t);
+        t += 1000 / (2 + (58 * t) / 4000);
+      }
+      return at(u, k, r, offsets);
+    },
+  },
+  {
+    // 2/s for 6 s, quiet 2 s, then two bursts of 90 a second apart.
+    name: "bursts after quiet",
+    plan: "burst",
+    run: (u, k, r) => {
+      const offsets = Array.from({ length: 12 }, (_, i) => i * 500);
+      for (const b of [8000, 9000]) for (let i = 0; i < 90; i++) offsets.push(b + i * 2);
+      return at(u, k, r, offsets);
+    },
+  },
+];
+
+/** What an exact limiter deciding each request at its send time grants for these arrivals. */
+function exact(limits: readonly LimitSpec[], sent: readonly Sent[]): number {
+  const log = new KeyLog(limits);
+  let n = 0;
+  for (const s of [...sent].sort((a, b) => a.at - b.at)) if (log.take(s.at, { cost: 1 }).decision.allowed) n++;
+  return n;
+}
+
+interface Far {
+  take: number;
+  giveBack: number;
+  settle: number;
+}
+
+const fmt = (n: number, d = 1) => (Number.isFinite(n) ? n.toFixed(d) : "-");
+
+async function main(): Promise<void> {
+  console.log(
+    `machine: ${cpus().length}x ${cpus()[0]?.model ?? "?"}, Node ${process.version}; round trips ${RTTS.join("/")} ms`,
+  );
+  const origin = await startOrigin();
+  const rt = await startRuntime({
+    origin: origin.url,
+    rateLimit: RATE_LIMIT,
+    chartLimit: 100,
+    chartWindowMs: 10_000,
+    stateDir: resolve("/dev/shm"),
+  });
+  let over = 0;
+  try {
+    const header =
+      "shape                 R ms  leases  util    granted/exact  calls/req  +p50 ms  +p99 ms  p99 bound (2R+25)";
+    const rows: string[] = [];
+    for (const rtt of RTTS) {
+      for (const shape of SHAPES.filter((s) => !ONLY || ONLY.includes(s.plan))) {
+        // The pass-through reference: the same shape on keys of an unlimited plan, through the same isolate.
+        const pass = (await shape.run(rt.urls.far, `free_${crypto.randomUUID()}`, rtt)).map((s) => s.latencyMs);
+        pass.sort((a, b) => a - b);
+        for (const [mode, url] of [
+          ["on", rt.urls.far],
+          ["off", rt.urls["far-off"]],
+        ] as const) {
+          await fetch(`${url}/__bench/far`); // resets the counts
+          const sent = await shape.run(url, `${shape.plan}_${mode}${rtt}_${crypto.randomUUID()}`, rtt);
+          await sleep(rtt + 50); // settlements and refills after the last answer
+          const far = (await (await fetch(`${url}/__bench/far`)).json()) as Far;
+          const granted = sent.filter((s) => s.status === 200).length;
+          const best = exact(PLANS[shape.plan], sent);
+          const failed = sent.filter((s) => s.status !== 200 && s.status !== 429).length;
+          const lat = sent.map((s) => s.latencyMs).sort((a, b) => a - b);
+          const p99 = quantile(lat, 0.99) - quantile(pass, 0.99);
+          if (p99 > 2 * rtt + 25) over++;
+          const row = [
+            shape.name.padEnd(21),
+            String(rtt).padStart(4),
+            mode.padStart(7),
+            `${fmt((100 * granted) / best)}%`.padStart(6),
+            `${granted}/${best}`.padStart(15),
+            fmt((far.take + far.giveBack + far.settle) / sent.length, 2).padStart(10),
+            fmt(quantile(lat, 0.5) - quantile(pass, 0.5)).padStart(8),
+            fmt(p99).padStart(8),
+            `${p99 <= 2 * rtt + 25 ? "within" : "OVER"} ${2 * rtt + 25}`.padStart(18),
+            failed > 0 ? `  ${failed} failed` : "",
+          ].join(" ");
+          rows.push(row);
+          console.log(row);
+        }
+      }
+    }
+    console.log(`\n${header}\n${rows.join("\n")}`);
+    console.log(`${over} shape runs with p99 over 2R + 25 ms`);
+  } finally {
+    await rt.dispose();
+    await origin.close();
+  }
+}
+
+await main();

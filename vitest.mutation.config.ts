@@ -1,0 +1,12 @@
+// Vitest for the mutation gate (npm run test:mutation, stryker.config.mjs): the unit tests in plain Node.
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    name: "unit",
+    environment: "node",
+    include: ["test/unit/**/*.test.ts"],
+    // One worker reused across Stryker's many small runs (its runner already limits Vitest to one worker).
+    isolate: false,
+  },
+});
