@@ -250,15 +250,31 @@ export class LeaseTable {
    */
   settle(e: KeyLeases, now: number): Settlement[] {
     this.#expire(e, now);
+    // Far from every limit nobody needs the capacity a used unit holds until its record: re-dating it would cost
+    // rows for nothing. Near a limit (or in a burst that brought the key there) it is what the key itself needs.
+    const near = this.#near(e, now);
     const out: Settlement[] = [];
-    for (const h of e.expired) out.push(settlement(h, h.left));
+    for (const h of e.expired) if (h.left > 0 || near) out.push(settlement(h, h.left, near));
     e.expired = [];
+    if (!near) return out;
     for (const h of e.held) {
       if (h.used === 0) continue;
       out.push(settlement(h, 0));
       h.used = 0;
     }
     return out;
+  }
+
+  /**
+   * Whether the key is near a limit as this isolate last saw it: some limit had less than half left, counting the
+   * units held here as left (the object's latest answer, else its answer with a lease).
+   */
+  #near(e: KeyLeases, now: number): boolean {
+    const view = e.view ?? e.held.at(-1) ?? e.expired.at(-1) ?? null;
+    if (view === null) return false;
+    const limits = view.applied ?? e.limits;
+    const held = this.holding(e, now, view.applied);
+    return view.limits.some((l, i) => 2 * (l.remaining + held) < (limits[i]?.limit ?? 0));
   }
 
   /**
@@ -413,12 +429,12 @@ export class LeaseTable {
   }
 }
 
-/** A lease's settlement: its units used since the last one, and `unused` units given back. */
-function settlement(h: HeldLease, unused: number): Settlement {
+/** A lease's settlement: its units used since the last one (unless `redate` is false), and `unused` units given back. */
+function settlement(h: HeldLease, unused: number, redate = true): Settlement {
   return {
     recordedAt: h.recordedAt,
     issuedAt: h.issuedAt,
-    used: h.used,
+    used: redate ? h.used : 0,
     // Whole milliseconds, rounded up: never earlier than the use.
     lastUseMs: Math.max(0, Math.ceil(h.lastUseAt - h.sentAt)),
     unused,

@@ -243,6 +243,8 @@ describe("LimiterClient.refund", () => {
 
   it("a leased grant goes back to its lease until the lease is settled (no call); a settled one stays counted", async () => {
     const t = setup();
+    // Near the limit (45 of 100 left), where leases are settled.
+    await t.limit("key:a", 55);
     let leased = null;
     for (let i = 0; i < 20 && !leased; i++) {
       const r = await t.limit();
@@ -271,7 +273,8 @@ describe("LimiterClient.refund", () => {
     const settled = t.store.calls.at(-1)?.ask?.settle?.find((x) => x.recordedAt === lease.recordedAt);
     expect([settled?.used, settled?.unused]).toEqual([used - 1, left + 1]);
     // Settled, its uses re-dated to when they happened: spent again later, a unit given back there would be used
-    // after its record. It stays counted.
+    // after its record. It stays counted. (Near the limit again: the minute above emptied the window.)
+    await t.limit("key:a", 55);
     let spent = null;
     for (let i = 0; i < 20 && !spent; i++) {
       const r = await t.limit();

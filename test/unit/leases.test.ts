@@ -36,6 +36,26 @@ describe("LeaseTable", () => {
     expect(unused).toEqual([]);
   });
 
+  it("re-dates used units only near a limit: far from every limit a settlement gives back unused units alone", () => {
+    const table = new LeaseTable();
+    const e = table.touch("k", SPECS, 0, []);
+    const far: LimitStatus[] = [{ remaining: 900, resetMs: 1000, exceeded: false }];
+    table.add(e, lease(3, 100, [100]), 0, 0, far);
+    table.spend(e, 1, 10);
+    expect(table.settle(e, 20)).toEqual([]); // 900 + 2 of 1000 left: nothing worth a row
+    expect(table.settle(e, 200)).toEqual([{ recordedAt: [100], issuedAt: 0, used: 0, lastUseMs: 10, unused: 2 }]);
+    // The object's latest answer says the key is near a limit now: uses are re-dated.
+    table.add(e, lease(3, 100, [300]), 200, 200, far);
+    table.spend(e, 1, 210);
+    table.saw(e, {
+      limits: [{ remaining: 400, resetMs: 1000, exceeded: false }],
+      decidedAt: 205,
+      sentAt: 200,
+      applied: null,
+    });
+    expect(table.settle(e, 220)).toEqual([{ recordedAt: [300], issuedAt: 200, used: 1, lastUseMs: 10, unused: 0 }]);
+  });
+
   it("never spends more than a lease holds, and uses the lease that expires first", () => {
     const table = new LeaseTable();
     const unused: KeySettlements[] = [];
