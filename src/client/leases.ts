@@ -266,10 +266,12 @@ export class LeaseTable {
   }
 
   /**
-   * Whether the key is near a limit as this isolate last saw it: some limit had less than half left, counting the
-   * units held here as left (the object's latest answer, else its answer with a lease).
+   * Whether the key is near a limit: as this isolate last saw it (some limit had less than half left, counting the
+   * units held here as left), or heading there (at its recent rate here it would use half of some limit a window).
    */
   #near(e: KeyLeases, now: number): boolean {
+    const perMs = rate(e, now);
+    if (e.limits.some((l) => 2 * perMs * l.windowMs >= l.limit)) return true;
     const view = e.view ?? e.held.at(-1) ?? e.expired.at(-1) ?? null;
     if (view === null) return false;
     const limits = view.applied ?? e.limits;

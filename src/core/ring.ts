@@ -243,9 +243,9 @@ export class Ring {
   /**
    * Records `units` at `at` rounded up to the tick, in time order among the slots (a grant at now
    * goes before leases recorded in the future). When the ring has no free slot it adds them to the
-   * next later slot instead (later is always safe; a full ring that fits has one, since only slots
-   * beyond now can exceed the tick positions its capacity was sized for). Returns the one row to
-   * write. The ring must be evicted to a time ≤ `at` and have room (`fits`).
+   * next later slot instead, or, with none later, moves the newest slot later to `at` and adds them
+   * there (later is always safe). Returns the one row to write. The ring must be evicted to a time
+   * ≤ `at` and have room (`fits`).
    */
   record(at: number, units: number): SlotRow {
     const ts = roundUp(at, this.tickMs);
@@ -256,6 +256,15 @@ export class Ring {
       this.#cost[p] = (this.#cost[p] as number) + units;
       for (const m of this.#members) m.used += units;
       return this.#row(i);
+    }
+    if (this.size >= this.capacity) {
+      // Full, and later than every slot (a lease recorded further ahead than the ring's slack): the newest slot
+      // moves later to `ts` and takes the units. Moving a record later is always safe, and it stays the newest.
+      const p = (this.#end - 1) & this.#mask;
+      this.#ts[p] = ts;
+      this.#cost[p] = (this.#cost[p] as number) + units;
+      for (const m of this.#members) m.used += units;
+      return this.#row(this.#end - 1);
     }
     this.#insert(i, ts, units, this.#takeKey());
     return this.#row(i);

@@ -54,6 +54,12 @@ describe("LeaseTable", () => {
       applied: null,
     });
     expect(table.settle(e, 220)).toEqual([{ recordedAt: [300], issuedAt: 200, used: 1, lastUseMs: 10, unused: 0 }]);
+    // Heading for a limit: at its rate here (about one a millisecond) the key would use half of 1000 a second.
+    const fast = table.touch("fast", SPECS, 0, []);
+    table.add(fast, lease(3, 200, [200]), 0, 0, far);
+    for (let t = 1; t <= 100; t++) table.touch("fast", SPECS, t, []);
+    table.spend(fast, 1, 100);
+    expect(table.settle(fast, 100)).toEqual([{ recordedAt: [200], issuedAt: 0, used: 1, lastUseMs: 100, unused: 0 }]);
   });
 
   it("never spends more than a lease holds, and uses the lease that expires first", () => {

@@ -143,11 +143,17 @@ export class Model {
   #record(tick: number, list: Grant[], t: number, at: number, units: number): number {
     const want = roundUp(at, tick);
     const same = list.find((g) => g.t === want);
-    // A ring with no free slot adds the units to the next later slot (later is safe).
-    const later = this.#slots(tick, t) >= this.#capacity(tick) ? list.find((g) => g.t > want) : undefined;
+    // A ring with no free slot adds the units to the next later slot, or with none later moves its newest slot later
+    // to take them (later is safe).
+    const full = this.#slots(tick, t) >= this.#capacity(tick);
+    const later = full ? list.find((g) => g.t > want) : undefined;
     const into = same ?? later;
+    const newest = list.at(-1);
     if (into) into.cost += units;
-    else {
+    else if (full && newest) {
+      newest.t = want;
+      newest.cost += units;
+    } else {
       list.push({ t: want, cost: units });
       list.sort((a, b) => a.t - b.t);
     }

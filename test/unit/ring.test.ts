@@ -190,4 +190,26 @@ describe("forget (an operator's reset)", () => {
     log.forget(36);
     expect(log.peek(36).limits[0]?.remaining).toBe(64);
   });
+
+  it("a full ring recording later than every slot moves its newest slot later: no slot beyond its capacity", () => {
+    // 16 per 8 ms at a tick of 7: three slots (7, 14, 21 here); a lease recorded at 22 → 28 needs a fourth.
+    const log = new KeyLog([{ limit: 16, windowMs: 8, tickMs: 7 }]);
+    log.take(1, { cost: 1 });
+    log.take(7, { cost: 0, leaseUnits: 2, leaseMs: 8 });
+    log.take(9, { cost: 1 });
+    expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([
+      [7, 1],
+      [14, 1],
+      [21, 2],
+    ]);
+    const d = log.take(14, { cost: 0, leaseUnits: 2, leaseMs: 8 }).decision;
+    expect(d.lease?.recordedAt).toEqual([28]);
+    // The newest slot (21) moved later to 28 with the new units: later is safe; the other two stay.
+    expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([
+      [7, 1],
+      [14, 1],
+      [28, 4],
+    ]);
+    expect(log.rings[0]?.size).toBeLessThanOrEqual(log.rings[0]?.capacity ?? 0);
+  });
 });
