@@ -5,26 +5,29 @@
  */
 
 /**
- * The least score (%) per file: the last full run's (CI's, at 3df6651; forward.ts re-run alone after its unit
- * tests), rounded down, less one point of slack.
+ * The least score (%) per file: a full run's score rounded down, less one point of slack. The gate's files (the
+ * core, the client, config, key, path, http, telemetry: stryker.config.mjs) from the gate's own run against the unit
+ * tests alone (2026-11-25, after settled leases); the others from CI's last full run with the stand-in for workerd
+ * (at 3df6651; forward.ts re-run alone after its unit tests), which `npm run test:mutation:full` judges.
  */
 export const FLOORS: Readonly<Record<string, number>> = {
-  "src/config.ts": 93,
+  "src/config.ts": 92,
   "src/core/duration.ts": 99,
   "src/core/limits.ts": 98,
   // log.ts's survivors are mostly equivalent: guards before #leaseFor, which grants nothing for them anyway, and
   // boundaries where both sides give the same lifetime.
-  "src/core/log.ts": 91,
+  "src/core/log.ts": 88,
   "src/core/budgets.ts": 96,
   "src/core/ring.ts": 93,
-  "src/client/deny-cache.ts": 97,
-  "src/client/leases.ts": 96,
-  "src/client/index.ts": 70,
+  "src/client/deny-cache.ts": 95,
+  "src/client/leases.ts": 91,
+  // Most of the client's request path is tested through the Worker (test/integration/), outside the gate.
+  "src/client/index.ts": 60,
   "src/client/headers.ts": 94,
   "src/client/policy.ts": 85,
   "src/client/result.ts": 99,
-  "src/key.ts": 93,
-  "src/http.ts": 95,
+  "src/key.ts": 92,
+  "src/http.ts": 88,
   "src/telemetry.ts": 87,
   "src/path.ts": 87,
   "src/object/index.ts": 74,

@@ -62,6 +62,33 @@ describe("LeaseTable", () => {
     expect(table.settle(fast, 100)).toEqual([{ recordedAt: [200], issuedAt: 0, used: 1, lastUseMs: 100, unused: 0 }]);
   });
 
+  it("join: a request may wait for the lease call out only while its unpromised units cover it and it is not late", () => {
+    const table = new LeaseTable();
+    const e = table.touch("k", SPECS, 0, []);
+    expect(table.join(e, 1, 0)).toBeNull(); // no call out
+    const call = table.calling(e, 3, 100); // two round trips of at least 5 ms: until 110
+    expect(call.until).toBe(110);
+    expect(table.join(e, 2, 100)).toBe(call);
+    expect(table.join(e, 2, 101)).toBeNull(); // one unit left unpromised
+    expect(table.join(e, 1, 109)).toBe(call);
+    expect(call.spare).toBe(0);
+    call.spare = 5;
+    expect(table.join(e, 1, 110)).toBeNull(); // late: its answer may never come
+    table.observeRtt(40);
+    expect(table.calling(e, 3, 200).until).toBe(280);
+    // Answered: cleared, and every waiter woken once.
+    const woken: number[] = [];
+    const out = e.call as NonNullable<typeof e.call>;
+    out.wake.push(
+      () => woken.push(1),
+      () => woken.push(2),
+    );
+    table.answered(e, call); // an older call's answer clears nothing of the newer one
+    expect(e.call).toBe(out);
+    table.answered(e, out);
+    expect([e.call, woken, out.wake]).toEqual([null, [1, 2], []]);
+  });
+
   it("never spends more than a lease holds, and uses the lease that expires first", () => {
     const table = new LeaseTable();
     const unused: KeySettlements[] = [];

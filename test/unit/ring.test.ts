@@ -211,5 +211,25 @@ describe("forget (an operator's reset)", () => {
       [28, 4],
     ]);
     expect(log.rings[0]?.size).toBeLessThanOrEqual(log.rings[0]?.capacity ?? 0);
+    // The new units count at once: 16 less the 6 recorded.
+    expect(log.peek(14).limits[0]?.remaining).toBe(10);
+  });
+
+  it("moves a lease's units only to an earlier time, from a slot that exists, and never more than it holds", () => {
+    const log = new KeyLog([{ limit: 64, windowMs: 1000 }]);
+    const ring = log.rings[0] as NonNullable<(typeof log.rings)[0]>;
+    log.take(0, { cost: 0, leaseUnits: 4, leaseMs: 500 }); // recorded at 500
+    expect(ring.move(400, 10, 1)).toEqual([]); // no slot at 400
+    expect(ring.move(500, 500, 1)).toEqual([]); // not earlier
+    expect(ring.move(500, 600, 1)).toEqual([]);
+    expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([[500, 4]]);
+    const rows = ring.move(500, 10, 9); // all four, not nine
+    expect(rows.map((r) => [r.ts, r.cost])).toEqual([
+      [500, 0],
+      [10, 4],
+    ]);
+    expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([[10, 4]]);
+    expect(log.peek(20).limits[0]?.remaining).toBe(60);
+    expect(log.peek(1010).limits[0]?.remaining).toBe(64);
   });
 });
