@@ -19,6 +19,7 @@ import {
   type KeyLeases,
   type KeySettlements,
   type LeaseAsk,
+  type LeaseCall,
   LeaseTable,
   sameLimits,
 } from "./leases.ts";
@@ -287,8 +288,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     }
     this.#settleElsewhere(ns, elsewhere, bg);
     // A request waits for no other request's call, except a lease call out that asked for enough units to cover it,
-    // and for no longer than that call's round trip (docs/design.md, "No waiting behind other requests").
-    for (let joined = false; ; joined = true) {
+    // and for no longer than that call's round trip (docs/design.md, "No waiting behind other requests"). It waits on
+    // its own timers, until the answer is due and at most until it is late: workerd runs a request's code only in
+    // that request's context, so an answer that arrives in another request may not wake it.
+    let joined: LeaseCall | null = null;
+    for (let waits = 0; ; waits++) {
       if (entry) {
         const held = this.leases.spend(entry, cost, now);
         if (held) {
@@ -301,17 +305,10 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
         if (blocked && retryAt !== undefined) return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now);
       }
-      const call = entry && !joined ? this.leases.join(entry, cost, now) : null;
-      if (!call) break;
-      // On this request's own promise and timer: workerd runs a request's continuations only while it lives, so
-      // a request never awaits a promise another request made.
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, Math.max(1, call.until - now));
-        call.wake.push(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
+      if (waits === 0 && entry) joined = this.leases.join(entry, cost, now);
+      if (!joined || joined.done || now >= joined.until || waits === 2) break;
+      const at = waits === 0 ? joined.dueAt : joined.until;
+      await new Promise((resolve) => setTimeout(resolve, Math.max(1, at - now)));
       now = this.now();
     }
     // Its own call: with a lease ask when none is out for the key.

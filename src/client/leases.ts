@@ -61,10 +61,12 @@ export interface KeySettlements {
 export interface LeaseCall {
   /** Lease units asked for and not yet promised to a waiting request. */
   spare: number;
+  /** Local time its answer is expected at: a recent round trip after it was sent. */
+  readonly dueAt: number;
   /** Local time after which nobody waits for it any more (its answer is late: it may never come). */
   readonly until: number;
-  /** Wakes the requests waiting for the answer (each on its own promise). */
-  readonly wake: (() => void)[];
+  /** Whether its answer came (or it failed). */
+  done: boolean;
 }
 
 /** The object's latest answer about a key, as this isolate saw it. */
@@ -361,7 +363,8 @@ export class LeaseTable {
    * returned call is cleared with {@link answered}.
    */
   calling(e: KeyLeases, units: number, now: number): LeaseCall {
-    const call: LeaseCall = { spare: units, until: now + 2 * Math.max(this.#rttMs, MIN_WAIT_MS), wake: [] };
+    const rtt = Math.max(this.#rttMs, MIN_WAIT_MS);
+    const call: LeaseCall = { spare: units, dueAt: now + Math.ceil(rtt), until: now + 2 * rtt, done: false };
     e.call = call;
     return call;
   }
@@ -377,10 +380,10 @@ export class LeaseTable {
     return call;
   }
 
-  /** The lease call answered (or failed): clears it, then wakes the requests that waited for it. */
+  /** The lease call answered (or failed): done, and no longer the key's call out. */
   answered(e: KeyLeases, call: LeaseCall): void {
+    call.done = true;
     if (e.call === call) e.call = null;
-    for (const wake of call.wake.splice(0)) wake();
   }
 
   /**

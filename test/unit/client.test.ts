@@ -4,7 +4,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type Background, LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
-import type { HeldLease } from "../../src/client/leases.ts";
+import type { HeldLease, LeaseCall } from "../../src/client/leases.ts";
 import { type LimiterConfig, type Plan, parseLimiterConfig } from "../../src/config.ts";
 import {
   type Ask,
@@ -572,16 +572,20 @@ describe("no waiting behind other requests", () => {
 
   it("requests wait for the key's lease call out while the units it asked for cover them, then spend from it", async () => {
     const t = await busyKey();
-    t.client.leases.observeRtt(1000); // their own timers would let them go only after two seconds
+    // Their own timers: the answer is due a round trip (50 ms) after the call went out, late after two.
+    t.client.leases.observeRtt(50);
     const { slow, gate } = gated(t.ns);
     const first = t.client.limit(slow, "key:a", t.plan, 1, t.bg);
     const others = Array.from({ length: 3 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
     await flush();
     expect(gate.takes).toBe(1);
-    expect(t.client.leases.get("key:a")?.call?.wake.length).toBe(3);
+    const call = t.client.leases.get("key:a")?.call as LeaseCall;
     gate.release();
     const results = await Promise.all([first, ...others]);
     expect(results.map((r) => r.reason)).toEqual(["granted", "leased", "leased", "leased"]);
+    // The three promised themselves three of the units the call asked for.
+    const asked = t.store.calls.filter((c) => c.method === "take" && (c.ask?.leaseUnits ?? 0) > 0).at(-1)?.ask;
+    expect(call.spare).toBe((asked?.leaseUnits ?? 0) - 3);
     // Any call since is a background refill (cost 0), none a request's own.
     const takes = t.store.calls.filter((c) => c.method === "take");
     expect(takes.slice(takes.length - (gate.takes - 1)).map((c) => c.ask?.cost)).toEqual(Array(gate.takes - 1).fill(0));
@@ -589,7 +593,7 @@ describe("no waiting behind other requests", () => {
 
   it("a request the lease call out cannot cover asks for itself at once: several calls for one key may be out", async () => {
     const t = await busyKey({ leases: { max_units: 3 } });
-    t.client.leases.observeRtt(1000);
+    t.client.leases.observeRtt(50);
     const { slow, gate } = gated(t.ns, () => true);
     const first = t.client.limit(slow, "key:a", t.plan, 1, t.bg);
     await flush();
@@ -599,7 +603,7 @@ describe("no waiting behind other requests", () => {
     const others = Array.from({ length: 5 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
     await flush();
     expect(gate.takes).toBe(3);
-    expect(t.client.leases.get("key:a")?.call?.wake.length).toBe(3);
+    expect(t.client.leases.get("key:a")?.call?.spare).toBe(0);
     gate.release();
     const results = await Promise.all([first, ...others]);
     expect(results.map((r) => r.reason).sort()).toEqual([

@@ -76,17 +76,13 @@ describe("LeaseTable", () => {
     expect(table.join(e, 1, 110)).toBeNull(); // late: its answer may never come
     table.observeRtt(40);
     expect(table.calling(e, 3, 200).until).toBe(280);
-    // Answered: cleared, and every waiter woken once.
-    const woken: number[] = [];
-    const out = e.call as NonNullable<typeof e.call>;
-    out.wake.push(
-      () => woken.push(1),
-      () => woken.push(2),
-    );
+    // Due a round trip after it went out, late after two.
+    const out = table.calling(e, 3, 300);
+    expect([out.dueAt, out.until, out.done]).toEqual([340, 380, false]);
     table.answered(e, call); // an older call's answer clears nothing of the newer one
-    expect(e.call).toBe(out);
+    expect([e.call, call.done]).toEqual([out, true]);
     table.answered(e, out);
-    expect([e.call, woken, out.wake]).toEqual([null, [1, 2], []]);
+    expect([e.call, out.done]).toEqual([null, true]);
   });
 
   it("never spends more than a lease holds, and uses the lease that expires first", () => {
