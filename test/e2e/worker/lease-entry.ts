@@ -6,7 +6,8 @@
  * - Every decision is counted by reason per key (`leased`: spent from a lease this isolate holds; `granted`:
  *   the object decided the request itself; `over_limit`, `cached_denial`, …).
  * - Every call this isolate makes to an object is counted: `take` (a request's decision, a lease, or both;
- *   background refills included) and `giveBack`, with the lease units granted and given back.
+ *   background refills included), `giveBack` and `settle`, with the lease units granted and given back (by either,
+ *   or settled with a `take`).
  *
  * `GET /__lease-test/stats?key=<key>` answers a `KeyReport` (test/support/lease-report.ts): this isolate's counts for the key, the units
  * its lease table still holds for it, and what the key's object says is left (`peek`: no consumption, no
@@ -39,7 +40,7 @@ function countsOf(name: string): Counts {
 type Namespace = WorkerEnv["LIMITER"];
 type Stub = ReturnType<Namespace["getByName"]>;
 
-/** The namespace with `take` and `giveBack` counted; every other method goes straight to the stub. */
+/** The namespace with `take`, `giveBack` and `settle` counted; every other method goes straight to the stub. */
 function observed(ns: Namespace): Namespace {
   const getByName = (name: string): Stub => {
     const stub = ns.getByName(name);
@@ -47,6 +48,8 @@ function observed(ns: Namespace): Namespace {
       const c = countsOf(name);
       c.takes += 1;
       if ((ask.leaseUnits ?? 0) > 0) c.leaseAsks += 1;
+      // Unused units of leases settled with the call are given back too.
+      for (const x of ask.settle ?? []) c.givenBackUnits += x.unused;
       return (stub.take(limits, ask) as Promise<Decision>).then((d) => {
         if (d.lease) {
           c.leases += 1;
@@ -62,10 +65,17 @@ function observed(ns: Namespace): Namespace {
       c.givenBackUnits += units;
       return stub.giveBack(limits, recordedAt, units) as unknown as number;
     };
+    const settle: RateLimiter["settle"] = (limits, settlements) => {
+      const c = countsOf(name);
+      c.giveBacks += 1;
+      for (const x of settlements) c.givenBackUnits += x.unused;
+      return stub.settle(limits, settlements) as unknown as number;
+    };
     return new Proxy(stub, {
       get: (target, prop) => {
         if (prop === "take") return take;
         if (prop === "giveBack") return giveBack;
+        if (prop === "settle") return settle;
         const value = Reflect.get(target, prop);
         return typeof value === "function" ? value.bind(target) : value;
       },
