@@ -247,9 +247,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       return this.#failed(plan, cost, e, route);
     }
     this.#remember(cached, d, cost, now);
-    const out: KeySettlements[] = [];
-    this.#observe(name, d, out);
-    this.#settleElsewhere(ns, out, bg);
+    this.#observe(ns, name, d, bg);
     const shown = this.#shown(limits, d.limitsOverride, route);
     if (!d.allowed) {
       const reason = d.blockedBy !== undefined ? "blocked" : "over_limit";
@@ -329,9 +327,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const lease = entry ? this.#keep(entry, d, sentAt, ask) : null;
     if (entry && call) this.leases.answered(entry, call);
     this.#remember(name, d, cost, sentAt);
-    const dropped: KeySettlements[] = [];
-    this.#observe(name, d, dropped);
-    this.#settleElsewhere(ns, dropped, bg);
+    this.#observe(ns, name, d, bg);
     const shown = this.#shown(limits, d.limitsOverride);
     if (!d.allowed) {
       const reason = d.blockedBy !== undefined ? "blocked" : "over_limit";
@@ -557,9 +553,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         this.#keep(entry, d, now, ask);
         this.leases.answered(entry, call);
         this.#remember(name, d, 1, now, true);
-        const others: KeySettlements[] = [];
-        this.#observe(name, d, others);
-        this.#settleElsewhere(ns, others, bg);
+        this.#observe(ns, name, d, bg);
       },
       (e) => {
         this.leases.answered(entry, call);
@@ -572,13 +566,15 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   /**
    * Acts on an operator's change seen in the object's answer: a block drops the key's leases here, and
    * leases granted under other limits than the ones now applied (an override came or went) are
-   * dropped; their settlements go into `out`. Other isolates do the same when they next ask the
+   * dropped, and settled with the key's object in the background. Other isolates do the same when they next ask the
    * object; until then they spend what they hold (at most 1/4 of the smallest limit a lease, within
    * one lease lifetime), and those units were counted when leased.
    */
-  #observe(name: string, d: Decision, out: KeySettlements[]): void {
-    if (d.blockedBy !== undefined) this.leases.drop(name, out);
-    else this.leases.dropOthers(name, d.limitsOverride ?? null, out);
+  #observe(ns: LimiterNamespace, name: string, d: Decision, bg: Background): void {
+    const dropped: KeySettlements[] = [];
+    if (d.blockedBy !== undefined) this.leases.drop(name, dropped);
+    else this.leases.dropOthers(name, d.limitsOverride ?? null, dropped);
+    this.#settleElsewhere(ns, dropped, bg);
   }
 
   /** Settles leases of keys this request is not about (dropped or idle ones) with their objects, in the background. */
