@@ -12,7 +12,7 @@ export default {
     // Re-exports only.
     "!src/core/index.ts",
     "src/client/**/*.ts",
-    "src/config.ts",
+    "src/config/**/*.ts",
     "src/key.ts",
     "src/path.ts",
     "src/http.ts",

@@ -4,6 +4,8 @@ import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
+    // Quiet while tests pass: what a test logs (the Worker's JSON lines, the sweep's summary) is shown only when it fails.
+    silent: "passed-only",
     projects: [
       {
         test: {

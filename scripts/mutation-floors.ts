@@ -11,7 +11,10 @@
  * (at 3df6651; forward.ts re-run alone after its unit tests), which `npm run test:mutation:full` judges.
  */
 export const FLOORS: Readonly<Record<string, number>> = {
-  "src/config.ts": 92,
+  "src/config/parse.ts": 92,
+  "src/config/fields.ts": 92,
+  "src/config/lookup.ts": 92,
+  "src/config/types.ts": 90,
   "src/core/duration.ts": 99,
   "src/core/limits.ts": 98,
   // log.ts's survivors are mostly equivalent: guards before #leaseFor, which grants nothing for them anyway, and
@@ -38,6 +41,8 @@ export const FLOORS: Readonly<Record<string, number>> = {
   "src/proxy/index.ts": 99,
   "src/index.ts": 78,
   "src/hono.ts": 82,
+  // Not yet judged by a full run (new in the request-pipeline change): the floor of the adapters it came from.
+  "src/pipeline.ts": 60,
 };
 
 /** What the report holds of one mutant that matters here. */

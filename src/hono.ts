@@ -1,7 +1,9 @@
 /**
  * @module The hono middleware (package export `./hono`): each request is limited per key before the
  * handler runs; allowed ones get the rate-limit headers on their response and the decision in
- * `c.get("rateLimit")`, refused ones a `429` problem+json with `Retry-After`.
+ * `c.get("rateLimit")`, refused ones a `429` problem+json with `Retry-After`. A request without a
+ * usable key throws an `HTTPException` (400 or 401) carrying the problem+json response, so an app's
+ * `onError` can restyle it.
  *
  * ```ts
  * import { rateLimit, type RateLimitVariables } from "strict-edge-rate-limiter/hono";
@@ -11,15 +13,13 @@
  */
 
 import type { Context, Env, MiddlewareHandler } from "hono";
-import type { Background, LimiterNamespace } from "./client/index.ts";
-import { errorName } from "./client/policy.ts";
+import { HTTPException } from "hono/http-exception";
+import type { Background } from "./client/index.ts";
 import type { RateLimitResult } from "./client/result.ts";
-import { costFor, routeFor } from "./config.ts";
-import { copyHeaders, HttpError, refusal } from "./http.ts";
-import { createLimiter, type Limiter, type LimiterOptions, namespaceOf } from "./index.ts";
+import { copyHeaders, HttpError, normalized, refusal } from "./http.ts";
+import { createLimiter, type Limiter, type LimiterOptions } from "./index.ts";
 import { readKey } from "./key.ts";
-import { normalized } from "./path.ts";
-import { keyId, logEvent, recordDecision } from "./telemetry.ts";
+import { type Decided, namespaceOf } from "./pipeline.ts";
 
 export type { RateLimitResult } from "./client/result.ts";
 
@@ -29,13 +29,6 @@ export type RateLimitVariables = {
 };
 
 type Maybe<T> = T | Promise<T>;
-
-/** A request's decision, the namespace it was made in, and the key's object name. */
-interface Decided {
-  readonly result: RateLimitResult;
-  readonly ns: LimiterNamespace;
-  readonly name: string;
-}
 
 /** The middleware's options: a limiter's settings (or a `limiter` to share), and how to read each request. */
 export interface RateLimitOptions<E extends Env = Env> extends Omit<LimiterOptions, "key"> {
@@ -70,50 +63,36 @@ export function rateLimit<E extends Env = Env>(
   const { key, cost, skip, refund, handler, limiter: given, ...settings } = options;
   const limiter =
     given ?? createLimiter({ ...settings, ...(typeof key === "function" || key === undefined ? {} : { key }) });
-  const { config, client, binding } = limiter;
+  const { pipeline, binding, config } = limiter;
 
   return async (c, next) => {
     const ctx = c as unknown as Context<E>;
     if (skip && (await skip(ctx))) return next();
+    const env = c.env as object;
+    const ns = namespaceOf(env, binding);
     let decided: Decided | null;
     try {
-      decided = await decide(ctx);
+      decided = await pipeline.decide(env, ns, {
+        key: typeof key === "function" ? () => key(ctx) : () => readKey(c.req.raw, config.key),
+        ip: c.req.header("cf-connecting-ip") ?? null,
+        ...(cost === undefined ? {} : { cost: typeof cost === "number" ? cost : () => cost(ctx) }),
+        method: c.req.method,
+        path: () => normalized(new URL(c.req.url).pathname, config).match,
+        bg: background(c),
+      });
     } catch (e) {
-      if (e instanceof HttpError) return e.toResponse();
+      if (e instanceof HttpError) throw new HTTPException(e.status as 400, { res: e.toResponse(), cause: e });
       throw e;
     }
     if (!decided) return next();
-    const { result, ns, name } = decided;
+    const { result } = decided;
     c.set("rateLimit", result);
     if (!result.allowed) return handler ? handler(ctx, result) : refusal(result);
     await next();
     setHeaders(c, result.headers);
-    if (refund && (await refund(ctx))) {
-      // The response stands whatever happens to the refund: units not given back count until they leave the window.
-      try {
-        await client.refund(ns, result);
-      } catch (e) {
-        logEvent("refund_failed", { key_id: await keyId(name), message: errorName(e) }, "error");
-      }
-    }
+    // The response stands whatever happens to the refund: units not given back count until they leave the window.
+    if (refund && (await refund(ctx))) await pipeline.refund(ns, result);
   };
-
-  /** The request's decision, or null when it costs nothing. */
-  async function decide(c: Context<E>): Promise<Decided | null> {
-    // The normalised path, read only when a rule needs it (a path the normaliser refuses is a 400 then).
-    let path: string | undefined;
-    const match = () => (path ??= normalized(new URL(c.req.url).pathname, config).match);
-    const units =
-      cost === undefined ? costFor(config, c.req.method, match()) : typeof cost === "number" ? cost : await cost(c);
-    if (units === 0) return null;
-    const k = typeof key === "function" ? (await key(c)) || null : readKey(c.req.raw, config.key);
-    const { name, plan } = limiter.identify(k, c.req.header("cf-connecting-ip") ?? null);
-    const ns = namespaceOf(c.env as object, binding);
-    const route = plan.routes.length > 0 ? routeFor(plan, c.req.method, match()) : null;
-    const result = await client.limit(ns, name, plan, units, background(c), route);
-    await recordDecision(c.env as object, name, result);
-    return { result, ns, name };
-  }
 }
 
 /** The runtime's `waitUntil`, when the app runs with an execution context (not under `app.request()`). */

@@ -5,6 +5,8 @@
 
 import { seconds } from "./client/headers.ts";
 import { type RateLimitResult, violated } from "./client/result.ts";
+import type { LimiterConfig } from "./config/types.ts";
+import { type NormalPath, normalizePath, PathError } from "./path.ts";
 
 /** An error that is an HTTP response: thrown inside the Worker, turned into JSON at the edge. */
 export class HttpError extends Error {
@@ -96,4 +98,14 @@ export function unauthorized(detail: string, bearer: boolean): HttpError {
 /** Copies `from` onto `to` (a response's headers: the decision's rate-limit fields). */
 export function copyHeaders(from: Headers, to: Headers): void {
   for (const [name, value] of from) to.set(name, value);
+}
+
+/** The request's normalised path under the limiter's `paths` settings; a path it refuses is a `400`. */
+export function normalized(pathname: string, config: LimiterConfig): NormalPath {
+  try {
+    return normalizePath(pathname, config.paths.escapedSlashes);
+  } catch (e) {
+    if (e instanceof PathError) throw new HttpError(400, "Bad Request", e.message);
+    throw e;
+  }
 }

@@ -12,18 +12,20 @@
  * ```
  */
 
-import type { HeaderForm } from "./client/headers.ts";
 import { type Background, LimiterClient, type LimiterNamespace } from "./client/index.ts";
 import { callObject } from "./client/policy.ts";
 import type { RateLimitResult } from "./client/result.ts";
-import { ConfigError, type LimiterConfig, type Plan, parseLimiterConfig, type Route, routeBudget } from "./config.ts";
+import { routeBudget } from "./config/lookup.ts";
+import { parseLimiterConfig } from "./config/parse.ts";
+import { ConfigError, type HeaderForm, type LimiterConfig } from "./config/types.ts";
 import type { Duration } from "./core/duration.ts";
-import { checkKey, type Identity, identify } from "./key.ts";
+import { type Identity, settingsName } from "./key.ts";
+import { namespaceOf, Pipeline, routeNamed } from "./pipeline.ts";
 
-export type { HeaderForm } from "./client/headers.ts";
 export type { Background, LimiterNamespace } from "./client/index.ts";
 export { type LimitResult, type RateLimitResult, type Reason, violated } from "./client/result.ts";
-export { ConfigError, type LimiterConfig } from "./config.ts";
+export type { HeaderForm, LimiterConfig } from "./config/types.ts";
+export { ConfigError } from "./config/types.ts";
 export type { Duration } from "./core/duration.ts";
 export { HttpError, refusal } from "./http.ts";
 export type { Identity } from "./key.ts";
@@ -97,15 +99,20 @@ export interface LimiterSettings {
   readonly headers?: HeaderForm;
 }
 
-/** {@link createLimiter}'s options: the settings, the binding's name, and the clock. */
+/** {@link createLimiter}'s options: the settings, the binding's name, the limiter's name, and the clock. */
 export interface LimiterOptions extends LimiterSettings {
   /** The name of the `RateLimiter` Durable Object binding in `env` (default `"LIMITER"`). */
   readonly binding?: string;
   /**
-   * Names this limiter's objects `<prefix>/key:<key>` instead of `key:<key>`. Every binding of the
-   * `RateLimiter` class reaches the same objects, so two limiters that may see the same key need
-   * different prefixes (or their grants share one log).
+   * Names this limiter's objects `<name>/key:<key>`, apart from every other limiter's: two limiters
+   * share a key's log only when they have the same name. By default the name is derived from the
+   * settings (`s-` and a hash of the plans, limits and routes), so limiters with different limits
+   * never share a log — and a change of limits starts every key afresh; give a name to keep the logs
+   * across such changes. `null`: the objects are named `key:<key>`, as the proxy names them (and as
+   * 0.2 named every limiter's).
    */
+  readonly name?: string | null;
+  /** @deprecated The name of 0.2: `prefix: "x"` is `name: "x"`. */
   readonly prefix?: string;
   /** The clock (ms since the epoch); `Date.now` by default. */
   readonly clock?: () => number;
@@ -132,21 +139,31 @@ export interface Limiter {
   readonly config: LimiterConfig;
   /** The name of the `RateLimiter` binding it reads from `env`. */
   readonly binding: string;
-  /** The client behind it (its lease table and deny cache are readable, for tests and measurements). */
-  readonly client: LimiterClient;
+  /** The limiter's name: its objects are `<name>/key:<key>` (null: `key:<key>`). */
+  readonly name: string | null;
+  /**
+   * The pipeline behind it, shared by the hono middleware; its client's lease table and deny cache
+   * are readable for tests and measurements.
+   *
+   * @internal
+   */
+  readonly pipeline: Pipeline;
   /**
    * Decides one request of `cost` units (default 1) for `key`: grants and records it, or refuses
-   * it with the exact wait. Pass the runtime's `ctx` so that lease refills and give-backs outlive
-   * the response.
+   * it with the exact wait. Writes a log line for a refusal, and a data point per decision when
+   * `env` binds an Analytics Engine dataset as `LIMITER_ANALYTICS`. Pass the runtime's `ctx` so
+   * that lease refills and give-backs outlive the response.
    *
    * @throws HttpError 400 for a malformed key, 401 for a key that matches no plan or `key.pattern`
+   * @throws RangeError for a cost that is not a whole number ≥ 1, or a route no plan has
    */
   limit(env: object, key: string, options?: LimitCallOptions): Promise<RateLimitResult>;
   /** What a request of `cost` (default 1) would get now, consuming nothing (`reason: "peek"` when it would pass). */
   peek(env: object, key: string, options?: Omit<LimitCallOptions, "ctx">): Promise<RateLimitResult>;
   /**
    * Gives back exactly what `result` was granted (once): the request is not counted. Resolves
-   * false when there was nothing to give back.
+   * false when there was nothing to give back, or the key's object did not answer (logged as
+   * `refund_failed`).
    */
   refund(env: object, result: RateLimitResult): Promise<boolean>;
   /** Forgets the key's grants (units leased to isolates and not yet expired still count). */
@@ -160,6 +177,9 @@ export interface Limiter {
   identify(key: string | null, ip?: string | null): Identity;
 }
 
+/** What a limiter's name may be: it goes into every object name. */
+const LIMITER_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+
 /**
  * A limiter for these settings, validated now: a bad setting throws a {@link ConfigError} that
  * names it (`createLimiter.limits[0].window: …`). Create it once, at module level: its leases and
@@ -168,81 +188,67 @@ export interface Limiter {
  * @throws ConfigError naming the first bad setting
  */
 export function createLimiter(options: LimiterOptions): Limiter {
-  const { binding = "LIMITER", prefix, clock, ...settings } = options;
+  const { binding = "LIMITER", name: given, prefix, clock, ...settings } = options;
   if (typeof binding !== "string" || binding === "") {
     throw new ConfigError(`createLimiter.binding: expected a binding name, got ${JSON.stringify(binding)}`);
   }
-  if (prefix !== undefined && (typeof prefix !== "string" || !/^[A-Za-z0-9_.-]{1,64}$/.test(prefix))) {
-    throw new ConfigError(
-      `createLimiter.prefix: expected 1 to 64 letters, digits, "_", "-" or ".", got ${JSON.stringify(prefix)}`,
-    );
+  for (const [field, value] of [
+    ["name", given],
+    ["prefix", prefix],
+  ] as const) {
+    if (value !== undefined && value !== null && (typeof value !== "string" || !LIMITER_NAME.test(value))) {
+      throw new ConfigError(
+        `createLimiter.${field}: expected 1 to 64 letters, digits, "_", "-" or "."${field === "name" ? " (or null)" : ""}, got ${JSON.stringify(value)}`,
+      );
+    }
+  }
+  if (given !== undefined && prefix !== undefined) {
+    throw new ConfigError("createLimiter.prefix: give name only (prefix is its old spelling)");
   }
   const config = parseLimiterConfig(settings, "createLimiter");
-  const client = new LimiterClient(config, clock ? { clock } : {});
-
+  const name = given !== undefined ? given : (prefix ?? settingsName(config));
+  const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name);
+  const { client } = pipeline;
   const namespace = (env: object): LimiterNamespace => namespaceOf(env, binding);
-  const named = (key: string | null, ip: string | null = null): Identity => {
-    if (key !== null) {
-      if (typeof key !== "string" || key === "") throw new TypeError("key: expected a non-empty string or null");
-      checkKey(key, "key", config.key.maxLength);
+  const bgOf = (ctx: Background | undefined): Background =>
+    ctx ? { waitUntil: (p: Promise<unknown>) => ctx.waitUntil?.(p) } : {};
+  const checked = (cost: number): number => {
+    if (!Number.isSafeInteger(cost) || cost < 1) {
+      throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)}`);
     }
-    const found = identify(config, key, ip);
-    return prefix === undefined ? found : { ...found, name: `${prefix}/${found.name}` };
+    return cost;
+  };
+  const keyOf = (key: string): string => {
+    if (typeof key !== "string" || key === "") throw new TypeError("key: expected a non-empty string");
+    return key;
   };
 
   return {
     config,
     binding,
-    client,
-    identify: named,
+    name,
+    pipeline,
+    identify: (key, ip = null) => pipeline.identify(key === null ? null : keyOf(key), ip),
     async limit(env, key, { cost = 1, ctx, route } = {}) {
-      const ns = namespace(env);
-      const { name, plan } = named(key);
-      const bg = ctx ? { waitUntil: (p: Promise<unknown>) => ctx.waitUntil?.(p) } : {};
-      return client.limit(ns, name, plan, cost, bg, routeNamed(config, plan, route));
+      const asking = { key: keyOf(key), cost: checked(cost), bg: bgOf(ctx), ...(route === undefined ? {} : { route }) };
+      const decided = await pipeline.decide(env, namespace(env), asking);
+      // A cost of at least 1 is always decided.
+      return (decided as NonNullable<typeof decided>).result;
     },
     async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);
-      const { name, plan } = named(key);
-      return client.peek(ns, name, plan, cost, routeNamed(config, plan, route));
+      const { name: object, plan } = pipeline.identify(keyOf(key));
+      return client.peek(ns, object, plan, checked(cost), route === undefined ? null : routeNamed(config, plan, route));
     },
-    refund: async (env, result) => client.refund(namespace(env), result),
+    refund: async (env, result) => pipeline.refund(namespace(env), result),
     async reset(env, key) {
       const ns = namespace(env);
-      const { name, plan } = named(key);
+      const { name: object, plan } = pipeline.identify(keyOf(key));
       if (!plan.limits) return;
       const limits = plan.limits;
       const routes = plan.routes.map(routeBudget);
-      await callObject(() => ns.getByName(name).reset(limits, 1, routes) as Promise<unknown>, config.objectTimeoutMs);
-      client.forget(ns, name);
+      await callObject(() => ns.getByName(object).reset(limits, 1, routes) as Promise<unknown>, config.objectTimeoutMs);
+      client.forget(ns, object);
     },
   };
-}
-
-/**
- * The plan's route called `name`; null without a name, or when the plan has no such route (its
- * keys have the key's limits only).
- *
- * @throws RangeError when no plan has a route of that name (a typo would otherwise limit nothing)
- */
-export function routeNamed(config: LimiterConfig, plan: Plan, name: string | undefined): Route | null {
-  if (name === undefined) return null;
-  const route = plan.routes.find((r) => r.name === name);
-  if (route) return route;
-  const plans = [config.defaultPlan, config.anonymous, ...config.plans];
-  if (!plans.some((p) => p?.routes.some((r) => r.name === name))) {
-    throw new RangeError(`route: no plan has a route named ${JSON.stringify(name)}`);
-  }
-  return null;
-}
-
-/** `env[binding]`, checked to be a Durable Object namespace. */
-export function namespaceOf(env: object, binding: string): LimiterNamespace {
-  const ns = (env as Record<string, unknown>)[binding] as { getByName?: unknown } | undefined;
-  if (typeof ns?.getByName !== "function") {
-    throw new ConfigError(
-      `env.${binding}: no Durable Object binding of that name; bind the RateLimiter class in wrangler.toml ([[durable_objects.bindings]] name = "${binding}", class_name = "RateLimiter") and export it from your Worker`,
-    );
-  }
-  return ns as LimiterNamespace;
 }

@@ -4,17 +4,13 @@
  * an error, never a guess. The proxy, the hono middleware and `limit()` use the same rule.
  */
 
-import { type KeySource, type LimiterConfig, type Plan, planForKey } from "./config.ts";
+import { planForKey } from "./config/lookup.ts";
+import { KEY_CHARS, type KeySource, type LimiterConfig, type Plan } from "./config/types.ts";
 import { HttpError, unauthorized } from "./http.ts";
 
 /** `Authorization: Bearer <token>`; group 1 is the token (also the admin API's). */
 export const BEARER = /^Bearer[ \t]+(.*)$/i;
-/**
- * Printable ASCII without spaces or commas: what a key may contain. No commas, because a
- * repeated header reaches the Worker joined as `a, b` (or `a, ` with an empty second line),
- * and an origin reading the header as a list would see another key than the limiter.
- */
-export const KEY_CHARS = /^[\x21-\x2b\x2d-\x7e]+$/;
+export { KEY_CHARS } from "./config/types.ts";
 
 /**
  * The request's API key, or null when it carries none.
@@ -60,27 +56,67 @@ export function checkKey(key: string, where: string, maxLength: number): void {
 
 /** The object name and plan of a request whose key is `key` (null: no key, limited per client IP when `anonymous` is set). */
 export interface Identity {
-  /** The key's object name: `key:<key>`, or `ip:<address>` for a request without a key. */
+  /** The key's object name: `key:<key>`, or `ip:<address>` for a request without a key; `<scope>/` before it in a named limiter. */
   readonly name: string;
   readonly plan: Plan;
 }
 
 /**
+ * The name of the Durable Object that holds the log of `id` (a key, or a client address for
+ * `kind` `"ip"`): `key:<key>`, `ip:<address>`, or `<scope>/key:<key>` for a limiter named `scope`.
+ * The one place object names are made: requests, the library and the admin API all reach a key's
+ * object through it.
+ */
+export function objectName(kind: "key" | "ip", id: string, scope: string | null = null): string {
+  return scope === null ? `${kind}:${id}` : `${scope}/${kind}:${id}`;
+}
+
+/**
  * The object name and plan for `key`, a key already read and checked (null: the request has none;
- * then `ip`, the client's address, names its object when `anonymous` is configured).
+ * then `ip`, the client's address, names its object when `anonymous` is configured). `scope`
+ * names a limiter's objects apart from other limiters' ({@link objectName}).
  *
  * @throws HttpError 401 when a key is needed and missing, does not match `key.pattern`, or matches no plan
  */
-export function identify(config: LimiterConfig, key: string | null, ip: string | null): Identity {
+export function identify(
+  config: LimiterConfig,
+  key: string | null,
+  ip: string | null,
+  scope: string | null = null,
+): Identity {
   const bearer = config.key.bearer;
   if (key === null) {
     if (!config.anonymous) throw unauthorized("This API needs an API key.", bearer);
-    return { name: `ip:${ip ?? "unknown"}`, plan: config.anonymous };
+    return { name: objectName("ip", ip ?? "unknown", scope), plan: config.anonymous };
   }
   if (config.key.pattern && !config.key.pattern.test(key)) throw unauthorized("This API key is not valid.", bearer);
   const plan = planForKey(config, key);
   if (!plan) throw unauthorized("This API key matches no plan.", bearer);
-  return { name: `key:${key}`, plan };
+  return { name: objectName("key", key, scope), plan };
+}
+
+/**
+ * The name a limiter gets from its settings: `s-` and 12 hex digits of a hash of what its grants
+ * mean — each plan's key prefix, limits and routes (not their header names, and not how keys are
+ * read, failures handled or leases sized).
+ */
+export function settingsName(config: LimiterConfig): string {
+  const limits = (ls: readonly { limit: number; windowMs: number; tickMs: number }[] | null) =>
+    ls?.map((l) => [l.limit, l.windowMs, l.tickMs]) ?? null;
+  const plan = (p: Plan | null) =>
+    p && [p.name, p.keyPrefix, limits(p.limits), p.routes.map((r) => [r.name, limits(r.limits)])];
+  const text = JSON.stringify([plan(config.defaultPlan), plan(config.anonymous), config.plans.map(plan)]);
+  return `s-${hash48(text)}`;
+}
+
+/** A 48-bit FNV-1a hash of `text`'s UTF-16 code units, as 12 hex digits (a name, not a secret). */
+function hash48(text: string): string {
+  let h = 0xcbf29ce484222325n;
+  for (let i = 0; i < text.length; i++) {
+    h ^= BigInt(text.charCodeAt(i));
+    h = (h * 0x100000001b3n) & 0xffffffffffffffffn;
+  }
+  return (h >> 16n).toString(16).padStart(12, "0");
 }
 
 /**

@@ -10,9 +10,6 @@
  * out (the forwarded path keeps them).
  */
 
-import type { LimiterConfig } from "./config.ts";
-import { HttpError } from "./http.ts";
-
 /** What to do with `%2F` and `%5C` in a path (Envoy's `path_with_escaped_slashes_action`). */
 export type EscapedSlashes = "reject" | "unescape" | "keep";
 
@@ -79,14 +76,4 @@ export function normalizePath(pathname: string, escapedSlashes: EscapedSlashes =
 function withoutParameters(segment: string): string {
   const at = segment.indexOf(";");
   return at === -1 ? segment : segment.slice(0, at);
-}
-
-/** The request's normalised path under the limiter's `paths` settings; a path it refuses is a `400`. */
-export function normalized(pathname: string, config: LimiterConfig): NormalPath {
-  try {
-    return normalizePath(pathname, config.paths.escapedSlashes);
-  } catch (e) {
-    if (e instanceof PathError) throw new HttpError(400, "Bad Request", e.message);
-    throw e;
-  }
 }

@@ -2,7 +2,8 @@
  * @module What the Worker tells operators: structured JSON log lines, and one Analytics Engine data
  * point per decision when a dataset is bound as `LIMITER_ANALYTICS` (README, "Operating it").
  * Keys never appear in clear: `key_id` is the first 12 hex digits of the SHA-256 of the key's
- * object name (`key:<key>`, or `ip:<address>` for anonymous requests).
+ * object name (`key:<key>`, or `ip:<address>` for anonymous requests; `<name>/key:<key>` in a
+ * named limiter).
  */
 
 import { type RateLimitResult, violated } from "./client/result.ts";
@@ -78,7 +79,7 @@ export function dataPoint(name: string, e: DecisionRecord, id: string): DataPoin
       e.plan,
       e.allowed ? "allowed" : "denied",
       violated(e).join(","),
-      name.slice(0, name.indexOf(":")),
+      kindOf(name),
       e.route ?? "",
     ],
     doubles: [e.cost, e.allowed ? 1 : 0, retry],
@@ -126,4 +127,10 @@ function shouldLog(name: string, now: number): number | false {
   if (!last && lastLogged.size >= MAX_IDS) lastLogged.clear();
   lastLogged.set(name, { at: now, suppressed: 0 });
   return last?.suppressed ?? 0;
+}
+
+/** The kind of an object name (`key` or `ip`): what precedes its first `:`, after a limiter's `<name>/`. */
+function kindOf(name: string): string {
+  const head = name.slice(0, name.indexOf(":"));
+  return head.slice(head.lastIndexOf("/") + 1);
 }

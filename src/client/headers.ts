@@ -4,11 +4,7 @@
  * fields, the legacy `X-RateLimit-*` fields, or none. `Retry-After` is the caller's.
  */
 
-/** A header form, as `RATE_LIMIT.headers` names it. */
-export type HeaderForm = "draft-11" | "draft-8" | "draft-7" | "draft-6" | "legacy" | "none";
-
-/** Every form, the default first. */
-export const HEADER_FORMS: readonly HeaderForm[] = ["draft-11", "draft-8", "draft-7", "draft-6", "legacy", "none"];
+import type { HeaderForm } from "../config/types.ts";
 
 /** A limit as the headers show it. */
 export interface HeaderLimit {

@@ -5,7 +5,8 @@
  * Engine, the proxy and the library's users all read. Two clients share nothing.
  */
 
-import { type Limit, type LimiterConfig, type Plan, type Route, routeBudget } from "../config.ts";
+import { routeBudget } from "../config/lookup.ts";
+import type { Limit, LimiterConfig, Plan, Route } from "../config/types.ts";
 import type { RouteBudget } from "../core/budgets.ts";
 import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
 import { type LimitSpec, ringSlackMs } from "../core/limits.ts";
@@ -204,6 +205,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       (e) => this.#log("limiter_retry", g.name, e, "warn"),
     );
     return true;
+  }
+
+  /** The object name `result` was granted by, while it can still be refunded; else null. */
+  grantee(result: RateLimitResult): string | null {
+    return this.#grants.get(result)?.name ?? null;
   }
 
   /**

@@ -6,11 +6,13 @@
  */
 
 import { withDeadline } from "../client/policy.ts";
-import { type Config, ConfigError, type Limit, type Plan, parseLimits, planForKey, routeBudget } from "../config.ts";
+import { planForKey, routeBudget } from "../config/lookup.ts";
+import { parseLimits } from "../config/parse.ts";
+import { type Config, ConfigError, type Limit, type Plan } from "../config/types.ts";
 import type { LimitStatus, NamedLimit } from "../core/decision.ts";
 import { describe, parseDuration } from "../core/duration.ts";
 import { HttpError, problem } from "../http.ts";
-import { BEARER, KEY_CHARS } from "../key.ts";
+import { BEARER, type Identity, identify, KEY_CHARS } from "../key.ts";
 import { type KeyStatus, MAX_TIME_MS, type Override, type RateLimiter } from "../object/index.ts";
 import { keyId, logEvent } from "../telemetry.ts";
 import { adminPage } from "./admin-page.ts";
@@ -127,8 +129,7 @@ async function run(
   config: Config,
   ctx: AdminContext,
 ): Promise<Response> {
-  const { key, plan } = keyAndPlan(body.key, config);
-  const name = `key:${key}`;
+  const { name, plan } = identified(body.key, config);
   const id = await keyId(name);
   const limits = plan.limits;
   if (limits === null) {
@@ -266,8 +267,11 @@ function limitJson(l: { name: string; limit: number; windowMs: number; tickMs: n
   return { name: l.name, limit: l.limit, window_ms: l.windowMs, tick_ms: l.tickMs };
 }
 
-/** The body's key, checked as the Worker checks keys, and its plan. */
-function keyAndPlan(value: unknown, config: Config): { key: string; plan: Plan } {
+/**
+ * The body's key, checked as the Worker checks keys (with messages for operators), and its
+ * object's name and plan, found as a request's are.
+ */
+function identified(value: unknown, config: Config): Identity {
   if (value === undefined) throw bad('key: required, e.g. {"key": "live_abc"}');
   if (typeof value !== "string" || value === "") throw bad(`key: expected a non-empty string, got ${describe(value)}`);
   if (value.length > config.key.maxLength)
@@ -281,14 +285,13 @@ function keyAndPlan(value: unknown, config: Config): { key: string; plan: Plan }
       "key: does not match RATE_LIMIT.key.pattern; its requests get 401 and it has no state.",
     );
   }
-  const plan = planForKey(config, value);
-  if (!plan)
+  if (!planForKey(config, value))
     throw new HttpError(
       422,
       "Unprocessable Content",
       "key: matches no plan; its requests get 401 and it has no state.",
     );
-  return { key: value, plan };
+  return identify(config, value, null);
 }
 
 /**

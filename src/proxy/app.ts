@@ -1,17 +1,19 @@
 /**
- * @module The proxy app: config → key → plan → client → headers → proxy, plus the operators' API
- * and page. One client per configuration, so the isolate's leases and deny cache belong to it.
+ * @module The proxy app: the vars' configuration → the request pipeline (src/pipeline.ts) → the
+ * origin, plus the operators' API and page. One pipeline per configuration, so the isolate's
+ * leases and deny cache belong to it.
  */
 
 import { type Background, type ClientOptions, LimiterClient } from "../client/index.ts";
 import { errorName } from "../client/policy.ts";
-import type { RateLimitResult } from "../client/result.ts";
-import { type Config, ConfigError, costFor, parseConfig, routeFor } from "../config.ts";
-import { copyHeaders, HttpError, problem, refusal } from "../http.ts";
-import { identify, readKey } from "../key.ts";
+import { parseConfig } from "../config/parse.ts";
+import { type Config, ConfigError } from "../config/types.ts";
+import { copyHeaders, HttpError, normalized, problem, refusal } from "../http.ts";
+import { readKey } from "../key.ts";
 import type { RateLimiter } from "../object/index.ts";
-import { type NormalPath, normalized } from "../path.ts";
-import { keyId, logEvent, recordDecision } from "../telemetry.ts";
+import type { NormalPath } from "../path.ts";
+import { type DecisionObserver, Pipeline } from "../pipeline.ts";
+import { logEvent } from "../telemetry.ts";
 import { handleAdmin, isAdminRequest } from "./admin.ts";
 import { forward, type OriginFetcher } from "./forward.ts";
 
@@ -33,7 +35,7 @@ export interface WorkerEnv {
 /** Observers of the proxy's work, and the runtime's `waitUntil` for work after the response. */
 export interface Hooks extends Background {
   /** Called with every decision and the key's object name, before the response is built. */
-  onDecision?(result: RateLimitResult, name: string): void;
+  readonly onDecision?: DecisionObserver;
 }
 
 /** The parsed configuration of one set of vars, and its client. */
@@ -41,7 +43,7 @@ interface Loaded {
   readonly origin: unknown;
   readonly rateLimit: unknown;
   readonly config: Config | ConfigError;
-  readonly client: LimiterClient<Config> | null;
+  readonly pipeline: Pipeline<Config> | null;
 }
 
 /** The proxy as a Worker: `fetch` for the runtime, `handle` with hooks for tests and embedders. */
@@ -73,16 +75,17 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
       config = e;
       logEvent("config_error", { message: e.message }, "error");
     }
-    const client = config instanceof ConfigError ? null : new LimiterClient(config, options);
-    const entry: Loaded = { origin: env.ORIGIN, rateLimit: env.RATE_LIMIT, config, client };
+    // The proxy names its objects `key:<key>` (no scope): it is the binding's one limiter.
+    const pipeline = config instanceof ConfigError ? null : new Pipeline(new LimiterClient(config, options), null);
+    const entry: Loaded = { origin: env.ORIGIN, rateLimit: env.RATE_LIMIT, config, pipeline };
     if (loaded.length >= MAX_CONFIGS) loaded.shift();
     loaded.push(entry);
     return entry;
   }
 
   async function handle(request: Request, env: WorkerEnv, hooks: Hooks = {}): Promise<Response> {
-    const { config, client } = load(env);
-    if (config instanceof ConfigError || !client) {
+    const { config, pipeline } = load(env);
+    if (config instanceof ConfigError || !pipeline) {
       return problem(500, "Rate limiter misconfigured", (config as ConfigError).message);
     }
     try {
@@ -90,11 +93,11 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
       const path = normalized(url.pathname, config);
       if (env.ADMIN_TOKEN && (await isAdminRequest(request, path.match, env, config))) {
         return await handleAdmin(request, path.match, env, config, {
-          forget: (name) => client.forget(env.LIMITER, name, hooks),
+          forget: (name) => pipeline.client.forget(env.LIMITER, name, hooks),
           now,
         });
       }
-      return await limitAndForward(request, url, path, env, config, client, hooks);
+      return await limitAndForward(request, url, path, env, pipeline, hooks);
     } catch (e) {
       if (e instanceof HttpError) return e.toResponse();
       logEvent("internal_error", { message: errorName(e) }, "error");
@@ -105,7 +108,7 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
   return {
     fetch: (request, env, ctx) => handle(request, env, ctx ? { waitUntil: (p) => ctx.waitUntil?.(p) } : {}),
     handle,
-    clientFor: (env) => load(env).client,
+    clientFor: (env) => load(env).pipeline?.client ?? null,
   };
 }
 
@@ -114,10 +117,10 @@ async function limitAndForward(
   url: URL,
   path: NormalPath,
   env: WorkerEnv,
-  config: Config,
-  client: LimiterClient<Config>,
+  pipeline: Pipeline<Config>,
   hooks: Hooks,
 ): Promise<Response> {
+  const { config } = pipeline;
   const send: OriginFetcher = env.ORIGIN_SERVICE ? (r) => (env.ORIGIN_SERVICE as Fetcher).fetch(r) : (r) => fetch(r);
   // Checked before anything is counted: fetch cannot send such a request on, and the origin would
   // never see it (an empty body, `Content-Length: 0`, is no body).
@@ -128,23 +131,26 @@ async function limitAndForward(
   ) {
     throw new HttpError(400, "Bad Request", `A ${request.method} request cannot carry a body; send it without one.`);
   }
-  const cost = costFor(config, request.method, path.match);
-  if (cost === 0) return forward(request, config, send, url, path.path);
-  const ip = request.headers.get("cf-connecting-ip");
-  const { name, plan } = identify(config, readKey(request, config.key), ip);
-  if (!plan.limits) return forward(request, config, send, url, path.path);
-
-  const route = routeFor(plan, request.method, path.match);
-  const result = await client.limit(env.LIMITER, name, plan, cost, hooks, route);
-  hooks.onDecision?.(result, name);
-  await recordDecision(env, name, result);
+  const decided = await pipeline.decide(
+    env,
+    env.LIMITER,
+    {
+      key: () => readKey(request, config.key),
+      ip: request.headers.get("cf-connecting-ip"),
+      method: request.method,
+      path: () => path.match,
+      bg: hooks,
+    },
+    hooks.onDecision,
+  );
+  if (!decided) return forward(request, config, send, url, path.path);
+  const { result } = decided;
   if (!result.allowed) return refusal(result);
   const response = await forward(request, config, send, url, path.path);
   copyHeaders(result.headers, response.headers);
   if (config.refundStatuses.has(response.status)) {
-    const refund = client.refund(env.LIMITER, result).catch(async (e: unknown) => {
-      logEvent("refund_failed", { key_id: await keyId(name), message: errorName(e) }, "error");
-    });
+    // Started here, whether or not there is a waitUntil to keep it alive (`?.` would skip the call).
+    const refund = pipeline.refund(env.LIMITER, result);
     hooks.waitUntil?.(refund);
   }
   return response;

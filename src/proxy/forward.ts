@@ -4,7 +4,7 @@
  */
 
 import { errorName, withDeadline } from "../client/policy.ts";
-import type { Config } from "../config.ts";
+import type { Config } from "../config/types.ts";
 import { problem } from "../http.ts";
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded in either direction. */

@@ -7,7 +7,8 @@
 // - no key appears in clear in any log line.
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { costFor, parseConfig } from "../../src/config.ts";
+import { costFor } from "../../src/config/lookup.ts";
+import { parseConfig } from "../../src/config/parse.ts";
 import { envWith, handle, originUrl, type WorkerEnv } from "./helpers.ts";
 
 const TOKEN = "fuzz-admin-token-0123456789";

@@ -129,7 +129,7 @@ describe("refund()", () => {
       await Promise.all(pending);
     }
     expect(leased).not.toBeNull();
-    const held = () => limiter.client.leases.get(`key:${key}`)?.held.reduce((n, h) => n + h.left, 0) ?? 0;
+    const held = () => limiter.pipeline.client.leases.get(limiter.identify(key).name)?.held.reduce((n, h) => n + h.left, 0) ?? 0;
     const before = held();
     spy.calls.length = 0;
     expect(await limiter.refund(e, leased as RateLimitResult)).toBe(true);
@@ -156,8 +156,8 @@ describe("two limiters", () => {
     const key = freshKey();
     expect((await a.limit(env, key)).allowed).toBe(true);
     expect((await a.limit(env, key)).allowed).toBe(false);
-    expect(a.client.denyCache.size).toBe(1);
-    expect(b.client.denyCache.size).toBe(0);
+    expect(a.pipeline.client.denyCache.size).toBe(1);
+    expect(b.pipeline.client.denyCache.size).toBe(0);
     expect((await b.limit(env, key)).allowed).toBe(true);
     expect(b.identify(key).name).toBe(`b/key:${key}`);
     expect(() => createLimiter({ ...perMinute(1), prefix: "a b" })).toThrow(/^createLimiter\.prefix: /);

@@ -5,7 +5,8 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type Background, LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
 import type { HeldLease, LeaseCall } from "../../src/client/leases.ts";
-import { type LimiterConfig, type Plan, parseLimiterConfig } from "../../src/config.ts";
+import { parseLimiterConfig } from "../../src/config/parse.ts";
+import type { LimiterConfig, Plan } from "../../src/config/types.ts";
 import {
   type Ask,
   type Decision,

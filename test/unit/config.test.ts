@@ -11,19 +11,9 @@ import { isDeepStrictEqual } from "node:util";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { policyHeader as policyOf } from "../../src/client/headers.ts";
-import {
-  type Config,
-  ConfigError,
-  costFor,
-  DEFAULTS,
-  type Limit,
-  MAX_ORIGIN_TIMEOUT_MS,
-  type Plan,
-  parseConfig,
-  parseLimiterConfig,
-  planForKey,
-  routeFor,
-} from "../../src/config.ts";
+import { costFor, planForKey, routeFor } from "../../src/config/lookup.ts";
+import { MAX_ORIGIN_TIMEOUT_MS, parseConfig, parseLimiterConfig } from "../../src/config/parse.ts";
+import { type Config, ConfigError, DEFAULTS, type Limit, type Plan } from "../../src/config/types.ts";
 import {
   defaultTickMs,
   MAX_KEY_SLOTS,
@@ -132,7 +122,7 @@ describe("parseConfig: valid configs", () => {
   it("takes admin.path, and parses limits on their own with errors under the field given", async () => {
     expect(parse({ ...MINIMUM, admin: { path: "/ops/limiter/" } }).admin).toEqual({ path: "/ops/limiter/" });
     expect(parse({ ...MINIMUM, admin: {} }).admin).toEqual({ path: "/__limiter/" });
-    const { parseLimits } = await import("../../src/config.ts");
+    const { parseLimits } = await import("../../src/config/parse.ts");
     expect(parseLimits([{ limit: 500, window: "1m", name: "vip" }], "limits")).toEqual([
       { limit: 500, windowMs: 60_000, tickMs: 1, name: "vip" },
     ]);

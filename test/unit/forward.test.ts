@@ -2,7 +2,7 @@
 // prefix joined with the normalised path), what it carries, and how an unreachable origin is worded.
 // The integration tests (test/integration/proxy.test.ts) send the same through a real origin over HTTP.
 import { describe, expect, it } from "vitest";
-import { parseConfig } from "../../src/config.ts";
+import { parseConfig } from "../../src/config/parse.ts";
 import { forward } from "../../src/proxy/forward.ts";
 
 const LIMITS = { limits: [{ limit: 100, window: "1s" }] };

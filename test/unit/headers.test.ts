@@ -1,14 +1,8 @@
 // The rate-limit header forms: what each writes for one and for several limits, and which limit the
 // single-valued forms report.
 import { describe, expect, it } from "vitest";
-import {
-  closest,
-  HEADER_FORMS,
-  type HeaderForm,
-  type HeaderState,
-  policyHeader,
-  setRateLimitHeaders,
-} from "../../src/client/headers.ts";
+import { closest, type HeaderState, policyHeader, setRateLimitHeaders } from "../../src/client/headers.ts";
+import { HEADER_FORMS, type HeaderForm } from "../../src/config/types.ts";
 
 const limits = [
   { name: "per-second", limit: 10, windowMs: 1000 },

@@ -1,6 +1,7 @@
 // What a key is, read from a request: sources, their order, the one rule every reader of keys uses.
 import { describe, expect, it } from "vitest";
-import { type KeySource, parseLimiterConfig } from "../../src/config.ts";
+import { parseLimiterConfig } from "../../src/config/parse.ts";
+import type { KeySource } from "../../src/config/types.ts";
 import { HttpError } from "../../src/http.ts";
 import { checkKey, identify, readKey } from "../../src/key.ts";
 

@@ -15,7 +15,7 @@
  * an id drawn once per isolate, so a test can tell isolates apart.
  */
 
-import { planForKey } from "../../../src/config.ts";
+import { planForKey } from "../../../src/config/lookup.ts";
 import type { Decision } from "../../../src/core/index.ts";
 import type { RateLimiter } from "../../../src/object/index.ts";
 import { createProxy, type WorkerEnv } from "../../../src/proxy/app.ts";

@@ -1,133 +1,40 @@
 /**
- * @module Parses and validates the Worker's configuration (`[vars]` in wrangler.toml) once.
- * Every error names the field; nothing invalid ever falls back to "no limit".
+ * @module Parses and validates a limiter's configuration once: the proxy's `[vars]` in
+ * wrangler.toml, or the settings given to `createLimiter()`. Every error names the field; nothing
+ * invalid ever falls back to "no limit".
  */
 
-import { HEADER_FORMS, type HeaderForm } from "./client/headers.ts";
-import type { RouteBudget } from "./core/budgets.ts";
-import { describe, formatDuration, parseDuration } from "./core/duration.ts";
-import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "./core/limits.ts";
-import { KEY_CHARS } from "./key.ts";
-import { ESCAPED_SLASHES, type EscapedSlashes, normalizePath } from "./path.ts";
-
-/** A limit with its tick and its header name: what the object is sent and the headers show. */
-export interface Limit extends CoreLimit {
-  readonly name: string;
-}
-
-/** A set of limits chosen for a key. `limits: null` means unlimited (the object is never called). */
-export interface Plan {
-  readonly name: string;
-  /** Keys starting with this prefix use this plan (`""` for the default plan). */
-  readonly keyPrefix: string;
-  readonly limits: readonly Limit[] | null;
-  /** Lease lifetime asked for this plan's keys (ms): `leases.max_lifetime`, at most the longest window and a minute; 0: no leases. The object shortens it near a limit. */
-  readonly leaseMs: number;
-  /** Routes with their own budgets for this plan's keys (the plan's own `routes`, else the top-level ones). */
-  readonly routes: readonly Route[];
-}
-
-/**
- * A route's own budget (README, "Per-route budgets"): requests matching `method` and starting with
- * `pathPrefix` must fit these limits as well as their key's, per key.
- */
-export interface Route {
-  readonly name: string;
-  readonly method: string | null;
-  /** Null: matched by name only (the library's `limit(…, { route })`). */
-  readonly pathPrefix: string | null;
-  readonly limits: readonly Limit[];
-  /** The plan's limits followed by the route's: what a request of this route is shown (one list, built once). */
-  readonly shown: readonly Limit[];
-}
-
-/** How isolates lease units ahead of use (README, "Leases"). */
-export interface LeaseSettings {
-  readonly enabled: boolean;
-  /** The most units one lease may carry. */
-  readonly maxUnits: number;
-  /** The longest lease lifetime (ms). */
-  readonly maxLifetimeMs: number;
-}
-
-/** Requests matching `method` and starting with `pathPrefix` cost `cost` units (0: not limited). */
-export interface CostRule {
-  readonly method: string | null;
-  readonly pathPrefix: string;
-  readonly cost: number;
-}
-
-/** Where the API key is read from, in order of precedence. */
-export interface KeySource {
-  /** Lower-case header name, or null to ignore headers. */
-  readonly header: string | null;
-  /** Read `Authorization: Bearer <key>`. */
-  readonly bearer: boolean;
-  /** Query parameter name, or null. */
-  readonly query: string | null;
-  readonly maxLength: number;
-  /** Keys must match this (whole key); others get `401` before any object exists for them. */
-  readonly pattern: RegExp | null;
-}
-
-export type FailureMode = "open" | "closed";
-
-/** The operators' API (README, "Operating it"); it exists only while the secret `ADMIN_TOKEN` is set. */
-export interface AdminSettings {
-  /** Path prefix of the admin API and its page, starting and ending with `/`. */
-  readonly path: string;
-}
-
-/** What a limiter is configured with, in the proxy (`RATE_LIMIT`) and in the library (`createLimiter`). */
-export interface LimiterConfig {
-  /** Deadline on every call to a key's object (ms); past it the request gets the failure mode. */
-  readonly objectTimeoutMs: number;
-  readonly leases: LeaseSettings;
-  /** Plans matched by key prefix, first match wins. */
-  readonly plans: readonly Plan[];
-  /** The plan for keys that match no prefix; null: such keys get 401. */
-  readonly defaultPlan: Plan | null;
-  /** The plan for requests without a key, limited per client IP; null: they get 401. */
-  readonly anonymous: Plan | null;
-  readonly costs: readonly CostRule[];
-  readonly key: KeySource;
-  readonly failureMode: FailureMode;
-  /** Decide, log and add headers, but never reject. */
-  readonly shadow: boolean;
-  /** The form of the rate-limit header fields. */
-  readonly headers: HeaderForm;
-  /** How request paths are normalised before rules match them (README, "Paths"). */
-  readonly paths: { readonly escapedSlashes: EscapedSlashes };
-}
-
-/** The proxy's configuration: a limiter, its origin, and the operators' API. */
-export interface Config extends LimiterConfig {
-  /** Base URL allowed requests go to: ORIGIN + path + query. */
-  readonly origin: URL;
-  readonly originTimeoutMs: number;
-  readonly admin: AdminSettings;
-  /** Responses with these statuses give their request's units back (a refunded request is not counted). */
-  readonly refundStatuses: ReadonlySet<number>;
-}
-
-/** A configuration error: the message names the field. */
-export class ConfigError extends Error {
-  override readonly name = "ConfigError";
-}
-
-/** Defaults for the optional settings. */
-export const DEFAULTS = {
-  keyHeader: "x-api-key",
-  maxKeyLength: 256,
-  originTimeoutMs: 30_000,
-  objectTimeoutMs: 5_000,
-  leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 30_000 } as LeaseSettings,
-  failureMode: "closed" as FailureMode,
-  adminPath: "/__limiter/",
-  headers: "draft-11" as HeaderForm,
-};
-
-type Obj = Record<string, unknown>;
+import { describe, formatDuration, parseDuration } from "../core/duration.ts";
+import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "../core/limits.ts";
+import { ESCAPED_SLASHES, type EscapedSlashes, normalizePath } from "../path.ts";
+import {
+  array,
+  fromJsonString,
+  nonEmptyString,
+  type Obj,
+  object,
+  optionalArray,
+  optionalBoolean,
+  unknownFields,
+  wrap,
+} from "./fields.ts";
+import {
+  type AdminSettings,
+  type Config,
+  ConfigError,
+  type CostRule,
+  DEFAULTS,
+  type FailureMode,
+  HEADER_FORMS,
+  type HeaderForm,
+  KEY_CHARS,
+  type KeySource,
+  type LeaseSettings,
+  type Limit,
+  type LimiterConfig,
+  type Plan,
+  type Route,
+} from "./types.ts";
 
 /** The settings of a limiter, in the proxy and in the library. */
 export const LIMITER_FIELDS = [
@@ -675,90 +582,4 @@ function parseFailureMode(value: unknown, root: string): FailureMode {
   if (value === undefined) return DEFAULTS.failureMode;
   if (value === "open" || value === "closed") return value;
   throw new ConfigError(`${root}.failure_mode: expected "closed" or "open", got ${describe(value)}`);
-}
-
-function fromJsonString(value: unknown, field: string): unknown {
-  if (typeof value !== "string") return value;
-  try {
-    return JSON.parse(value);
-  } catch (e) {
-    throw new ConfigError(`${field}: given as a string but it is not valid JSON (${(e as Error).message})`);
-  }
-}
-
-function object(value: unknown, field: string): Obj {
-  if (value === undefined) throw new ConfigError(`${field}: required`);
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new ConfigError(`${field}: expected a table/object, got ${describe(value)}`);
-  }
-  return value as Obj;
-}
-
-function array(value: unknown, field: string): unknown[] {
-  if (value === undefined) throw new ConfigError(`${field}: required`);
-  if (!Array.isArray(value)) throw new ConfigError(`${field}: expected an array, got ${describe(value)}`);
-  // Dense copy: a hole is an item that is missing, never one skipped by map().
-  return Array.from(value);
-}
-
-function optionalArray(value: unknown, field: string): unknown[] {
-  return value === undefined ? [] : array(value, field);
-}
-
-function nonEmptyString(value: unknown, field: string): string {
-  if (value === undefined) throw new ConfigError(`${field}: required`);
-  if (typeof value !== "string" || value.length === 0) {
-    throw new ConfigError(`${field}: expected a non-empty string, got ${describe(value)}`);
-  }
-  return value;
-}
-
-function optionalBoolean(value: unknown, field: string, fallback: boolean): boolean {
-  if (value === undefined) return fallback;
-  if (typeof value !== "boolean") throw new ConfigError(`${field}: expected true or false, got ${describe(value)}`);
-  return value;
-}
-
-function unknownFields(obj: Obj, known: readonly string[], field: string): void {
-  for (const k of Object.keys(obj)) {
-    if (!known.includes(k)) {
-      throw new ConfigError(`${field}.${k}: unknown setting; expected one of ${known.join(", ")}`);
-    }
-  }
-}
-
-/** Turns a core RangeError (already naming the field) into a ConfigError. */
-function wrap<T>(f: () => T): T {
-  try {
-    return f();
-  } catch (e) {
-    throw new ConfigError((e as Error).message);
-  }
-}
-
-/** The plan for a key: first plan whose prefix matches, else the default plan, else null. */
-export function planForKey(config: LimiterConfig, key: string): Plan | null {
-  for (const p of config.plans) if (key.startsWith(p.keyPrefix)) return p;
-  return config.defaultPlan;
-}
-
-/** A route as the key's object takes it (its name and limits): the object keeps its budget apart by name. */
-export function routeBudget(route: Route): RouteBudget {
-  return { name: route.name, limits: route.limits };
-}
-
-/** The route whose budget a request of `plan` also uses: the first of the plan's routes it matches, else null. */
-export function routeFor(plan: Plan, method: string, path: string): Route | null {
-  for (const r of plan.routes) {
-    if (r.pathPrefix !== null && (r.method === null || r.method === method) && path.startsWith(r.pathPrefix)) return r;
-  }
-  return null;
-}
-
-/** The cost of a request: the first matching rule's, else 1. */
-export function costFor(config: LimiterConfig, method: string, path: string): number {
-  for (const r of config.costs) {
-    if ((r.method === null || r.method === method) && path.startsWith(r.pathPrefix)) return r.cost;
-  }
-  return 1;
 }

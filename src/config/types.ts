@@ -1,0 +1,137 @@
+/**
+ * @module The parsed configuration's types, its defaults and its error: what every layer reads.
+ * Imports nothing above the core (the client and the proxy import this, never the reverse).
+ */
+
+import type { Limit as CoreLimit } from "../core/limits.ts";
+import type { EscapedSlashes } from "../path.ts";
+
+/** A header form, as `RATE_LIMIT.headers` names it. */
+export type HeaderForm = "draft-11" | "draft-8" | "draft-7" | "draft-6" | "legacy" | "none";
+
+/** Every form, the default first. */
+export const HEADER_FORMS: readonly HeaderForm[] = ["draft-11", "draft-8", "draft-7", "draft-6", "legacy", "none"];
+
+/**
+ * Printable ASCII without spaces or commas: what a key may contain. No commas, because a
+ * repeated header reaches the Worker joined as `a, b` (or `a, ` with an empty second line),
+ * and an origin reading the header as a list would see another key than the limiter.
+ */
+export const KEY_CHARS = /^[\x21-\x2b\x2d-\x7e]+$/;
+
+/** A limit with its tick and its header name: what the object is sent and the headers show. */
+export interface Limit extends CoreLimit {
+  readonly name: string;
+}
+
+/** A set of limits chosen for a key. `limits: null` means unlimited (the object is never called). */
+export interface Plan {
+  readonly name: string;
+  /** Keys starting with this prefix use this plan (`""` for the default plan). */
+  readonly keyPrefix: string;
+  readonly limits: readonly Limit[] | null;
+  /** Lease lifetime asked for this plan's keys (ms): `leases.max_lifetime`, at most the longest window and a minute; 0: no leases. The object shortens it near a limit. */
+  readonly leaseMs: number;
+  /** Routes with their own budgets for this plan's keys (the plan's own `routes`, else the top-level ones). */
+  readonly routes: readonly Route[];
+}
+
+/**
+ * A route's own budget (README, "Per-route budgets"): requests matching `method` and starting with
+ * `pathPrefix` must fit these limits as well as their key's, per key.
+ */
+export interface Route {
+  readonly name: string;
+  readonly method: string | null;
+  /** Null: matched by name only (the library's `limit(…, { route })`). */
+  readonly pathPrefix: string | null;
+  readonly limits: readonly Limit[];
+  /** The plan's limits followed by the route's: what a request of this route is shown (one list, built once). */
+  readonly shown: readonly Limit[];
+}
+
+/** How isolates lease units ahead of use (README, "Leases"). */
+export interface LeaseSettings {
+  readonly enabled: boolean;
+  /** The most units one lease may carry. */
+  readonly maxUnits: number;
+  /** The longest lease lifetime (ms). */
+  readonly maxLifetimeMs: number;
+}
+
+/** Requests matching `method` and starting with `pathPrefix` cost `cost` units (0: not limited). */
+export interface CostRule {
+  readonly method: string | null;
+  readonly pathPrefix: string;
+  readonly cost: number;
+}
+
+/** Where the API key is read from, in order of precedence. */
+export interface KeySource {
+  /** Lower-case header name, or null to ignore headers. */
+  readonly header: string | null;
+  /** Read `Authorization: Bearer <key>`. */
+  readonly bearer: boolean;
+  /** Query parameter name, or null. */
+  readonly query: string | null;
+  readonly maxLength: number;
+  /** Keys must match this (whole key); others get `401` before any object exists for them. */
+  readonly pattern: RegExp | null;
+}
+
+export type FailureMode = "open" | "closed";
+
+/** The operators' API (README, "Operating it"); it exists only while the secret `ADMIN_TOKEN` is set. */
+export interface AdminSettings {
+  /** Path prefix of the admin API and its page, starting and ending with `/`. */
+  readonly path: string;
+}
+
+/** What a limiter is configured with, in the proxy (`RATE_LIMIT`) and in the library (`createLimiter`). */
+export interface LimiterConfig {
+  /** Deadline on every call to a key's object (ms); past it the request gets the failure mode. */
+  readonly objectTimeoutMs: number;
+  readonly leases: LeaseSettings;
+  /** Plans matched by key prefix, first match wins. */
+  readonly plans: readonly Plan[];
+  /** The plan for keys that match no prefix; null: such keys get 401. */
+  readonly defaultPlan: Plan | null;
+  /** The plan for requests without a key, limited per client IP; null: they get 401. */
+  readonly anonymous: Plan | null;
+  readonly costs: readonly CostRule[];
+  readonly key: KeySource;
+  readonly failureMode: FailureMode;
+  /** Decide, log and add headers, but never reject. */
+  readonly shadow: boolean;
+  /** The form of the rate-limit header fields. */
+  readonly headers: HeaderForm;
+  /** How request paths are normalised before rules match them (README, "Paths"). */
+  readonly paths: { readonly escapedSlashes: EscapedSlashes };
+}
+
+/** The proxy's configuration: a limiter, its origin, and the operators' API. */
+export interface Config extends LimiterConfig {
+  /** Base URL allowed requests go to: ORIGIN + path + query. */
+  readonly origin: URL;
+  readonly originTimeoutMs: number;
+  readonly admin: AdminSettings;
+  /** Responses with these statuses give their request's units back (a refunded request is not counted). */
+  readonly refundStatuses: ReadonlySet<number>;
+}
+
+/** A configuration error: the message names the field. */
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+}
+
+/** Defaults for the optional settings. */
+export const DEFAULTS = {
+  keyHeader: "x-api-key",
+  maxKeyLength: 256,
+  originTimeoutMs: 30_000,
+  objectTimeoutMs: 5_000,
+  leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 30_000 } as LeaseSettings,
+  failureMode: "closed" as FailureMode,
+  adminPath: "/__limiter/",
+  headers: "draft-11" as HeaderForm,
+};

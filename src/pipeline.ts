@@ -1,0 +1,162 @@
+/**
+ * @module The request pipeline every adapter runs — the proxy, the hono middleware and the library's
+ * `limit()`: cost → key → identity → route → decision → record (log line and data point), and the
+ * refund after the response. The adapters only read their request and write their response, so what
+ * a decision costs, whom it counts against and what it leaves in the logs cannot differ between them.
+ */
+
+import type { Background, LimiterClient, LimiterNamespace } from "./client/index.ts";
+import { errorName } from "./client/policy.ts";
+import type { RateLimitResult } from "./client/result.ts";
+import { costFor, routeFor } from "./config/lookup.ts";
+import { ConfigError, type LimiterConfig, type Plan, type Route } from "./config/types.ts";
+import { checkKey, type Identity, identify } from "./key.ts";
+import { keyId, logEvent, recordDecision, type TelemetryEnv } from "./telemetry.ts";
+
+type Maybe<T> = T | Promise<T>;
+
+/** One request as an adapter describes it to the pipeline. */
+export interface Asking {
+  /**
+   * The request's key, read by the adapter (null: it has none — the `anonymous` limits per client
+   * address, or `401`). A function is called only once the request is known to cost something.
+   */
+  readonly key: string | null | (() => Maybe<string | null | undefined>);
+  /** The client's address (`CF-Connecting-IP`), for a request without a key. */
+  readonly ip?: string | null;
+  /** The request's units; by default the first matching `costs` rule's (needs `method` and `path`), else 1. */
+  readonly cost?: number | (() => Maybe<number>);
+  /** A route's name; by default the plan's first route matching `method` and `path`, if any. */
+  readonly route?: string;
+  readonly method?: string;
+  /** The request's normalised path as rules match it (called only when a rule needs it). */
+  readonly path?: () => string;
+  /** The runtime's `waitUntil`: lease refills, give-backs and refunds outlive the response. */
+  readonly bg?: Background;
+}
+
+/** A request's decision and the identity it was made for (what a refund needs). */
+export interface Decided {
+  readonly result: RateLimitResult;
+  readonly identity: Identity;
+}
+
+/** Observes every decision with its key's object name (the proxy's tests and embedders). */
+export type DecisionObserver = (result: RateLimitResult, name: string) => void;
+
+/** One limiter's pipeline: its configuration, its client, and the scope its objects are named in. */
+export class Pipeline<C extends LimiterConfig = LimiterConfig> {
+  readonly config: C;
+  readonly client: LimiterClient<C>;
+  /** Prefixes this limiter's object names (`<scope>/key:<key>`); null: `key:<key>`, as the proxy names them. */
+  readonly scope: string | null;
+
+  constructor(client: LimiterClient<C>, scope: string | null) {
+    this.config = client.config;
+    this.client = client;
+    this.scope = scope;
+  }
+
+  /**
+   * The object name and plan of `key` (checked as a request's key is), or of the client address
+   * `ip` for a request without a key (`null`).
+   *
+   * @throws HttpError 400 for a malformed key, 401 for a key that is needed and missing, does not match `key.pattern`, or matches no plan
+   */
+  identify(key: string | null, ip: string | null = null): Identity {
+    if (key !== null) checkKey(key, "key", this.config.key.maxLength);
+    return identify(this.config, key, ip, this.scope);
+  }
+
+  /**
+   * Decides one request and records the decision: a log line for a refusal, a data point when
+   * `env` binds `LIMITER_ANALYTICS`. Resolves null when the request costs nothing (not limited,
+   * no headers).
+   *
+   * @throws HttpError for a request without a usable key (400, 401) or with a path the normaliser refuses (400)
+   * @throws RangeError for a cost that is not a whole number ≥ 0, or a route no plan has
+   */
+  async decide(env: object, ns: LimiterNamespace, asking: Asking, observe?: DecisionObserver): Promise<Decided | null> {
+    let path: string | undefined;
+    const read = asking.path;
+    const once = read && { ...asking, path: () => (path ??= read()) };
+    const cost = await this.#cost(once || asking);
+    if (cost === 0) return null;
+    const key = typeof asking.key === "function" ? (await asking.key()) || null : asking.key;
+    const identity = this.identify(key, asking.ip ?? null);
+    const route = this.#route(identity.plan, once || asking);
+    const result = await this.client.limit(ns, identity.name, identity.plan, cost, asking.bg, route);
+    observe?.(result, identity.name);
+    await recordDecision(env as TelemetryEnv, identity.name, result);
+    return { result, identity };
+  }
+
+  /**
+   * Gives a decided request's units back (the request is not counted), logging `refund_failed`
+   * when the key's object does not answer. Never rejects.
+   *
+   * @returns false when nothing was given back (a refusal, already refunded, a failed call, or a
+   *   leased grant whose lease was settled since)
+   */
+  async refund(ns: LimiterNamespace, result: RateLimitResult): Promise<boolean> {
+    const name = this.client.grantee(result) ?? "unknown";
+    try {
+      return await this.client.refund(ns, result);
+    } catch (e) {
+      logEvent("refund_failed", { key_id: await keyId(name), message: errorName(e) }, "error");
+      return false;
+    }
+  }
+
+  async #cost(asking: Asking): Promise<number> {
+    const given = asking.cost;
+    const cost =
+      given === undefined
+        ? costFor(this.config, asking.method ?? "GET", asking.path?.() ?? "/")
+        : typeof given === "number"
+          ? given
+          : await given();
+    if (!Number.isSafeInteger(cost) || cost < 0) {
+      throw new RangeError(`cost: expected a whole number ≥ 0 (0: not limited), got ${String(cost)}`);
+    }
+    return cost;
+  }
+
+  /** The route whose budget the request also uses: the named one, else the first the request matches. */
+  #route(plan: Plan, asking: Asking): Route | null {
+    if (asking.route !== undefined) return routeNamed(this.config, plan, asking.route);
+    if (plan.routes.length === 0 || asking.path === undefined) return null;
+    return routeFor(plan, asking.method ?? "GET", asking.path());
+  }
+}
+
+/**
+ * The plan's route called `name`; null when the plan has no such route (its keys have the key's
+ * limits only).
+ *
+ * @throws RangeError when no plan has a route of that name (a typo would otherwise limit nothing)
+ */
+export function routeNamed(config: LimiterConfig, plan: Plan, name: string): Route | null {
+  const route = plan.routes.find((r) => r.name === name);
+  if (route) return route;
+  const plans = [config.defaultPlan, config.anonymous, ...config.plans];
+  if (!plans.some((p) => p?.routes.some((r) => r.name === name))) {
+    throw new RangeError(`route: no plan has a route named ${JSON.stringify(name)}`);
+  }
+  return null;
+}
+
+/**
+ * `env[binding]`, checked to be a Durable Object namespace.
+ *
+ * @throws ConfigError naming the binding and how to add it
+ */
+export function namespaceOf(env: object, binding: string): LimiterNamespace {
+  const ns = (env as Record<string, unknown>)[binding] as { getByName?: unknown } | undefined;
+  if (typeof ns?.getByName !== "function") {
+    throw new ConfigError(
+      `env.${binding}: no Durable Object binding of that name; bind the RateLimiter class in wrangler.toml ([[durable_objects.bindings]] name = "${binding}", class_name = "RateLimiter") and export it from your Worker`,
+    );
+  }
+  return ns as LimiterNamespace;
+}
