@@ -74,14 +74,7 @@ export function dataPoint(name: string, e: DecisionRecord, id: string): DataPoin
   const retry = Number.isFinite(e.retryAfterMs) ? e.retryAfterMs : -1;
   return {
     indexes: [id],
-    blobs: [
-      e.reason,
-      e.plan,
-      e.allowed ? "allowed" : "denied",
-      violated(e).join(","),
-      kindOf(name),
-      e.route ?? "",
-    ],
+    blobs: [e.reason, e.plan, e.allowed ? "allowed" : "denied", violated(e).join(","), kindOf(name), e.route ?? ""],
     doubles: [e.cost, e.allowed ? 1 : 0, retry],
   };
 }

@@ -129,7 +129,8 @@ describe("refund()", () => {
       await Promise.all(pending);
     }
     expect(leased).not.toBeNull();
-    const held = () => limiter.pipeline.client.leases.get(limiter.identify(key).name)?.held.reduce((n, h) => n + h.left, 0) ?? 0;
+    const held = () =>
+      limiter.pipeline.client.leases.get(limiter.identify(key).name)?.held.reduce((n, h) => n + h.left, 0) ?? 0;
     const before = held();
     spy.calls.length = 0;
     expect(await limiter.refund(e, leased as RateLimitResult)).toBe(true);

@@ -11,6 +11,8 @@ const app = new Hono<{ Bindings: Env; Variables: RateLimitVariables }>();
 app.use(
   "/api/*",
   rateLimit({
+    // Names this limiter's objects (`api/key:<key>`): its logs outlive changes to the limits below.
+    name: "api",
     limits: [{ limit: 5, window: "1m" }],
     plans: [{ name: "test", key_prefix: "test_", limits: [{ limit: 2, window: "1m" }] }],
     key: (c) => c.req.header("x-api-key"),

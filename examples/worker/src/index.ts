@@ -1,11 +1,11 @@
 // A plain Worker with two independent limiters on one binding: API calls per key (3 in any minute)
-// and logins per user (2 in any minute). Their prefixes keep their objects apart.
+// and logins per user (2 in any minute). Their names keep their objects apart.
 import { createLimiter, RateLimiter } from "strict-edge-rate-limiter";
 
 export { RateLimiter };
 
-const api = createLimiter({ limits: [{ limit: 3, window: "1m" }] });
-const logins = createLimiter({ limits: [{ limit: 2, window: "1m", name: "logins" }], prefix: "login" });
+const api = createLimiter({ name: "api", limits: [{ limit: 3, window: "1m" }] });
+const logins = createLimiter({ name: "login", limits: [{ limit: 2, window: "1m", name: "logins" }] });
 
 export default {
   async fetch(request, env, ctx): Promise<Response> {
