@@ -24,6 +24,10 @@ export const FLOORS: Readonly<Record<string, number>> = {
   "src/core/ring.ts": 93,
   "src/client/deny-cache.ts": 95,
   "src/client/leases.ts": 91,
+  "src/client/held.ts": 90,
+  "src/client/lease-calls.ts": 90,
+  "src/client/lease-sizing.ts": 90,
+  "src/client/settlement.ts": 90,
   // Most of the client's request path is tested through the Worker (test/integration/), outside the gate.
   "src/client/index.ts": 60,
   "src/client/headers.ts": 94,

@@ -9,11 +9,12 @@ import { routeBudget } from "../config/lookup.ts";
 import type { Limit, LimiterConfig, Plan, Route } from "../config/types.ts";
 import type { RouteBudget } from "../core/budgets.ts";
 import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
-import { type LimitSpec, ringSlackMs } from "../core/limits.ts";
-import type { Ask, Settlement } from "../core/log.ts";
+import { ringSlackMs } from "../core/limits.ts";
+import type { Ask } from "../core/log.ts";
 import { keyId, logEvent } from "../telemetry.ts";
 import { type Blocked, DenyCache } from "./deny-cache.ts";
-import { type HeaderState, seconds, setRateLimitHeaders } from "./headers.ts";
+import type { HeaderState } from "./headers.ts";
+import { sameOverride } from "./held.ts";
 import {
   type HeldLease,
   IDLE_RETURN_MS,
@@ -22,41 +23,13 @@ import {
   type LeaseAsk,
   type LeaseCall,
   LeaseTable,
-  sameLimits,
 } from "./leases.ts";
 import { callObject, errorName, isOverloaded, LimiterTimeout } from "./policy.ts";
-import type { LimitResult, RateLimitResult, Reason } from "./result.ts";
+import { type Outcome, type RateLimitResult, type Reason, resultOf } from "./result.ts";
+import type { Background, LimiterNamespace } from "./stub.ts";
 
-export type { LimitResult, RateLimitResult, Reason } from "./result.ts";
-export { violated } from "./result.ts";
-
-/**
- * What a client needs of the `RateLimiter` namespace (`[[durable_objects.bindings]]`): a stub per
- * object name with the object's RPC methods. A `DurableObjectNamespace<RateLimiter>` is one; tests
- * may pass their own.
- */
-export interface LimiterNamespace {
-  getByName(name: string): LimiterStub;
-}
-
-/** The object's RPC methods the client calls (see src/object/index.ts). */
-export interface LimiterStub {
-  take(limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Promise<Decision>;
-  giveBack(
-    limits: readonly LimitSpec[],
-    recordedAt: readonly number[],
-    units: number,
-    route?: RouteBudget,
-  ): Promise<number>;
-  settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): Promise<number>;
-  peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget): Promise<Decision>;
-  reset(limits: readonly LimitSpec[], buckets: number, routes?: readonly RouteBudget[]): Promise<unknown>;
-}
-
-/** Keeps background work (lease refills, give-backs) alive after the response: the runtime's `waitUntil`. */
-export interface Background {
-  waitUntil?(promise: Promise<unknown>): void;
-}
+export { type LimitResult, type RateLimitResult, type Reason, UNAVAILABLE_RETRY_MS, violated } from "./result.ts";
+export type { Background, LimiterNamespace, LimiterStub } from "./stub.ts";
 
 /** A client's inputs besides its configuration. */
 export interface ClientOptions {
@@ -70,9 +43,6 @@ export interface ClientOptions {
  * this long. A flood costs the object one call per key, isolate and interval.
  */
 export const DENY_RECHECK_MS = 1000;
-
-/** The wait a caller is told when the limiter is unavailable (ms): `Retry-After: 1`. */
-export const UNAVAILABLE_RETRY_MS = 1000;
 
 /** Where a grant's units were recorded, so that {@link LimiterClient.refund} can give back exactly those. */
 interface Grant {
@@ -111,6 +81,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     return this.#clock();
   }
 
+  /** The result value of an outcome, shaped by this client's settings (result.ts, {@link resultOf}). */
+  #result(o: Outcome): RateLimitResult {
+    return resultOf(this.config, o);
+  }
+
   /**
    * Decides a request of `cost` units for the object `name` under `plan`: from a lease this
    * isolate holds, from the deny cache, or from the key's object (which may grant a lease with
@@ -131,13 +106,23 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)} (peek() reads without consuming)`);
     }
     const limits = plan.limits;
-    if (!limits) return this.#finish(plan, [], cost, "unlimited", true, [], [], 0, this.now());
+    if (!limits) return this.#result({ plan, shown: [], cost, reason: "unlimited", fits: true, at: this.now() });
     const all = route?.shown ?? limits;
     // Every limit is at least 1, so only a cost above 1 can exceed one.
     if (cost > 1 && all.some((l) => cost > l.limit)) {
       const exceeded = all.map((l) => cost > l.limit);
       const never = Number.POSITIVE_INFINITY;
-      return this.#finish(plan, all, cost, "too_costly", false, [], exceeded, never, this.now(), route);
+      return this.#result({
+        plan,
+        shown: all,
+        cost,
+        reason: "too_costly",
+        fits: false,
+        exceeded,
+        retryAfterMs: never,
+        at: this.now(),
+        route,
+      });
     }
     if (route) return this.#decideRoute(ns, name, plan, limits, route, cost, bg);
     return this.#decide(ns, name, plan, limits, cost, bg);
@@ -159,7 +144,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)}`);
     }
     const limits = plan.limits;
-    if (!limits) return this.#finish(plan, [], cost, "unlimited", true, [], [], 0, this.now());
+    if (!limits) return this.#result({ plan, shown: [], cost, reason: "unlimited", fits: true, at: this.now() });
     let d: Decision;
     try {
       d = await callObject(
@@ -177,10 +162,22 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const held =
       entry && d.blockedBy === undefined ? this.leases.holding(entry, this.now(), d.limitsOverride ?? null) : 0;
     const states = d.limits.map((l) => withLease(l, held));
-    if (d.allowed || held >= cost) return this.#finish(plan, shown, cost, "peek", true, states, [], 0, d.now, route);
+    if (d.allowed || held >= cost)
+      return this.#result({ plan, shown, cost, reason: "peek", fits: true, states, at: d.now, route });
     const reason = d.blockedBy !== undefined ? "blocked" : d.neverAllowed ? "too_costly" : "over_limit";
     const exceeded = d.limits.map((l) => l.exceeded);
-    return this.#finish(plan, shown, cost, reason, false, states, exceeded, d.retryAfterMs, d.now, route);
+    return this.#result({
+      plan,
+      shown,
+      cost,
+      reason,
+      fits: false,
+      states,
+      exceeded,
+      retryAfterMs: d.retryAfterMs,
+      at: d.now,
+      route,
+    });
   }
 
   /**
@@ -258,9 +255,29 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     if (!d.allowed) {
       const reason = d.blockedBy !== undefined ? "blocked" : "over_limit";
       const exceeded = d.limits.map((l) => l.exceeded);
-      return this.#finish(plan, shown, cost, reason, false, d.limits, exceeded, d.retryAfterMs, d.now, route);
+      return this.#result({
+        plan,
+        shown,
+        cost,
+        reason,
+        fits: false,
+        states: d.limits,
+        exceeded,
+        retryAfterMs: d.retryAfterMs,
+        at: d.now,
+        route,
+      });
     }
-    const result = this.#finish(plan, shown, cost, "granted", true, d.limits, [], 0, d.now, route);
+    const result = this.#result({
+      plan,
+      shown,
+      cost,
+      reason: "granted",
+      fits: true,
+      states: d.limits,
+      at: d.now,
+      route,
+    });
     if (d.recordedAt) {
       this.#grants.set(result, {
         name,
@@ -338,68 +355,28 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     if (!d.allowed) {
       const reason = d.blockedBy !== undefined ? "blocked" : "over_limit";
       const exceeded = d.limits.map((l) => l.exceeded);
-      return this.#finish(plan, shown, cost, reason, false, d.limits, exceeded, d.retryAfterMs, d.now);
+      return this.#result({
+        plan,
+        shown,
+        cost,
+        reason,
+        fits: false,
+        states: d.limits,
+        exceeded,
+        retryAfterMs: d.retryAfterMs,
+        at: d.now,
+      });
     }
     // What the object has left, plus every unit this isolate holds (the new lease's included).
     const units = entry ? this.leases.holding(entry, this.now(), d.limitsOverride ?? null) : 0;
     const states = d.limits.map((l) => withLease(l, units));
-    const result = this.#finish(plan, shown, cost, "granted", true, states, [], 0, d.now);
+    const result = this.#result({ plan, shown, cost, reason: "granted", fits: true, states, at: d.now });
     if (d.recordedAt) {
       // Recorded with a lease, the cost is refunded through it (it may be settled by then).
       const via = lease && entry ? { held: lease, entry } : { held: null, entry: null };
       this.#grants.set(result, { name, limits, recordedAt: d.recordedAt, units: cost, ...via });
     }
     return result;
-  }
-
-  /** The result value: its limits, headers, and what shadow mode and the failure mode make of it. */
-  #finish(
-    plan: Plan,
-    shown: readonly Limit[],
-    cost: number,
-    reason: Reason,
-    fits: boolean,
-    states: readonly (HeaderState | null)[],
-    exceeded: readonly boolean[],
-    retryAfterMs: number,
-    at: number,
-    route: Route | null = null,
-  ): RateLimitResult {
-    let allowed = fits;
-    let why = reason;
-    let wait = retryAfterMs;
-    const unavailable = reason === "limiter_timeout" || reason === "limiter_error";
-    if (unavailable) {
-      allowed = this.config.failureMode === "open";
-      wait = allowed ? 0 : UNAVAILABLE_RETRY_MS;
-    } else if (!fits && this.config.shadow) {
-      allowed = true;
-      why = "shadow";
-    }
-    const limits = shown.map(
-      (l, i): LimitResult => ({
-        name: l.name,
-        limit: l.limit,
-        windowMs: l.windowMs,
-        remaining: states[i]?.remaining ?? null,
-        resetMs: states[i]?.resetMs ?? null,
-        exceeded: exceeded[i] ?? false,
-      }),
-    );
-    const headers = new Headers();
-    if (!unavailable) setRateLimitHeaders(headers, this.config.headers, shown, states, at);
-    if (!allowed && Number.isFinite(wait)) headers.set("Retry-After", String(seconds(wait)));
-    return {
-      allowed,
-      reason: why,
-      plan: plan.name,
-      route: route?.name ?? null,
-      cost,
-      retryAfterMs: wait,
-      limits,
-      at,
-      headers,
-    };
   }
 
   /**
@@ -409,14 +386,14 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   #leased(plan: Plan, name: string, cost: number, entry: KeyLeases, held: HeldLease, now: number): RateLimitResult {
     const units = this.leases.holding(entry, now, held.applied);
     const seen = entry.view;
-    const view = seen && sameLimits(seen.applied, held.applied) ? seen : held;
+    const view = seen && sameOverride(seen.applied, held.applied) ? seen : held;
     const elapsed = now - view.sentAt;
     const states = view.limits.map((l) => ({
       remaining: l.remaining + units,
       resetMs: Math.max(0, l.resetMs - elapsed),
     }));
     const shown = this.#shown(plan.limits ?? [], held.applied);
-    const result = this.#finish(plan, shown, cost, "leased", true, states, [], 0, now);
+    const result = this.#result({ plan, shown, cost, reason: "leased", fits: true, states, at: now });
     this.#grants.set(result, {
       name,
       limits: entry.limits as readonly Limit[],
@@ -442,18 +419,18 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     // A block refuses whatever the limits say: no limit is what refused it.
     const exceeded = blocked.freeAt.map((at) => !isBlock && at > now);
     const shown = this.#shown(limits, blocked.applied, route);
-    return this.#finish(
+    return this.#result({
       plan,
       shown,
       cost,
-      isBlock ? "blocked" : "cached_denial",
-      false,
+      reason: isBlock ? "blocked" : "cached_denial",
+      fits: false,
       states,
       exceeded,
-      retryAt - now,
-      now,
+      retryAfterMs: retryAt - now,
+      at: now,
       route,
-    );
+    });
   }
 
   /** The object's call was late or failed: a result for the failure mode. */
@@ -464,7 +441,15 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       { reason, failure_mode: this.config.failureMode, overloaded: isOverloaded(e), message: errorName(e) },
       "error",
     );
-    return this.#finish(plan, route?.shown ?? plan.limits ?? [], cost, reason, false, [], [], 0, this.now(), route);
+    return this.#result({
+      plan,
+      shown: route?.shown ?? plan.limits ?? [],
+      cost,
+      reason,
+      fits: false,
+      at: this.now(),
+      route,
+    });
   }
 
   /**

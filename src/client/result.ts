@@ -1,4 +1,10 @@
-/** @module The one decision value: from the client to the caller, the headers, the logs and Analytics Engine. */
+/**
+ * @module The one decision value: from the client to the caller, the headers, the logs and
+ * Analytics Engine — and how a decision's outcome becomes it under the limiter's settings.
+ */
+
+import type { Limit, LimiterConfig, Plan, Route } from "../config/types.ts";
+import { type HeaderState, seconds, setRateLimitHeaders } from "./headers.ts";
 
 /** Why a request was let through or refused; in logs and analytics. */
 export type Reason =
@@ -72,4 +78,73 @@ export interface RateLimitResult {
 /** The names of the limits that refused a request. */
 export function violated(r: Pick<RateLimitResult, "limits">): string[] {
   return r.limits.filter((l) => l.exceeded).map((l) => l.name);
+}
+
+/** The wait a caller is told when the limiter is unavailable (ms): `Retry-After: 1`. */
+export const UNAVAILABLE_RETRY_MS = 1000;
+
+/** What a decision came to, before the limiter's settings (shadow mode, failure mode, header form) shape it. */
+export interface Outcome {
+  readonly plan: Plan;
+  /** The limits shown, in order: the plan's (or an operator's override), then the route's. */
+  readonly shown: readonly Limit[];
+  readonly cost: number;
+  readonly reason: Reason;
+  /** Whether the limits fit the request. */
+  readonly fits: boolean;
+  /** Per limit shown, its state after the decision (null or missing: not known). */
+  readonly states?: readonly (HeaderState | null)[];
+  /** Per limit shown, whether it refused the request (missing: none did). */
+  readonly exceeded?: readonly boolean[];
+  /** The exact wait when refused (ms; default 0). */
+  readonly retryAfterMs?: number;
+  /** When it was decided (ms since the epoch). */
+  readonly at: number;
+  readonly route?: Route | null;
+}
+
+/**
+ * The result value of an outcome: its limits and headers, and what shadow mode (a refusal let
+ * through) and the failure mode (an unavailable limiter) make of it.
+ */
+export function resultOf(
+  settings: Pick<LimiterConfig, "failureMode" | "shadow" | "headers">,
+  o: Outcome,
+): RateLimitResult {
+  const { shown, states = [], exceeded = [] } = o;
+  let allowed = o.fits;
+  let reason = o.reason;
+  let wait = o.retryAfterMs ?? 0;
+  const unavailable = reason === "limiter_timeout" || reason === "limiter_error";
+  if (unavailable) {
+    allowed = settings.failureMode === "open";
+    wait = allowed ? 0 : UNAVAILABLE_RETRY_MS;
+  } else if (!o.fits && settings.shadow) {
+    allowed = true;
+    reason = "shadow";
+  }
+  const limits = shown.map(
+    (l, i): LimitResult => ({
+      name: l.name,
+      limit: l.limit,
+      windowMs: l.windowMs,
+      remaining: states[i]?.remaining ?? null,
+      resetMs: states[i]?.resetMs ?? null,
+      exceeded: exceeded[i] ?? false,
+    }),
+  );
+  const headers = new Headers();
+  if (!unavailable) setRateLimitHeaders(headers, settings.headers, shown, states, o.at);
+  if (!allowed && Number.isFinite(wait)) headers.set("Retry-After", String(seconds(wait)));
+  return {
+    allowed,
+    reason,
+    plan: o.plan.name,
+    route: o.route?.name ?? null,
+    cost: o.cost,
+    retryAfterMs: wait,
+    limits,
+    at: o.at,
+    headers,
+  };
 }

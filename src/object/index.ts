@@ -31,7 +31,7 @@ function withOverride(decision: Decision, override: Override | null): Decision {
 }
 
 /** Whether `log` was built for these limits (same N, W and tick, in order): else it must be rebuilt. */
-function sameLimits(log: KeyLog, limits: readonly LimitSpec[]): boolean {
+function builtFor(log: KeyLog, limits: readonly LimitSpec[]): boolean {
   const have = log.limits;
   if (!Array.isArray(limits) || have.length !== limits.length) return false;
   return have.every((a, i) => {
@@ -419,7 +419,7 @@ export class RateLimiter extends DurableObject<unknown> {
   /** A route's log to read from: the one in memory, else one built from storage without writing. */
   #routeView(route: RouteBudget): KeyLog {
     const log = this.#routes.get(route.name);
-    if (log !== undefined && sameLimits(log, route.limits)) return log;
+    if (log !== undefined && builtFor(log, route.limits)) return log;
     if (!this.#tables) return new KeyLog(route.limits);
     return KeyLog.restore(route.limits, this.#routeRows(route.name), this.clock()).log;
   }
@@ -427,7 +427,7 @@ export class RateLimiter extends DurableObject<unknown> {
   /** A route's log: built from storage on first use, rebuilt when its limits change. */
   #routeLogFor(route: RouteBudget): KeyLog {
     const have = this.#routes.get(route.name);
-    if (have !== undefined && sameLimits(have, route.limits)) return have;
+    if (have !== undefined && builtFor(have, route.limits)) return have;
     if (typeof route.name !== "string" || route.name.length === 0) {
       throw new RangeError(`route.name: expected a non-empty string, got ${JSON.stringify(route.name)}`);
     }
@@ -459,7 +459,7 @@ export class RateLimiter extends DurableObject<unknown> {
 
   /** The log for these limits to read from: the one in memory, else one built from storage without writing. */
   #view(limits: readonly LimitSpec[]): KeyLog {
-    if (this.#log !== null && sameLimits(this.#log, limits)) return this.#log;
+    if (this.#log !== null && builtFor(this.#log, limits)) return this.#log;
     if (!this.#tables) return new KeyLog(limits);
     const rows = this.#sql
       .exec<{ ring: number; key: number; ts: number; cost: number }>("SELECT ring, key, ts, cost FROM grants")
@@ -469,7 +469,7 @@ export class RateLimiter extends DurableObject<unknown> {
 
   /** The log for these limits: built from storage on first use, rebuilt when the limits change. */
   #logFor(limits: readonly LimitSpec[]): KeyLog {
-    if (this.#log !== null && sameLimits(this.#log, limits)) return this.#log;
+    if (this.#log !== null && builtFor(this.#log, limits)) return this.#log;
     this.#ensureTables();
     const rows = this.#sql
       .exec<{ ring: number; key: number; ts: number; cost: number }>("SELECT ring, key, ts, cost FROM grants")

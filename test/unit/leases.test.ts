@@ -2,7 +2,8 @@
 
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { IDLE_RETURN_MS, type KeySettlements, LeaseTable, sameLimits } from "../../src/client/leases.ts";
+import { sameOverride } from "../../src/client/held.ts";
+import { IDLE_RETURN_MS, type KeySettlements, LeaseTable } from "../../src/client/leases.ts";
 import { type Lease, type LimitStatus, leaseMargin, MIN_LEASE_UNITS, type NamedLimit } from "../../src/core/index.ts";
 
 const LIMITS: LimitStatus[] = [{ remaining: 50, resetMs: 1000, exceeded: false }];
@@ -459,17 +460,17 @@ describe("LeaseTable", () => {
     expect(table.get("k")).toBe(e); // the key itself stays
   });
 
-  it("sameLimits compares override lists field by field (null: the plan's)", () => {
+  it("sameOverride compares override lists field by field (null: the plan's)", () => {
     const a: NamedLimit = { limit: 10, windowMs: 1000, tickMs: 1, name: "x" };
-    expect(sameLimits(null, null)).toBe(true);
-    expect(sameLimits([a], [{ ...a }])).toBe(true);
-    expect(sameLimits([a], null)).toBe(false);
-    expect(sameLimits(null, [a])).toBe(false);
-    expect(sameLimits([a], [a, a])).toBe(false);
-    expect(sameLimits([a, a], [a])).toBe(false);
-    expect(sameLimits([], [])).toBe(true);
+    expect(sameOverride(null, null)).toBe(true);
+    expect(sameOverride([a], [{ ...a }])).toBe(true);
+    expect(sameOverride([a], null)).toBe(false);
+    expect(sameOverride(null, [a])).toBe(false);
+    expect(sameOverride([a], [a, a])).toBe(false);
+    expect(sameOverride([a, a], [a])).toBe(false);
+    expect(sameOverride([], [])).toBe(true);
     for (const change of [{ limit: 11 }, { windowMs: 2000 }, { tickMs: 2 }, { name: "y" }]) {
-      expect(sameLimits([a], [{ ...a, ...change }]), JSON.stringify(change)).toBe(false);
+      expect(sameOverride([a], [{ ...a, ...change }]), JSON.stringify(change)).toBe(false);
     }
   });
 });

@@ -1,0 +1,83 @@
+/**
+ * @module What an isolate holds of a key: the leases its object granted ahead of use, its latest
+ * answer about the key, and the counters its leases are sized from (the lease table's entries).
+ */
+
+import type { LimitStatus, NamedLimit } from "../core/decision.ts";
+import type { LimitSpec } from "../core/limits.ts";
+import type { CallSlot } from "./lease-calls.ts";
+import type { RateCounter } from "./lease-sizing.ts";
+
+/** The object's answer that came with a lease, as this isolate keeps it. */
+export interface HeldLease {
+  /** Units still to spend. */
+  left: number;
+  /** Units spent since the lease was last settled. */
+  used: number;
+  /** Local time of the last of those uses. */
+  lastUseAt: number;
+  /** Local time from which the lease may no longer be spent. */
+  readonly expiresAt: number;
+  /** Where the object recorded it. */
+  readonly recordedAt: readonly number[];
+  /** The object's clock when it granted the lease. */
+  readonly issuedAt: number;
+  /** Local time the lease was asked at. */
+  readonly sentAt: number;
+  /** The key's limits as the object saw them right after granting it. */
+  readonly limits: readonly LimitStatus[];
+  /** The limits it was granted under when an operator's override, not the plan, applied. */
+  readonly applied: readonly NamedLimit[] | null;
+}
+
+/** The object's latest answer about a key, as this isolate saw it. */
+export interface View {
+  /** The key's limits right after that decision (every unit leased out counted as used). */
+  readonly limits: readonly LimitStatus[];
+  /** The object's clock when it decided. */
+  readonly decidedAt: number;
+  /** Local time the call was sent at (`resetMs` counts down from it). */
+  readonly sentAt: number;
+  /** The limits it decided against when an operator's override, not the plan, applied. */
+  readonly applied: readonly NamedLimit[] | null;
+}
+
+/** What the lease table knows of one key. */
+export interface KeyLeases extends RateCounter, CallSlot {
+  readonly name: string;
+  /** The key's limits when it was last seen. */
+  limits: readonly LimitSpec[];
+  /** Leases being spent, oldest (first to expire) first. */
+  readonly held: HeldLease[];
+  /** Leases that expired here with units used but not settled, or left unused: settled with the key's next call. */
+  expired: HeldLease[];
+  /** The object's latest answer about the key: with the units held here, what `RateLimit` says. */
+  view: View | null;
+  /** Local time before which no lease is asked: the object had none to give. */
+  quietUntil: number;
+}
+
+/** Whether two operators' override lists are the same limits (null: none, the plan's apply). */
+export function sameOverride(a: readonly NamedLimit[] | null, b: readonly NamedLimit[] | null): boolean {
+  if (a === b) return true;
+  if (a === null || b === null || a.length !== b.length) return false;
+  return a.every((l, i) => {
+    const m = b[i] as NamedLimit;
+    return l.limit === m.limit && l.windowMs === m.windowMs && l.tickMs === m.tickMs && l.name === m.name;
+  });
+}
+
+/** The units of the key's leases valid at `now` under `applied` limits: what this isolate may still grant. */
+export function unitsHeld(e: KeyLeases, now: number, applied: readonly NamedLimit[] | null): number {
+  let units = 0;
+  for (const h of e.held) if (now < h.expiresAt && sameOverride(h.applied, applied)) units += h.left;
+  return units;
+}
+
+/** Moves the key's leases expired at `now` out of `held`, keeping those with anything to settle in `expired`. */
+export function expire(e: KeyLeases, now: number): void {
+  while (e.held.length > 0 && now >= (e.held[0] as HeldLease).expiresAt) {
+    const gone = e.held.shift() as HeldLease;
+    if (gone.left > 0 || gone.used > 0) e.expired.push(gone);
+  }
+}

@@ -1,0 +1,56 @@
+/**
+ * @module Joining a lease call already out instead of asking for oneself (docs/design.md, "No
+ * waiting behind other requests"): a request that finds no unit here may wait for the key's lease
+ * call while the units it asked for cover the request, and never past that call's round trip.
+ */
+
+/**
+ * A lease call out for a key: requests that find no unit here may wait for it while the units it asked
+ * for cover them (`spare`), and never past `until`.
+ */
+export interface LeaseCall {
+  /** Lease units asked for and not yet promised to a waiting request. */
+  spare: number;
+  /** Local time its answer is expected at: a recent round trip after it was sent. */
+  readonly dueAt: number;
+  /** Local time after which nobody waits for it any more (its answer is late: it may never come). */
+  readonly until: number;
+  /** Whether its answer came (or it failed). */
+  done: boolean;
+}
+
+/** What holds a key's call out: one at a time per isolate. */
+export interface CallSlot {
+  call: LeaseCall | null;
+}
+
+/** The least time (ms) a request waits for a lease call out, however fast recent calls were. */
+const MIN_WAIT_MS = 5;
+
+/**
+ * Marks a lease call for `units` as out for the key at `now`, expected a round trip (`rttMs`, at
+ * least {@link MIN_WAIT_MS}) later and late after two. Cleared with {@link answered}.
+ */
+export function callOut(slot: CallSlot, units: number, now: number, rttMs: number): LeaseCall {
+  const rtt = Math.max(rttMs, MIN_WAIT_MS);
+  const call: LeaseCall = { spare: units, dueAt: now + Math.ceil(rtt), until: now + 2 * rtt, done: false };
+  slot.call = call;
+  return call;
+}
+
+/**
+ * The key's lease call a request of `cost` may wait for: one out, not late, whose spare units cover the
+ * request (they are promised to it). Null: the request asks for itself.
+ */
+export function join(slot: CallSlot, cost: number, now: number): LeaseCall | null {
+  const call = slot.call;
+  if (call === null || now >= call.until || call.spare < cost) return null;
+  call.spare -= cost;
+  return call;
+}
+
+/** The lease call answered (or failed): done, and no longer the key's call out. */
+export function answered(slot: CallSlot, call: LeaseCall): void {
+  call.done = true;
+  if (slot.call === call) slot.call = null;
+}

@@ -1,0 +1,116 @@
+/**
+ * @module How big a lease an isolate asks for, and when: the key's recent rate here, the lease that
+ * rate would spend, and when the held leases need a refill (docs/design.md, "Leases"). Pure: the
+ * entry's counters, the clock and the recent round trip are passed in.
+ */
+
+import { MIN_LEASE_UNITS } from "../core/limits.ts";
+
+/** A lease to ask a key's object for (`units` 0: none). */
+export interface LeaseAsk {
+  readonly units: number;
+  readonly lifetimeMs: number;
+}
+
+export const NO_ASK: LeaseAsk = { units: 0, lifetimeMs: 0 };
+
+/** A key's request counters here: what its rate is estimated from. */
+export interface RateCounter {
+  /** Requests seen, decayed with a 10 s time constant: about the key's rate per 10 s here. */
+  score: number;
+  /** Requests seen, decayed with a 100 ms time constant: follows a burst within a few requests. */
+  burst: number;
+  seenAt: number;
+  /** Local time the key was first seen here (its rate is known over this long). */
+  readonly firstSeen: number;
+}
+
+/** The time constant of the rate estimate (ms). */
+const RATE_TAU_MS = 10_000;
+/** The time constant of the burst estimate (ms). */
+const BURST_TAU_MS = 100;
+/** A key seen fewer times than this per time constant has no rate of its own here: the object sizes its lease. */
+const MIN_SCORE = 2;
+
+/**
+ * The share of its expected use a lease asks for: a lease that runs out before it expires is
+ * replaced in the background and leaves nothing to give back (a give-back writes a row).
+ */
+const ASK_SHARE = 0.8;
+
+/** The least lead (ms) a refill is asked with, however fast recent calls were. */
+const MIN_LEAD_MS = 5;
+
+/** A lease is asked for only when its lifetime is at least this many recent object round trips. */
+const RTT_LIFETIMES = 4;
+
+/** Counts one request of the key at `now`. */
+export function countRequest(c: RateCounter, now: number): void {
+  const dt = Math.max(0, now - c.seenAt);
+  c.score = c.score * Math.exp(-dt / RATE_TAU_MS) + 1;
+  c.burst = c.burst * Math.exp(-dt / BURST_TAU_MS) + 1;
+  c.seenAt = now;
+}
+
+/**
+ * The key's recent rate here (requests per ms): the higher of two estimates, so that a burst shows
+ * within a few requests. Each leaves out the request just counted (n requests span n − 1 intervals;
+ * one request after a quiet spell is no burst). The 10 s estimate is divided by what its decayed count
+ * reaches over the time the key has been watched here (at least the burst estimate's 100 ms): the rate
+ * since then, unbiased while it ramps up.
+ */
+export function rate(c: RateCounter, now: number): number {
+  const watched = Math.max(now - c.firstSeen, BURST_TAU_MS);
+  const reached = 1 - Math.exp(-watched / RATE_TAU_MS);
+  return Math.max((c.score - 1) / (RATE_TAU_MS * reached), (c.burst - 1) / BURST_TAU_MS);
+}
+
+/** Whether the key has no rate of its own here yet: its lease is sized from the object's log. */
+export function sizedByObject(c: RateCounter): boolean {
+  return c.score < MIN_SCORE;
+}
+
+/** What {@link leaseToAsk} reads besides the key's counters. */
+export interface AskBounds {
+  /** The plan's lease lifetime (ms); 0: no leases. */
+  readonly lifetimeMs: number;
+  /** `leases.max_units`. */
+  readonly maxUnits: number;
+  /** The least lifetime asked however briefly the key was watched (ms): the ring's slack. */
+  readonly youngMs: number;
+  /** The recent object round trip from this isolate (ms). */
+  readonly rttMs: number;
+}
+
+/**
+ * The lease to ask for: about what this isolate would spend at its recent rate for the key
+ * ({@link ASK_SHARE} of it), whole units only, at most `maxUnits`, over a lifetime of at most
+ * `lifetimeMs` and at most as long as this isolate has watched the key (at least `youngMs`): a
+ * rate seen for 20 ms says little about the next 10 s. A lease capped by `maxUnits` asks for the
+ * time it takes to spend them. `units` 0 (no lease) when that is under {@link MIN_LEASE_UNITS}.
+ * A key without a rate here ({@link sizedByObject}) asks for `maxUnits` over `lifetimeMs`, for the
+ * object to size from the key's own rate.
+ */
+export function leaseToAsk(c: RateCounter, now: number, b: AskBounds): LeaseAsk {
+  const { lifetimeMs, maxUnits } = b;
+  if (lifetimeMs <= 0) return NO_ASK;
+  // A lease arrives a round trip into its lifetime: one that would be mostly over by then is not worth asking.
+  if (lifetimeMs < RTT_LIFETIMES * b.rttMs) return NO_ASK;
+  if (sizedByObject(c)) return { units: maxUnits, lifetimeMs };
+  const perMs = ASK_SHARE * rate(c, now);
+  const life = Math.min(lifetimeMs, Math.max(b.youngMs, now - c.firstSeen));
+  const units = Math.floor(perMs * life);
+  if (units < MIN_LEASE_UNITS) return NO_ASK;
+  if (units <= maxUnits) return { units, lifetimeMs: life };
+  return { units: maxUnits, lifetimeMs: Math.min(life, Math.ceil(maxUnits / perMs)) };
+}
+
+/**
+ * Whether to ask for the next lease now: the held ones (`left` units, valid until `until`) would run
+ * out — in units at the key's recent rate, or in time — within two round trips: just in time for the
+ * next to arrive, and late enough that little of the held ones is left to give back.
+ */
+export function refillDue(c: RateCounter, now: number, held: { left: number; until: number }, rttMs: number): boolean {
+  const lead = 2 * Math.max(rttMs, MIN_LEAD_MS);
+  return held.left <= Math.ceil(rate(c, now) * lead) || held.until - now <= lead;
+}

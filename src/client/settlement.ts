@@ -1,0 +1,100 @@
+/**
+ * @module What an isolate reports about its leases (docs/design.md, "Settled leases"): per lease,
+ * the units used since its last report and the offset of the last use from the lease's `sentAt`
+ * (the object moves them from `issuedAt + L` to `issuedAt +` that offset), and the unused units of
+ * leases given up. Used units are re-dated only near a limit: far from every limit nobody needs the
+ * capacity they hold until their record, and re-dating would cost rows for nothing.
+ */
+
+import type { LimitSpec } from "../core/limits.ts";
+import type { Settlement } from "../core/log.ts";
+import { expire, type HeldLease, type KeyLeases, unitsHeld } from "./held.ts";
+import { rate } from "./lease-sizing.ts";
+
+/** Settlements of one key's leases, to send to its object on a call of their own. */
+export interface KeySettlements {
+  /** The key's object name. */
+  readonly name: string;
+  /** The limits the leases were granted under (the object rebuilds its log for other limits). */
+  readonly limits: readonly LimitSpec[];
+  readonly settle: readonly Settlement[];
+}
+
+/** An isolate settles an idle key's leases on its own once it has not seen the key for this long (ms). */
+export const IDLE_RETURN_MS = 1_000;
+
+/**
+ * The key's settlements for a call about to go out: every lease with units used since its last
+ * settlement (near a limit), and every expired one (its unused units given back). They count as
+ * settled from now on: a call that fails leaves them where the object recorded them, which is later (safe).
+ */
+export function settleForCall(e: KeyLeases, now: number): Settlement[] {
+  expire(e, now);
+  const near = nearLimitNow(e, now);
+  const out: Settlement[] = [];
+  for (const h of e.expired) if (h.left > 0 || near) out.push(settlement(h, h.left, near));
+  e.expired = [];
+  if (!near) return out;
+  for (const h of e.held) {
+    if (h.used === 0) continue;
+    out.push(settlement(h, 0));
+    h.used = 0;
+  }
+  return out;
+}
+
+/**
+ * The settlements of a key not seen here for {@link IDLE_RETURN_MS}, for a call of its own (null:
+ * nothing worth a call): an idle isolate frees what the key's other isolates may need — only where it
+ * matters, when the key had less than half of some limit left at the lease's grant.
+ */
+export function settleIdle(e: KeyLeases, now: number): KeySettlements | null {
+  expire(e, now);
+  const near = [...e.expired, ...e.held].filter((h) => (h.used > 0 || now >= h.expiresAt) && nearAtGrant(e, h));
+  e.expired = [];
+  if (near.length === 0) return null;
+  const settle: Settlement[] = [];
+  for (const h of near) {
+    settle.push(settlement(h, now >= h.expiresAt ? h.left : 0));
+    h.used = 0;
+  }
+  return { name: e.name, limits: e.limits, settle };
+}
+
+/** The settlement of `leases`, each given up (its unused units back); null when there is nothing to settle. */
+export function giveUp(e: KeyLeases, leases: readonly HeldLease[]): KeySettlements | null {
+  const settle = leases.filter((h) => h.used > 0 || h.left > 0).map((h) => settlement(h, h.left));
+  return settle.length > 0 ? { name: e.name, limits: e.limits, settle } : null;
+}
+
+/** A lease's settlement: its units used since the last one (unless `redate` is false), and `unused` units given back. */
+function settlement(h: HeldLease, unused: number, redate = true): Settlement {
+  return {
+    recordedAt: h.recordedAt,
+    issuedAt: h.issuedAt,
+    used: redate ? h.used : 0,
+    // Whole milliseconds, rounded up: never earlier than the use.
+    lastUseMs: Math.max(0, Math.ceil(h.lastUseAt - h.sentAt)),
+    unused,
+  };
+}
+
+/**
+ * Whether the key is near a limit: as this isolate last saw it (some limit had less than half left, counting the
+ * units held here as left), or heading there (at its recent rate here it would use half of some limit a window).
+ */
+function nearLimitNow(e: KeyLeases, now: number): boolean {
+  const perMs = rate(e, now);
+  if (e.limits.some((l) => 2 * perMs * l.windowMs >= l.limit)) return true;
+  const view = e.view ?? e.held.at(-1) ?? e.expired.at(-1) ?? null;
+  if (view === null) return false;
+  const limits = view.applied ?? e.limits;
+  const held = unitsHeld(e, now, view.applied);
+  return view.limits.some((l, i) => 2 * (l.remaining + held) < (limits[i]?.limit ?? 0));
+}
+
+/** Whether the key had less than half of some limit left when the lease was granted. */
+function nearAtGrant(e: KeyLeases, h: HeldLease): boolean {
+  const limits = h.applied ?? e.limits;
+  return h.limits.some((l, i) => 2 * (l.remaining + h.left) < (limits[i]?.limit ?? 0));
+}
