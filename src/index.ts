@@ -61,7 +61,7 @@ export interface RouteSetting {
 }
 
 /**
- * A limiter's settings: the shape of the proxy's `RATE_LIMIT` (README, "Configuration reference")
+ * A limiter's settings: the shape of the proxy's `RATE_LIMIT` (docs/configuration.md)
  * without its proxy-only settings (`origin_timeout`, `admin`, `refund`).
  */
 export interface LimiterSettings {
@@ -71,7 +71,7 @@ export interface LimiterSettings {
   /** Limits for requests without a key, per client IP (the hono middleware only). */
   readonly anonymous?: { readonly limits: readonly LimitSetting[] };
   /**
-   * Routes with their own budget per key (README, "Per-route budgets"): `limit(…, { route })` names
+   * Routes with their own budget per key (docs/configuration.md, "Per-route budgets"): `limit(…, { route })` names
    * one; the hono middleware matches `method` and `path` when it is given no `route`.
    */
   readonly routes?: readonly RouteSetting[];
@@ -91,7 +91,7 @@ export interface LimiterSettings {
   readonly shadow?: boolean;
   /** Deadline on every call to a key's object (default `"5s"`). */
   readonly object_timeout?: Duration;
-  /** Units leased to isolates ahead of use (README, "Leases"); `false` turns them off. */
+  /** Units leased to isolates ahead of use (docs/configuration.md, "Leases"); `false` turns them off. */
   readonly leases?:
     | boolean
     | { readonly enabled?: boolean; readonly max_units?: number; readonly max_lifetime?: Duration };

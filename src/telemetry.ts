@@ -1,6 +1,6 @@
 /**
  * @module What the Worker tells operators: structured JSON log lines, and one Analytics Engine data
- * point per decision when a dataset is bound as `LIMITER_ANALYTICS` (README, "Operating it").
+ * point per decision when a dataset is bound as `LIMITER_ANALYTICS` (docs/operating.md).
  * Keys never appear in clear: `key_id` is the first 12 hex digits of the SHA-256 of the key's
  * object name (`key:<key>`, or `ip:<address>` for anonymous requests; `<name>/key:<key>` in a
  * named limiter).

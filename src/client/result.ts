@@ -57,7 +57,7 @@ export interface RateLimitResult {
   readonly reason: Reason;
   /** The plan that applied (`"default"`, `"anonymous"`, or a plan's name). */
   readonly plan: string;
-  /** The route whose budget applied as well (README, "Per-route budgets"), or null. */
+  /** The route whose budget applied as well (docs/configuration.md, "Per-route budgets"), or null. */
   readonly route: string | null;
   /** The units the request asked for. */
   readonly cost: number;

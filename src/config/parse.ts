@@ -502,7 +502,7 @@ function parseCost(value: unknown, field: string): CostRule {
   return { method, pathPrefix, cost };
 }
 
-/** A rule's `method` (optional) and `path` prefix, written as requests' normalised paths are (README, "Paths"). */
+/** A rule's `method` (optional) and `path` prefix, written as requests' normalised paths are (docs/configuration.md, "Paths"). */
 function parseMatch(c: Obj, field: string): { method: string | null; pathPrefix: string } {
   const method = c.method === undefined ? null : nonEmptyString(c.method, `${field}.method`).toUpperCase();
   if (method !== null && !/^[A-Z]+$/.test(method)) {
@@ -527,7 +527,7 @@ function parseMatch(c: Obj, field: string): { method: string | null; pathPrefix:
   }
   if (normal !== pathPrefix) {
     throw new ConfigError(
-      `${field}.path: requests are matched on their normalised path (README, "Paths"), so write it as ${normal ? JSON.stringify(normal) : "a path without dot segments"}, got ${JSON.stringify(pathPrefix)}`,
+      `${field}.path: requests are matched on their normalised path (docs/configuration.md, "Paths"), so write it as ${normal ? JSON.stringify(normal) : "a path without dot segments"}, got ${JSON.stringify(pathPrefix)}`,
     );
   }
   return { method, pathPrefix };

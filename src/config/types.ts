@@ -37,7 +37,7 @@ export interface Plan {
 }
 
 /**
- * A route's own budget (README, "Per-route budgets"): requests matching `method` and starting with
+ * A route's own budget (docs/configuration.md, "Per-route budgets"): requests matching `method` and starting with
  * `pathPrefix` must fit these limits as well as their key's, per key.
  */
 export interface Route {
@@ -50,7 +50,7 @@ export interface Route {
   readonly shown: readonly Limit[];
 }
 
-/** How isolates lease units ahead of use (README, "Leases"). */
+/** How isolates lease units ahead of use (docs/configuration.md, "Leases"). */
 export interface LeaseSettings {
   readonly enabled: boolean;
   /** The most units one lease may carry. */
@@ -81,7 +81,7 @@ export interface KeySource {
 
 export type FailureMode = "open" | "closed";
 
-/** The operators' API (README, "Operating it"); it exists only while the secret `ADMIN_TOKEN` is set. */
+/** The operators' API (docs/operating.md); it exists only while the secret `ADMIN_TOKEN` is set. */
 export interface AdminSettings {
   /** Path prefix of the admin API and its page, starting and ending with `/`. */
   readonly path: string;
@@ -105,7 +105,7 @@ export interface LimiterConfig {
   readonly shadow: boolean;
   /** The form of the rate-limit header fields. */
   readonly headers: HeaderForm;
-  /** How request paths are normalised before rules match them (README, "Paths"). */
+  /** How request paths are normalised before rules match them (docs/configuration.md, "Paths"). */
   readonly paths: { readonly escapedSlashes: EscapedSlashes };
 }
 

@@ -1,5 +1,5 @@
 /**
- * @module Several budgets of one key decided as one (README, "Per-route budgets"): the key's own
+ * @module Several budgets of one key decided as one (docs/configuration.md, "Per-route budgets"): the key's own
  * log and a route's log. A request must fit every budget; it is recorded in all of them or in
  * none. Each log keeps its own rings and its own exactness; together they are exact too: a
  * budget that fits a cost at `t` still fits it later unless something is granted meanwhile, so

@@ -3,7 +3,7 @@
  * Loads the log from SQLite once, decides with the pure core, writes the one row per ring that a
  * grant or lease touched (nothing for a denial), and deletes the key's state once nothing in it
  * counts any more. It also keeps what operators set on the key (a block, an override of its
- * limits; README, "Operating it") and applies them to every decision.
+ * limits; docs/operating.md) and applies them to every decision.
  */
 
 import { DurableObject } from "cloudflare:workers";
@@ -76,7 +76,7 @@ export class RateLimiter extends DurableObject<unknown> {
   #tables = false;
   #blockUntil: number | null = null;
   #override: Override | null = null;
-  /** Route budgets' logs in memory, by route name (README, "Per-route budgets"). */
+  /** Route budgets' logs in memory, by route name (docs/configuration.md, "Per-route budgets"). */
   readonly #routes = new Map<string, KeyLog>();
 
   constructor(ctx: DurableObjectState, env: unknown) {
@@ -382,7 +382,7 @@ export class RateLimiter extends DurableObject<unknown> {
       "CREATE TABLE IF NOT EXISTS grants (ring INTEGER NOT NULL, key INTEGER NOT NULL, ts INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (ring, key)) WITHOUT ROWID",
     );
     this.#sql.exec("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID");
-    // Route budgets (README, "Per-route budgets"): the same rows, per route name.
+    // Route budgets (docs/configuration.md, "Per-route budgets"): the same rows, per route name.
     this.#sql.exec(
       "CREATE TABLE IF NOT EXISTS route_grants (route TEXT NOT NULL, ring INTEGER NOT NULL, key INTEGER NOT NULL, ts INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (route, ring, key)) WITHOUT ROWID",
     );

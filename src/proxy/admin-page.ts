@@ -143,7 +143,7 @@ function render(s) {
   $("now").textContent = s.now ? new Date(s.now_ms).toLocaleString() : "—";
   const box = $("limits");
   box.replaceChildren();
-  // The key's limits, then each route's (README, "Per-route budgets").
+  // The key's limits, then each route's (docs/configuration.md, "Per-route budgets").
   const routed = (s.routes || []).flatMap((r) => r.limits.map((l) => Object.assign({}, l, { route: (r.method ? r.method + " " : "") + (r.path || r.name) })));
   for (const l of s.limits.concat(routed)) {
     const pct = l.limit > 0 ? Math.min(100, (100 * l.used) / l.limit) : 0;

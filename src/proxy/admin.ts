@@ -1,6 +1,6 @@
 /**
  * @module The operators' API and page under `RATE_LIMIT.admin.path` (default `/__limiter/`),
- * present only while the secret `ADMIN_TOKEN` is set (README, "Operating it"). Every call but the
+ * present only while the secret `ADMIN_TOKEN` is set (docs/operating.md). Every call but the
  * page needs `Authorization: Bearer <ADMIN_TOKEN>`; the key travels in the JSON body, never in
  * the URL. Admin requests are never proxied and never counted.
  */
@@ -197,7 +197,7 @@ async function run(
   return json(statusJson(id, plan, limits, status));
 }
 
-/** The status of a key as the API returns it (README, "Operating it"). */
+/** The status of a key as the API returns it (docs/operating.md). */
 export function statusJson(
   id: string,
   plan: Plan,

@@ -1,4 +1,4 @@
-// Per-route budgets over real HTTP, judged at the recording origin (README, "Per-route budgets"): real clients →
+// Per-route budgets over real HTTP, judged at the recording origin (docs/configuration.md, "Per-route budgets"): real clients →
 // three Workers of the real proxy bundle in one workerd (three isolates sharing the RateLimiter namespace,
 // test/support/workers.ts) → the origin. Clients send a key's route and its other requests at once; no window of the
 // key's budget (every arrival) nor of the route's (the route's arrivals) may hold more than its N, judged at the

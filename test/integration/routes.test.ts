@@ -1,4 +1,4 @@
-// Per-route budgets through the proxy, the real object and the real origin (README, "Per-route budgets"): a request
+// Per-route budgets through the proxy, the real object and the real origin (docs/configuration.md, "Per-route budgets"): a request
 // of a route must fit the key's limits and the route's; headers and denials name the route's policies; refunds and
 // plans. (Several isolates under overload: sweep.test.ts.)
 import { describe, expect, it } from "vitest";

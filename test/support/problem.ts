@@ -12,7 +12,7 @@ export interface Problem {
   readonly status: number;
   readonly detail: string;
   readonly violated_policies?: string[];
-  /** The route whose budget applied (README, "Per-route budgets"). */
+  /** The route whose budget applied (docs/configuration.md, "Per-route budgets"). */
   readonly route?: string;
   readonly retry_after?: number | null;
   readonly retry_after_ms?: number | null;

@@ -4,7 +4,7 @@
  * and properties: limits round-trip, junk never escapes as anything but a ConfigError.
  */
 
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { isDeepStrictEqual } from "node:util";
@@ -12,7 +12,13 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { policyHeader as policyOf } from "../../src/client/headers.ts";
 import { costFor, planForKey, routeFor } from "../../src/config/lookup.ts";
-import { MAX_ORIGIN_TIMEOUT_MS, parseConfig, parseLimiterConfig } from "../../src/config/parse.ts";
+import {
+  LIMITER_FIELDS,
+  MAX_ORIGIN_TIMEOUT_MS,
+  PROXY_FIELDS,
+  parseConfig,
+  parseLimiterConfig,
+} from "../../src/config/parse.ts";
 import { type Config, ConfigError, DEFAULTS, type Limit, type Plan } from "../../src/config/types.ts";
 import {
   defaultTickMs,
@@ -167,23 +173,29 @@ limits = [
     expect(plain(parseConfig(vars))).toEqual(minimumConfig);
   });
 
-  it("accepts every TOML example in README's configuration reference", async () => {
-    const readme = readFileSync("README.md", "utf8");
-    const start = readme.indexOf("## Configuration reference");
-    const section = readme.slice(start, readme.indexOf("\n## ", start + 1));
-    const blocks = [...section.matchAll(/```toml\n([\s\S]*?)```/g)].map((m) => m[1] ?? "");
+  it("accepts every RATE_LIMIT example in README.md and docs/", async () => {
+    const files = [
+      "README.md",
+      ...readdirSync("docs")
+        .filter((f) => f.endsWith(".md"))
+        .map((f) => `docs/${f}`),
+    ];
+    const setting = new RegExp(`^(${[...LIMITER_FIELDS, ...PROXY_FIELDS].join("|")})\\s*=`, "m");
     const checked = [];
-    for (const block of blocks) {
-      if (block.includes("[[services]]")) continue;
-      let toml = block;
-      if (!toml.includes("[vars.RATE_LIMIT]")) {
-        // A fragment (costs = …, key = …): put it under a minimum RATE_LIMIT.
-        toml = `[vars.RATE_LIMIT]\nlimits = [ { limit = 1, window = "1s" } ]\n${toml}`;
+    for (const file of files) {
+      const text = readFileSync(file, "utf8");
+      for (const [, block = ""] of text.matchAll(/```toml\n([\s\S]*?)```/g)) {
+        // Examples of the limiter's settings: a [vars.RATE_LIMIT] table, or a fragment of one (costs = …, key = …).
+        if (!block.includes("[vars.RATE_LIMIT]") && !setting.test(block)) continue;
+        let toml = block;
+        if (!toml.includes("[vars.RATE_LIMIT]")) toml = `[vars.RATE_LIMIT]\n${toml}`;
+        if (!/^limits\s*=|^plans\s*=/m.test(toml))
+          toml = toml.replace("[vars.RATE_LIMIT]\n", '[vars.RATE_LIMIT]\nlimits = [ { limit = 1, window = "1s" } ]\n');
+        if (!toml.includes("ORIGIN =")) toml = `[vars]\nORIGIN = "${ORIGIN}"\n${toml}`;
+        const vars = await varsOfToml(toml);
+        expect(() => parseConfig(vars), `${file}:\n${block}`).not.toThrow();
+        checked.push(block);
       }
-      if (!toml.includes("ORIGIN =")) toml = `[vars]\nORIGIN = "${ORIGIN}"\n${toml}`;
-      const vars = await varsOfToml(toml);
-      expect(() => parseConfig(vars), block).not.toThrow();
-      checked.push(block);
     }
     expect(checked.length).toBeGreaterThanOrEqual(4);
   });
@@ -1702,7 +1714,7 @@ describe("parseConfig: settings at their edges", () => {
   });
 });
 
-describe('routes (README, "Per-route budgets")', () => {
+describe('routes (docs/configuration.md, "Per-route budgets")', () => {
   const ROUTES = [
     { name: "search", method: "post", path: "/v1/search", limits: [{ limit: 5, window: "1m" }] },
     {
@@ -1793,7 +1805,7 @@ describe('routes (README, "Per-route budgets")', () => {
       [
         [{ name: "a", path: "/%7e", limits: [{ limit: 1, window: "1s" }] }],
         {},
-        'RATE_LIMIT.routes[0].path: requests are matched on their normalised path (README, "Paths"), so write it as "/~", got "/%7e"',
+        'RATE_LIMIT.routes[0].path: requests are matched on their normalised path (docs/configuration.md, "Paths"), so write it as "/~", got "/%7e"',
       ],
     ];
     for (const [routes, more, message] of cases) {
