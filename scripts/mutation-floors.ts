@@ -1,5 +1,5 @@
 /**
- * @module The mutation score each mutated file must keep (README, "Mutation testing"): read from
+ * @module The mutation score each mutated file must keep (CONTRIBUTING.md, "Mutation testing"): read from
  * Stryker's JSON report (mutation-testing-report-schema), judged per file, so a run narrowed to
  * one file (`--mutate src/client/leases.ts`) is judged on that file alone. Runtime-neutral and pure.
  */

@@ -81,7 +81,8 @@ export function rateLimit<E extends Env = Env>(
         bg: background(c),
       });
     } catch (e) {
-      if (e instanceof HttpError) throw new HTTPException(e.status as 400, { res: e.toResponse(), cause: e });
+      if (e instanceof HttpError)
+        throw new HTTPException(e.status as 400, { res: e.toResponse(), message: e.message, cause: e });
       throw e;
     }
     if (!decided) return next();

@@ -141,7 +141,7 @@ describe("keys", () => {
     expect(arrivals(p)).toHaveLength(0);
   });
 
-  it("two x-api-key lines with the same key: 400 too (a repeated key header is malformed, README)", async () => {
+  it("two x-api-key lines with the same key: 400 too (a repeated key header is malformed, docs/configuration.md)", async () => {
     const p = path();
     const k = key();
     const r = await raw("GET", p, [
@@ -193,7 +193,7 @@ describe("keys", () => {
     expect(arrivals(p).map((x) => [x.headers["x-api-key"], x.headers.authorization])).toEqual([[a, `Bearer ${a}`]]);
   });
 
-  // README: "Precedence is header, then Bearer, then query. A request whose sources carry different keys gets 400."
+  // docs/configuration.md: "Precedence is header, then Bearer, then query. A request whose sources carry different keys gets 400."
   // All sources must agree, so precedence shows in which source a 400 names first.
   it("precedence header, then Bearer, then query: disagreements name the earlier source first", async () => {
     const p = path();

@@ -1,5 +1,5 @@
 // What workerd itself does with bad input before (or around) the Worker — not our code. A failure here means
-// "workerd changed": read its release notes, then update the assertion and the README's notes on bad input.
+// "workerd changed": read its release notes, then update the assertion and docs/design.md's limitations.
 // Pinned for workerd 1.20261102.1 under wrangler 4.156.2 (the exact head-size boundary, bisected once at a single
 // value of 507,556 bytes passing and 507,568 not, is not asserted):
 // - NUL, a bare CR or LF, or an obs-fold line continuation in a header: `400` text/plain `invalid HTTP header

@@ -144,10 +144,12 @@ describe("the middleware's own refusals", () => {
     app.use("*", rateLimit({ limits: [{ limit: 1, window: "1m" }] }));
     app.get("*", (c) => c.text("ok"));
     const seen: number[] = [];
+    const messages: string[] = [];
     app.onError(async (err, c) => {
       const { HTTPException } = await import("hono/http-exception");
       if (!(err instanceof HTTPException)) throw err;
       seen.push(err.status);
+      messages.push(err.message);
       const problem = (await err.getResponse().json()) as { title: string };
       return c.json({ error: problem.title }, err.status);
     });
@@ -159,6 +161,8 @@ describe("the middleware's own refusals", () => {
     expect(bad.status).toBe(400);
     expect(await bad.json()).toEqual({ error: "Malformed API key" });
     expect(seen).toEqual([401, 400]);
+    expect(messages[0]).toBe("This API needs an API key.");
+    expect(messages[1]).toMatch(/^the key in x-api-key may hold printable ASCII only/);
   });
 
   it("without onError, hono answers with the exception's problem+json as before", async () => {

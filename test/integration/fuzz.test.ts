@@ -26,7 +26,7 @@ const RATE_LIMIT = {
   // Per-request decisions: a key's grants at its object are then exactly what was counted.
   leases: false,
 };
-/** Statuses the README documents for a healthy origin and healthy objects (the origin echoes 200). */
+/** Statuses docs/http.md documents for a healthy origin and healthy objects (the origin echoes 200). */
 const DOCUMENTED = new Set([200, 400, 401, 404, 405, 409, 413, 422, 429]);
 
 const hostileKey = fc.oneof(

@@ -1,4 +1,4 @@
-// The Worker end to end against the real Node origin over HTTP: the README's HTTP behaviour table, keys, plans,
+// The Worker end to end against the real Node origin over HTTP: docs/http.md's table, keys, plans,
 // route costs, shadow mode, config errors, failure modes and the deny cache.
 import { exports } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";

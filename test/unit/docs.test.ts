@@ -1,0 +1,72 @@
+// The documentation's links: every relative link in README.md, docs/, CONTRIBUTING.md and BENCHMARKS.md names a file
+// that exists and, with a #fragment, a heading of that file (GitHub's anchors). The README stays a front door.
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { dirname, join, normalize } from "node:path";
+import { describe, expect, it } from "vitest";
+
+const FILES = [
+  "README.md",
+  "CONTRIBUTING.md",
+  "BENCHMARKS.md",
+  "CHANGELOG.md",
+  ...readdirSync("docs")
+    .filter((f) => f.endsWith(".md"))
+    .map((f) => `docs/${f}`),
+];
+
+/** GitHub's anchor for a heading: lower case, punctuation but `-` and `_` dropped, spaces as `-`. */
+function anchor(heading: string): string {
+  return heading
+    .trim()
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N} _-]/gu, "")
+    .replace(/ /g, "-");
+}
+
+/** The anchors of a Markdown file's headings (outside code blocks). */
+function anchorsOf(file: string): Set<string> {
+  const text = readFileSync(file, "utf8").replace(/```[\s\S]*?```/g, "");
+  return new Set([...text.matchAll(/^#{1,6} (.+)$/gm)].map((m) => anchor(m[1] ?? "")));
+}
+
+/** Every Markdown link target `[text](target)` outside code blocks. */
+function linksOf(file: string): string[] {
+  const text = readFileSync(file, "utf8").replace(/```[\s\S]*?```/g, "");
+  return [...text.matchAll(/\]\(([^)\s]+)\)/g)].map((m) => m[1] ?? "");
+}
+
+describe("documentation links", () => {
+  it("every relative link names a file that exists, and a heading of it", () => {
+    const broken: string[] = [];
+    let checked = 0;
+    for (const file of FILES) {
+      for (const target of linksOf(file)) {
+        if (/^[a-z]+:/.test(target)) continue;
+        const [path = "", fragment] = target.split("#");
+        const resolved = path === "" ? file : normalize(join(dirname(file), path));
+        checked++;
+        if (!existsSync(resolved)) broken.push(`${file}: ${target} (no ${resolved})`);
+        else if (fragment !== undefined && resolved.endsWith(".md") && !anchorsOf(resolved).has(fragment)) {
+          broken.push(`${file}: ${target} (no heading #${fragment} in ${resolved})`);
+        }
+      }
+    }
+    expect(broken).toEqual([]);
+    expect(checked).toBeGreaterThan(20);
+  });
+
+  it("anchors are GitHub's", () => {
+    expect(anchor("In your Worker: `createLimiter()` and `rateLimit()`")).toBe(
+      "in-your-worker-createlimiter-and-ratelimit",
+    );
+    expect(anchor("`RATE_LIMIT` settings")).toBe("rate_limit-settings");
+  });
+
+  it("the README is a front door: at most 300 lines, with a map of docs/", () => {
+    const readme = readFileSync("README.md", "utf8");
+    expect(readme.split("\n").length).toBeLessThanOrEqual(300);
+    for (const doc of ["docs/configuration.md", "docs/operating.md", "docs/design.md", "docs/http.md"]) {
+      expect(readme).toContain(`](${doc})`);
+    }
+  });
+});
