@@ -15,6 +15,7 @@ export default {
     "src/config/**/*.ts",
     "src/key.ts",
     "src/path.ts",
+    "src/address.ts",
     "src/http.ts",
     "src/telemetry.ts",
   ],

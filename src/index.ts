@@ -48,6 +48,13 @@ export interface PlanSetting {
   readonly limits?: readonly LimitSetting[];
   readonly routes?: readonly RouteSetting[];
   readonly unlimited?: boolean;
+  /** The plan's own per-address limits in place of the top-level `ip`; `false`: none for its keys. */
+  readonly ip?: AddressSetting | false;
+}
+
+/** Limits counted per client address (docs/configuration.md, "Client addresses"). */
+export interface AddressSetting {
+  readonly limits: readonly LimitSetting[];
 }
 
 /** A route with its own budget per key: requests of it must fit these limits as well as the key's. */
@@ -68,8 +75,16 @@ export interface LimiterSettings {
   /** The limits of keys that match no plan; a request must fit every one. */
   readonly limits?: readonly LimitSetting[];
   readonly plans?: readonly PlanSetting[];
-  /** Limits for requests without a key, per client IP (the hono middleware only). */
+  /** Limits for requests without a key, per client address (the hono middleware, or `identify(null, ip)`). */
   readonly anonymous?: { readonly limits: readonly LimitSetting[] };
+  /**
+   * Limits every request with a key must also fit, counted per client address across all keys
+   * (`limit(…, { ip })`; the hono middleware reads `CF-Connecting-IP`). All or nothing: a request one
+   * budget refuses is counted in neither.
+   */
+  readonly ip?: AddressSetting;
+  /** IPv6 clients are counted by their network of this many bits (32–128, default 56). */
+  readonly ipv6_subnet?: number;
   /**
    * Routes with their own budget per key (docs/configuration.md, "Per-route budgets"): `limit(…, { route })` names
    * one; the hono middleware matches `method` and `path` when it is given no `route`.
@@ -131,6 +146,11 @@ export interface LimitCallOptions {
    * @throws RangeError when no plan has a route of that name
    */
   readonly route?: string;
+  /**
+   * The client's address (`CF-Connecting-IP`): with `ip` limits configured, the request must fit its
+   * address's budget too (docs/configuration.md, "Client addresses"); without an address they are not applied.
+   */
+  readonly ip?: string | null;
 }
 
 /** A limiter: one client (its leases and deny cache) for one configuration. */
@@ -229,8 +249,14 @@ export function createLimiter(options: LimiterOptions): Limiter {
     name,
     pipeline,
     identify: (key, ip = null) => pipeline.identify(key === null ? null : keyOf(key), ip),
-    async limit(env, key, { cost = 1, ctx, route } = {}) {
-      const asking = { key: keyOf(key), cost: checked(cost), bg: bgOf(ctx), ...(route === undefined ? {} : { route }) };
+    async limit(env, key, { cost = 1, ctx, route, ip } = {}) {
+      const asking = {
+        key: keyOf(key),
+        cost: checked(cost),
+        bg: bgOf(ctx),
+        ...(route === undefined ? {} : { route }),
+        ...(ip === undefined || ip === null ? {} : { ip }),
+      };
       const decided = await pipeline.decide(env, namespace(env), asking);
       // A cost of at least 1 is always decided.
       return (decided as NonNullable<typeof decided>).result;

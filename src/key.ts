@@ -62,32 +62,36 @@ export interface Identity {
 }
 
 /**
- * The name of the Durable Object that holds the log of `id` (a key, or a client address for
- * `kind` `"ip"`): `key:<key>`, `ip:<address>`, or `<scope>/key:<key>` for a limiter named `scope`.
+ * The name of the Durable Object that holds the log of `id`: `key:<key>`; for a client address
+ * (docs/configuration.md, "Client addresses") `ip:<client>` (the `anonymous` limits),
+ * `addr:<client>` (the `ip` limits; `addr.<plan>:<client>` for a plan's own), `preflight:<client>`;
+ * `<scope>/` before it in a limiter named `scope`.
  * The one place object names are made: requests, the library and the admin API all reach a key's
  * object through it.
  */
-export function objectName(kind: "key" | "ip", id: string, scope: string | null = null): string {
+export function objectName(kind: string, id: string, scope: string | null = null): string {
   return scope === null ? `${kind}:${id}` : `${scope}/${kind}:${id}`;
 }
 
 /**
  * The object name and plan for `key`, a key already read and checked (null: the request has none;
- * then `ip`, the client's address, names its object when `anonymous` is configured). `scope`
- * names a limiter's objects apart from other limiters' ({@link objectName}).
+ * then `client`, its address as `clientOf` (address.ts) counts it, names its object when `anonymous` is
+ * configured). `scope` names a limiter's objects apart from other limiters' ({@link objectName}).
  *
- * @throws HttpError 401 when a key is needed and missing, does not match `key.pattern`, or matches no plan
+ * @throws HttpError 401 when a key is needed and missing, does not match `key.pattern`, or matches no plan;
+ *   400 for a request without a key whose client address is missing or malformed (`anonymous`)
  */
 export function identify(
   config: LimiterConfig,
   key: string | null,
-  ip: string | null,
+  client: string | null,
   scope: string | null = null,
 ): Identity {
   const bearer = config.key.bearer;
   if (key === null) {
     if (!config.anonymous) throw unauthorized("This API needs an API key.", bearer);
-    return { name: objectName("ip", ip ?? "unknown", scope), plan: config.anonymous };
+    if (client === null) throw noClientAddress();
+    return { name: objectName("ip", client, scope), plan: config.anonymous };
   }
   if (config.key.pattern && !config.key.pattern.test(key)) throw unauthorized("This API key is not valid.", bearer);
   const plan = planForKey(config, key);
@@ -126,6 +130,19 @@ function hash48(text: string): string {
  */
 function stripSpace(value: string): string {
   return value.replace(/^[ \t]+|[ \t]+$/g, "");
+}
+
+/**
+ * A `400` for a request whose client address is needed (the `anonymous` or `ip` limits) and missing or
+ * malformed: never one bucket shared by every bad value. Cloudflare always sends `CF-Connecting-IP`; it can be
+ * missing locally or behind another proxy.
+ */
+export function noClientAddress(): HttpError {
+  return new HttpError(
+    400,
+    "Bad Request",
+    "The client address (CF-Connecting-IP) is missing or not an IP address, and this API limits requests per address.",
+  );
 }
 
 function badKey(detail: string): HttpError {

@@ -5,12 +5,13 @@
  * a decision costs, whom it counts against and what it leaves in the logs cannot differ between them.
  */
 
+import { clientOf } from "./address.ts";
 import type { Background, LimiterClient, LimiterNamespace } from "./client/index.ts";
 import { errorName } from "./client/policy.ts";
-import type { RateLimitResult } from "./client/result.ts";
+import { bothOf, type RateLimitResult } from "./client/result.ts";
 import { costFor, routeFor } from "./config/lookup.ts";
-import { ConfigError, type LimiterConfig, type Plan, type Route } from "./config/types.ts";
-import { checkKey, type Identity, identify } from "./key.ts";
+import { type AddressBudget, ConfigError, type LimiterConfig, type Plan, type Route } from "./config/types.ts";
+import { checkKey, type Identity, identify, noClientAddress, objectName } from "./key.ts";
 import { keyId, logEvent, recordDecision, type TelemetryEnv } from "./telemetry.ts";
 
 type Maybe<T> = T | Promise<T>;
@@ -22,7 +23,10 @@ export interface Asking {
    * address, or `401`). A function is called only once the request is known to cost something.
    */
   readonly key: string | null | (() => Maybe<string | null | undefined>);
-  /** The client's address (`CF-Connecting-IP`), for a request without a key. */
+  /**
+   * The client's address (`CF-Connecting-IP`): names the budget of a request without a key
+   * (`anonymous`), and the `ip` budget a request with a key must also fit.
+   */
   readonly ip?: string | null;
   /** The request's units; by default the first matching `costs` rule's (needs `method` and `path`), else 1. */
   readonly cost?: number | (() => Maybe<number>);
@@ -50,6 +54,8 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   readonly client: LimiterClient<C>;
   /** Prefixes this limiter's object names (`<scope>/key:<key>`); null: `key:<key>`, as the proxy names them. */
   readonly scope: string | null;
+  /** The key's and the address's results behind a result decided by both (what its refund gives back). */
+  readonly #parts = new WeakMap<RateLimitResult, readonly [RateLimitResult, RateLimitResult]>();
 
   constructor(client: LimiterClient<C>, scope: string | null) {
     this.config = client.config;
@@ -65,7 +71,18 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    */
   identify(key: string | null, ip: string | null = null): Identity {
     if (key !== null) checkKey(key, "key", this.config.key.maxLength);
-    return identify(this.config, key, ip, this.scope);
+    return identify(this.config, key, key === null ? clientOf(ip, this.config.ipv6Subnet) : null, this.scope);
+  }
+
+  /**
+   * The object name of `budget` for the client address `ip` (`CF-Connecting-IP`).
+   *
+   * @throws HttpError 400 when the address is missing or malformed
+   */
+  addressName(budget: AddressBudget, ip: string | null): string {
+    const client = clientOf(ip, this.config.ipv6Subnet);
+    if (client === null) throw noClientAddress();
+    return objectName(budget.kind, client, this.scope);
   }
 
   /**
@@ -85,10 +102,58 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     const key = typeof asking.key === "function" ? (await asking.key()) || null : asking.key;
     const identity = this.identify(key, asking.ip ?? null);
     const route = this.#route(identity.plan, once || asking);
-    const result = await this.client.limit(ns, identity.name, identity.plan, cost, asking.bg, route);
+    // The address budget applies to requests with a key whose adapter knows the address (the library's
+    // limit() without `ip` leaves it out; the proxy and the middleware always pass the header, present or not).
+    const budget = key === null || asking.ip === undefined ? null : (identity.plan.ip ?? null);
+    const result = budget
+      ? await this.#decideBoth(ns, identity, cost, route, budget, asking)
+      : await this.client.limit(ns, identity.name, identity.plan, cost, asking.bg, route);
     observe?.(result, identity.name);
     await recordDecision(env as TelemetryEnv, identity.name, result);
     return { result, identity };
+  }
+
+  /**
+   * Decides one request against one address budget alone (the proxy's CORS preflights): no key, no route.
+   *
+   * @throws HttpError 400 when the client address is missing or malformed
+   */
+  async decideAddress(
+    env: object,
+    ns: LimiterNamespace,
+    budget: AddressBudget,
+    ip: string | null,
+    bg?: Background,
+  ): Promise<RateLimitResult> {
+    const name = this.addressName(budget, ip);
+    const result = await this.client.limit(ns, name, budget.plan, 1, bg);
+    await recordDecision(env as TelemetryEnv, name, result);
+    return result;
+  }
+
+  /**
+   * A request that must fit its key's limits and its client address's (docs/design.md, "Several identifiers"):
+   * both objects are asked at once; a grant by one with a refusal by the other is given back before the answer
+   * (a leased grant to its lease, at once; else a call), so the refused request ends counted in neither. A
+   * give-back that fails leaves that grant counted until it leaves the window: capacity held, never more granted.
+   */
+  async #decideBoth(
+    ns: LimiterNamespace,
+    identity: Identity,
+    cost: number,
+    route: Route | null,
+    budget: AddressBudget,
+    asking: Asking,
+  ): Promise<RateLimitResult> {
+    const address = this.addressName(budget, asking.ip ?? null);
+    const [byKey, byAddress] = await Promise.all([
+      this.client.limit(ns, identity.name, identity.plan, cost, asking.bg, route),
+      this.client.limit(ns, address, budget.plan, cost, asking.bg),
+    ]);
+    const result = bothOf(byKey, byAddress, this.config);
+    if (byKey.allowed !== byAddress.allowed) await this.refund(ns, byKey.allowed ? byKey : byAddress);
+    else if (result.allowed) this.#parts.set(result, [byKey, byAddress]);
+    return result;
   }
 
   /**
@@ -99,6 +164,12 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    *   leased grant whose lease was settled since)
    */
   async refund(ns: LimiterNamespace, result: RateLimitResult): Promise<boolean> {
+    const parts = this.#parts.get(result);
+    if (parts) {
+      this.#parts.delete(result);
+      const done = await Promise.all(parts.map((r) => this.refund(ns, r)));
+      return done.some(Boolean);
+    }
     const name = this.client.grantee(result) ?? "unknown";
     try {
       return await this.client.refund(ns, result);

@@ -11,7 +11,7 @@ import { type RateLimitResult, violated } from "./client/result.ts";
 /** What telemetry reads of a decision (a {@link RateLimitResult}). */
 export type DecisionRecord = Pick<
   RateLimitResult,
-  "plan" | "route" | "cost" | "reason" | "allowed" | "at" | "retryAfterMs" | "limits"
+  "plan" | "route" | "cost" | "reason" | "allowed" | "at" | "retryAfterMs" | "limits" | "refusedBy"
 >;
 
 /** One data point, as Analytics Engine's `writeDataPoint` takes it. */
@@ -67,14 +67,23 @@ export function logEvent(
 /**
  * The data point of one decision. `index1`: key_id. Blobs: reason, plan, `"allowed"`/`"denied"`
  * (whether the request was served), the refusing limits' names joined by `,`, the key kind
- * (`key`/`ip`), the route whose budget applied (`""`: none). Doubles: cost, 1 when allowed else 0, the exact wait in ms (0 when the limits
+ * (`key`/`ip`/`addr`/`preflight`), the route whose budget applied (`""`: none), the budget that refused it
+ * (`key`, `ip`; `""`: allowed). Doubles: cost, 1 when allowed else 0, the exact wait in ms (0 when the limits
  * fit, −1 when it can never pass).
  */
 export function dataPoint(name: string, e: DecisionRecord, id: string): DataPoint {
   const retry = Number.isFinite(e.retryAfterMs) ? e.retryAfterMs : -1;
   return {
     indexes: [id],
-    blobs: [e.reason, e.plan, e.allowed ? "allowed" : "denied", violated(e).join(","), kindOf(name), e.route ?? ""],
+    blobs: [
+      e.reason,
+      e.plan,
+      e.allowed ? "allowed" : "denied",
+      violated(e).join(","),
+      kindOf(name),
+      e.route ?? "",
+      e.refusedBy ?? "",
+    ],
     doubles: [e.cost, e.allowed ? 1 : 0, retry],
   };
 }
@@ -95,6 +104,7 @@ export async function recordDecision(env: TelemetryEnv, name: string, e: Decisio
       reason: e.reason,
       plan: e.plan,
       ...(e.route === null ? {} : { route: e.route }),
+      ...(e.refusedBy === "ip" ? { refused_by: "ip" } : {}),
       key_id: id,
       cost: e.cost,
       violated: violated(e),
@@ -122,8 +132,13 @@ function shouldLog(name: string, now: number): number | false {
   return last?.suppressed ?? 0;
 }
 
-/** The kind of an object name (`key` or `ip`): what precedes its first `:`, after a limiter's `<name>/`. */
+/**
+ * The kind of an object name (`key`, `ip`, `addr` or `preflight`): what precedes its first `:`, after a
+ * limiter's `<name>/`, without a plan's `.<plan>`.
+ */
 function kindOf(name: string): string {
   const head = name.slice(0, name.indexOf(":"));
-  return head.slice(head.lastIndexOf("/") + 1);
+  const kind = head.slice(head.lastIndexOf("/") + 1);
+  const dot = kind.indexOf(".");
+  return dot === -1 ? kind : kind.slice(0, dot);
 }

@@ -59,6 +59,11 @@ export interface RateLimitResult {
   readonly plan: string;
   /** The route whose budget applied as well (docs/configuration.md, "Per-route budgets"), or null. */
   readonly route: string | null;
+  /**
+   * Which budget refused it: `"key"` (the key's limits or its route's; the `anonymous` limits for a
+   * request without a key), `"ip"` (its client address's `ip` limits), null when it was allowed.
+   */
+  readonly refusedBy: "key" | "ip" | null;
   /** The units the request asked for. */
   readonly cost: number;
   /**
@@ -141,10 +146,51 @@ export function resultOf(
     reason,
     plan: o.plan.name,
     route: o.route?.name ?? null,
+    refusedBy: allowed ? null : "key",
     cost: o.cost,
     retryAfterMs: wait,
     limits,
     at: o.at,
+    headers,
+  };
+}
+
+/**
+ * One result for a request decided by two budgets, its key's and its client address's: allowed
+ * when both allowed it; the limits of both (the key's, its route's, then the address's) in its
+ * headers; when refused, the refusing budget's reason and the longest wait of those that refused.
+ */
+export function bothOf(
+  key: RateLimitResult,
+  address: RateLimitResult,
+  settings: Pick<LimiterConfig, "headers">,
+): RateLimitResult {
+  const allowed = key.allowed && address.allowed;
+  const refusing = [key, address].filter((r) => !r.allowed);
+  const first = refusing[0] ?? (address.reason === "shadow" ? address : key);
+  const limits = [...key.limits, ...address.limits];
+  const unavailable = [key, address].some((r) => r.reason === "limiter_timeout" || r.reason === "limiter_error");
+  // Shadow mode reports the wait the limits would have imposed, as for one budget.
+  const waiting = [key, address].filter((r) => !r.allowed || r.reason === "shadow");
+  const wait = waiting.length > 0 ? Math.max(...waiting.map((r) => r.retryAfterMs)) : 0;
+  const headers = new Headers();
+  if (!unavailable) {
+    const states = limits.map((l) =>
+      l.remaining === null || l.resetMs === null ? null : { remaining: l.remaining, resetMs: l.resetMs },
+    );
+    setRateLimitHeaders(headers, settings.headers, limits, states, key.at);
+  }
+  if (!allowed && Number.isFinite(wait)) headers.set("Retry-After", String(seconds(wait)));
+  return {
+    allowed,
+    reason: first.reason,
+    plan: key.plan,
+    route: key.route,
+    refusedBy: allowed ? null : first === key ? "key" : "ip",
+    cost: key.cost,
+    retryAfterMs: wait,
+    limits,
+    at: key.at,
     headers,
   };
 }

@@ -19,9 +19,11 @@ import {
   wrap,
 } from "./fields.ts";
 import {
+  type AddressBudget,
   type AdminSettings,
   type Config,
   ConfigError,
+  type CorsSettings,
   type CostRule,
   DEFAULTS,
   type FailureMode,
@@ -50,10 +52,12 @@ export const LIMITER_FIELDS = [
   "leases",
   "headers",
   "paths",
+  "ip",
+  "ipv6_subnet",
 ] as const;
 
 /** The settings only the proxy reads. */
-export const PROXY_FIELDS = ["origin_timeout", "admin", "refund"] as const;
+export const PROXY_FIELDS = ["origin_timeout", "admin", "refund", "cors"] as const;
 
 /**
  * Parses the proxy's vars. Each var may be given as TOML/JSON values or as a JSON string
@@ -72,6 +76,7 @@ export function parseConfig(vars: { ORIGIN?: unknown; RATE_LIMIT?: unknown }): C
     originTimeoutMs: parseTimeout(rl.origin_timeout, `${root}.origin_timeout`, DEFAULTS.originTimeoutMs),
     admin: parseAdmin(rl.admin, root),
     refundStatuses: parseRefund(rl.refund, root),
+    cors: parseCors(rl.cors, root, parseLeases(rl.leases, root)),
   };
 }
 
@@ -98,8 +103,11 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
   const leases = parseLeases(rl.leases, root);
 
   const routes = rl.routes === undefined ? [] : parseRoutes(rl.routes, `${root}.routes`, routePaths);
+  if (rl.ip === false)
+    throw new ConfigError(`${root}.ip: leave it out for no per-address limits (false is for a plan)`);
+  const ip = rl.ip === undefined ? null : parseAddressBudget(rl.ip, `${root}.ip`, "addr", leases);
   const plans = optionalArray(rl.plans, `${root}.plans`).map((p, i) =>
-    parsePlan(p, `${root}.plans[${i}]`, key.maxLength, leases, root, routes, routePaths),
+    parsePlan(p, `${root}.plans[${i}]`, key.maxLength, leases, root, routes, routePaths, ip),
   );
   const names = new Set<string>();
   for (const [i, p] of plans.entries()) {
@@ -115,7 +123,16 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
   const defaultPlan =
     rl.limits === undefined
       ? null
-      : makePlan("default", "", parseLimits(rl.limits, `${root}.limits`), leases, routes, `${root}.routes`);
+      : makePlan(
+          "default",
+          "",
+          parseLimits(rl.limits, `${root}.limits`),
+          leases,
+          routes,
+          `${root}.routes`,
+          ip,
+          `${root}.ip`,
+        );
   if (!defaultPlan && plans.length === 0) {
     throw new ConfigError(`${root}.limits: required (or give ${root}.plans); without limits nothing would be limited`);
   }
@@ -131,6 +148,9 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
       leases,
       own ?? routes,
       own ? `${root}.anonymous.routes` : `${root}.routes`,
+      // Requests without a key are already counted per address: by the anonymous limits alone.
+      null,
+      `${root}.anonymous`,
     );
   }
 
@@ -157,7 +177,68 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
     shadow: optionalBoolean(rl.shadow, `${root}.shadow`, false),
     headers: parseHeaderForm(rl.headers, root),
     paths: parsePaths(rl.paths, root),
+    ipv6Subnet: parseIpv6Subnet(rl.ipv6_subnet, root),
+    ip,
   };
+}
+
+/** `ipv6_subnet`: the IPv6 network length clients are counted by. */
+function parseIpv6Subnet(value: unknown, root: string): number {
+  if (value === undefined) return DEFAULTS.ipv6Subnet;
+  if (typeof value !== "number" || !Number.isInteger(value) || value < 32 || value > 128) {
+    throw new ConfigError(
+      `${root}.ipv6_subnet: expected a network length from 32 to 128 bits (56: a site's usual network), got ${describe(value)}`,
+    );
+  }
+  return value;
+}
+
+/**
+ * `ip = { limits = [...] }`: limits every request must also fit, counted per client address. Its limits are named
+ * `ip-per-minute` etc. by default, apart from the keys' limits in the headers.
+ */
+function parseAddressBudget(value: unknown, field: string, kind: string, leases: LeaseSettings): AddressBudget {
+  const t = object(value, field);
+  unknownFields(t, ["limits"], field);
+  const limits = parseLimits(t.limits, `${field}.limits`, (w) => `ip-${w}`);
+  return { kind, plan: makePlan("ip", "", limits, leases, [], `${field}.routes`, null, field) };
+}
+
+/** `cors = { origins = [...] | "*", preflight_limits = [...] }` (proxy only). */
+function parseCors(value: unknown, root: string, leases: LeaseSettings): CorsSettings {
+  const field = `${root}.cors`;
+  const c = value === undefined ? {} : object(value, field);
+  unknownFields(c, ["origins", "preflight_limits"], field);
+  let origins: CorsSettings["origins"] = new Set();
+  if (c.origins === "*") origins = "*";
+  else if (c.origins !== undefined) {
+    origins = new Set(
+      array(c.origins, `${field}.origins`).map((o, i) => {
+        const f = `${field}.origins[${i}]`;
+        const text = nonEmptyString(o, f);
+        let origin: string | null = null;
+        try {
+          origin = new URL(text).origin;
+        } catch {}
+        if (origin !== text || !/^https?:/.test(text)) {
+          throw new ConfigError(
+            `${f}: expected an origin as browsers send it, scheme://host[:port] without a path (e.g. "https://app.example.com"), or origins = "*"; got ${JSON.stringify(text)}`,
+          );
+        }
+        return text;
+      }),
+    );
+  }
+  const preflightLimits = parseLimits(
+    c.preflight_limits ?? DEFAULTS.preflightLimits,
+    `${field}.preflight_limits`,
+    (w) => `preflight-${w}`,
+  );
+  const preflight = {
+    kind: "preflight",
+    plan: makePlan("preflight", "", preflightLimits, leases, [], `${field}.routes`, null, field),
+  };
+  return { origins, preflight };
 }
 
 /** `paths = { escaped_slashes = "reject" }`: what an encoded slash or backslash in a path gets. */
@@ -292,9 +373,10 @@ function parsePlan(
   root: string,
   routes: readonly RouteSetting[],
   routePaths: boolean,
+  ip: AddressBudget | null,
 ): Plan {
   const p = object(value, field);
-  unknownFields(p, ["name", "key_prefix", "limits", "unlimited", "routes"], field);
+  unknownFields(p, ["name", "key_prefix", "limits", "unlimited", "routes", "ip"], field);
   const name = nonEmptyString(p.name, `${field}.name`);
   if (!/^[A-Za-z0-9_.-]+$/.test(name)) {
     throw new ConfigError(`${field}.name: use letters, digits, "_", "-" or "." only, got ${JSON.stringify(name)}`);
@@ -320,13 +402,32 @@ function parsePlan(
   if (unlimited && p.routes !== undefined) {
     throw new ConfigError(`${field}.routes: an unlimited plan has no budgets; remove routes or unlimited = true`);
   }
-  if (unlimited) return makePlan(name, keyPrefix, null, leases, [], field);
+  if (unlimited && p.ip !== undefined && p.ip !== false) {
+    throw new ConfigError(
+      `${field}.ip: an unlimited plan's keys never consult the limiter; remove ip or unlimited = true`,
+    );
+  }
+  if (unlimited) return makePlan(name, keyPrefix, null, leases, [], field, null, field);
   const own = p.routes === undefined ? null : parseRoutes(p.routes, `${field}.routes`, routePaths);
   const limits = parseLimits(p.limits, `${field}.limits`);
-  return makePlan(name, keyPrefix, limits, leases, own ?? routes, own ? `${field}.routes` : `${root}.routes`);
+  const ownIp =
+    p.ip === undefined || p.ip === false ? null : parseAddressBudget(p.ip, `${field}.ip`, `addr.${name}`, leases);
+  return makePlan(
+    name,
+    keyPrefix,
+    limits,
+    leases,
+    own ?? routes,
+    own ? `${field}.routes` : `${root}.routes`,
+    p.ip === false ? null : (ownIp ?? ip),
+    ownIp ? `${field}.ip` : `${root}.ip`,
+  );
 }
 
-/** A plan: its limits, lease lifetime, and routes (each route's limits named apart from the plan's). */
+/**
+ * A plan: its limits, lease lifetime, routes (each route's limits named apart from the plan's) and per-address
+ * budget (its limits named apart from both: the headers show them together).
+ */
 function makePlan(
   name: string,
   keyPrefix: string,
@@ -334,9 +435,19 @@ function makePlan(
   leases: LeaseSettings,
   settings: readonly RouteSetting[],
   routesField: string,
+  ip: AddressBudget | null,
+  ipField: string,
 ): Plan {
   const leaseMs = limits && leases.enabled ? Math.min(leases.maxLifetimeMs, maxLeaseMs(limits)) : 0;
-  if (!limits) return { name, keyPrefix, limits, leaseMs, routes: [] };
+  if (!limits) return { name, keyPrefix, limits, leaseMs, routes: [], ip: null };
+  for (const [j, l] of (ip?.plan.limits ?? []).entries()) {
+    const twin = [...limits, ...settings.flatMap((r) => r.limits)].find((k) => k.name === l.name);
+    if (twin) {
+      throw new ConfigError(
+        `${ipField}.limits[${j}].name: ${JSON.stringify(l.name)} is also a limit of plan ${JSON.stringify(name)} or its routes; the headers show both, so give the address's limit another name`,
+      );
+    }
+  }
   const routes = settings.map((r, i): Route => {
     for (const [j, l] of r.limits.entries()) {
       if (limits.some((k) => k.name === l.name)) {
@@ -347,7 +458,7 @@ function makePlan(
     }
     return { ...r, shown: [...limits, ...r.limits] };
   });
-  return { name, keyPrefix, limits, leaseMs, routes };
+  return { name, keyPrefix, limits, leaseMs, routes, ip };
 }
 
 /** A route as parsed, before it is joined to a plan's limits. */

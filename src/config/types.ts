@@ -34,6 +34,30 @@ export interface Plan {
   readonly leaseMs: number;
   /** Routes with their own budgets for this plan's keys (the plan's own `routes`, else the top-level ones). */
   readonly routes: readonly Route[];
+  /**
+   * The budget every request of this plan's keys must also fit, per client address (`ip`: the plan's
+   * own, else the top-level one); null: none (`ip = false`, an unlimited plan, or none configured).
+   */
+  readonly ip?: AddressBudget | null;
+}
+
+/**
+ * Limits counted per client address (docs/configuration.md, "Client addresses"): `ip` (across all keys sent
+ * from an address), and the proxy's CORS preflights.
+ */
+export interface AddressBudget {
+  /** Its limits as a plan (named `ip` or `preflight`, no routes): what the client decides with. */
+  readonly plan: Plan;
+  /** The kind of its objects' names: `addr` (the top-level `ip`), `addr.<plan>` (a plan's own), `preflight`. */
+  readonly kind: string;
+}
+
+/** Browsers calling the proxy from other origins (docs/configuration.md, "Browsers (CORS)"). */
+export interface CorsSettings {
+  /** Origins whose requests get the limiter's CORS headers: `"*"` for any, else exact `scheme://host[:port]`. */
+  readonly origins: "*" | ReadonlySet<string>;
+  /** Preflights (`OPTIONS` with `Access-Control-Request-Method`) per client address: they carry no key. */
+  readonly preflight: AddressBudget;
 }
 
 /**
@@ -107,6 +131,10 @@ export interface LimiterConfig {
   readonly headers: HeaderForm;
   /** How request paths are normalised before rules match them (docs/configuration.md, "Paths"). */
   readonly paths: { readonly escapedSlashes: EscapedSlashes };
+  /** IPv6 clients are counted by their network of this many bits (32–128), for `ip` and `anonymous`. */
+  readonly ipv6Subnet: number;
+  /** The top-level `ip` budget (plans inherit it unless they have their own or `ip = false`); null: none. */
+  readonly ip: AddressBudget | null;
 }
 
 /** The proxy's configuration: a limiter, its origin, and the operators' API. */
@@ -117,6 +145,8 @@ export interface Config extends LimiterConfig {
   readonly admin: AdminSettings;
   /** Responses with these statuses give their request's units back (a refunded request is not counted). */
   readonly refundStatuses: ReadonlySet<number>;
+  /** Which origins' browsers get CORS headers, and the preflights' own budget. */
+  readonly cors: CorsSettings;
 }
 
 /** A configuration error: the message names the field. */
@@ -134,4 +164,7 @@ export const DEFAULTS = {
   failureMode: "closed" as FailureMode,
   adminPath: "/__limiter/",
   headers: "draft-11" as HeaderForm,
+  ipv6Subnet: 56,
+  /** Preflights per client address: generous for browsers (which cache one for its `Max-Age`), tight for a flood. */
+  preflightLimits: [{ limit: 60, window: "1m" }],
 };

@@ -5,14 +5,15 @@
  * the URL. Admin requests are never proxied and never counted.
  */
 
+import { clientOf } from "../address.ts";
 import { withDeadline } from "../client/policy.ts";
 import { planForKey, routeBudget } from "../config/lookup.ts";
 import { parseLimits } from "../config/parse.ts";
-import { type Config, ConfigError, type Limit, type Plan } from "../config/types.ts";
+import { type AddressBudget, type Config, ConfigError, type Limit, type Plan } from "../config/types.ts";
 import type { LimitStatus, NamedLimit } from "../core/decision.ts";
 import { describe, parseDuration } from "../core/duration.ts";
 import { HttpError, problem } from "../http.ts";
-import { BEARER, type Identity, identify, KEY_CHARS } from "../key.ts";
+import { BEARER, type Identity, identify, KEY_CHARS, objectName } from "../key.ts";
 import { type KeyStatus, MAX_TIME_MS, type Override, type RateLimiter } from "../object/index.ts";
 import { keyId, logEvent } from "../telemetry.ts";
 import { adminPage } from "./admin-page.ts";
@@ -51,14 +52,16 @@ export async function isAdminRequest(request: Request, path: string, env: AdminE
 
 type Action = "status" | "reset" | "block" | "unblock" | "override" | "override/delete";
 const ACTIONS: readonly Action[] = ["status", "reset", "block", "unblock", "override", "override/delete"];
-/** The fields each action's body may carry (`key` is always required). */
+/** Whose budget a call is about: exactly one of these (`plan` only with `ip`, for a plan's own `ip`). */
+const SUBJECT = ["key", "ip", "anonymous", "plan"];
+/** The fields each action's body may carry besides its subject. */
 const FIELDS: Record<Action, readonly string[]> = {
-  status: ["key"],
-  reset: ["key"],
-  block: ["key", "until", "for"],
-  unblock: ["key"],
-  override: ["key", "limits", "expires", "for"],
-  "override/delete": ["key"],
+  status: SUBJECT,
+  reset: SUBJECT,
+  block: [...SUBJECT, "until", "for"],
+  unblock: SUBJECT,
+  override: [...SUBJECT, "limits", "expires", "for"],
+  "override/delete": SUBJECT,
 };
 
 /** Answers one admin request; never throws, never proxies. */
@@ -129,7 +132,7 @@ async function run(
   config: Config,
   ctx: AdminContext,
 ): Promise<Response> {
-  const { name, plan } = identified(body.key, config);
+  const { name, plan } = subjectOf(body, config);
   const id = await keyId(name);
   const limits = plan.limits;
   if (limits === null) {
@@ -265,6 +268,50 @@ function overrideJson(o: Override): Record<string, unknown> {
 
 function limitJson(l: { name: string; limit: number; windowMs: number; tickMs: number }): Record<string, unknown> {
   return { name: l.name, limit: l.limit, window_ms: l.windowMs, tick_ms: l.tickMs };
+}
+
+/**
+ * The budget a call is about, named as requests name it: a key's (`{"key"}`), a client address's `ip`
+ * budget (`{"ip"}`, with `"plan"` for a plan's own), or its `anonymous` budget (`{"anonymous"}`).
+ */
+function subjectOf(body: Record<string, unknown>, config: Config): Identity {
+  const given = (["key", "ip", "anonymous"] as const).filter((f) => body[f] !== undefined);
+  if (given.length !== 1) {
+    throw bad(
+      given.length === 0
+        ? 'key: required, e.g. {"key": "live_abc"} (or {"ip": "192.0.2.1"}, {"anonymous": "192.0.2.1"})'
+        : `${given.join(", ")}: give one of key, ip and anonymous`,
+    );
+  }
+  if (body.plan !== undefined && given[0] !== "ip") throw bad("plan: only with ip (a plan's own ip budget)");
+  if (given[0] === "key") return identified(body.key, config);
+  const field = given[0] as "ip" | "anonymous";
+  const value = body[field];
+  const client = typeof value === "string" ? clientOf(value, config.ipv6Subnet) : null;
+  if (client === null) throw bad(`${field}: expected an IPv4 or IPv6 address, got ${describe(value)}`);
+  if (field === "anonymous") {
+    if (!config.anonymous)
+      throw unprocessable("anonymous: RATE_LIMIT.anonymous is not set; no address has such a budget.");
+    return { name: objectName("ip", client), plan: config.anonymous };
+  }
+  const budget = addressBudget(body.plan, config);
+  return { name: objectName(budget.kind, client), plan: budget.plan };
+}
+
+/** The `ip` budget of the plan named `plan` (its own, or the top-level one), or the top-level one without a plan. */
+function addressBudget(plan: unknown, config: Config): AddressBudget {
+  if (plan === undefined) {
+    if (!config.ip) throw unprocessable("ip: RATE_LIMIT.ip is not set; no address has such a budget.");
+    return config.ip;
+  }
+  const found = config.plans.find((p) => p.name === plan) ?? (plan === "default" ? config.defaultPlan : null);
+  if (!found) throw bad(`plan: no plan named ${describe(plan)}`);
+  if (!found.ip) throw unprocessable(`plan: plan ${JSON.stringify(found.name)} has no ip budget.`);
+  return found.ip;
+}
+
+function unprocessable(detail: string): HttpError {
+  return new HttpError(422, "Unprocessable Content", detail);
 }
 
 /**

@@ -15,6 +15,7 @@ import type { NormalPath } from "../path.ts";
 import { type DecisionObserver, Pipeline } from "../pipeline.ts";
 import { logEvent } from "../telemetry.ts";
 import { handleAdmin, isAdminRequest } from "./admin.ts";
+import { corsFor, isPreflight, withCors } from "./cors.ts";
 import { forward, type OriginFetcher } from "./forward.ts";
 
 /**
@@ -88,6 +89,9 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
     if (config instanceof ConfigError || !pipeline) {
       return problem(500, "Rate limiter misconfigured", (config as ConfigError).message);
     }
+    // A listed origin's browser may read the limiter's answers and its rate-limit fields.
+    const cors = corsFor(request, config.cors, config.headers);
+    const answer = (response: Response, own: boolean) => (cors ? withCors(response, cors, own) : response);
     try {
       const url = new URL(request.url);
       const path = normalized(url.pathname, config);
@@ -97,9 +101,9 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
           now,
         });
       }
-      return await limitAndForward(request, url, path, env, pipeline, hooks);
+      return await limitAndForward(request, url, path, env, pipeline, hooks, answer);
     } catch (e) {
-      if (e instanceof HttpError) return e.toResponse();
+      if (e instanceof HttpError) return answer(e.toResponse(), true);
       logEvent("internal_error", { message: errorName(e) }, "error");
       return problem(500, "Internal Server Error", "The rate limiter failed unexpectedly.");
     }
@@ -119,9 +123,17 @@ async function limitAndForward(
   env: WorkerEnv,
   pipeline: Pipeline<Config>,
   hooks: Hooks,
+  answer: (response: Response, own: boolean) => Response,
 ): Promise<Response> {
   const { config } = pipeline;
   const send: OriginFetcher = env.ORIGIN_SERVICE ? (r) => (env.ORIGIN_SERVICE as Fetcher).fetch(r) : (r) => fetch(r);
+  if (isPreflight(request)) {
+    // Not an API call and never keyed: through to the origin (which answers it), within its own budget per address.
+    const ip = request.headers.get("cf-connecting-ip");
+    const result = await pipeline.decideAddress(env, env.LIMITER, config.cors.preflight, ip, hooks);
+    if (!result.allowed) return answer(refusal(result), true);
+    return forward(request, config, send, url, path.path);
+  }
   // Checked before anything is counted: fetch cannot send such a request on, and the origin would
   // never see it (an empty body, `Content-Length: 0`, is no body).
   if (
@@ -143,9 +155,9 @@ async function limitAndForward(
     },
     hooks.onDecision,
   );
-  if (!decided) return forward(request, config, send, url, path.path);
+  if (!decided) return answer(await forward(request, config, send, url, path.path), false);
   const { result } = decided;
-  if (!result.allowed) return refusal(result);
+  if (!result.allowed) return answer(refusal(result), true);
   const response = await forward(request, config, send, url, path.path);
   copyHeaders(result.headers, response.headers);
   if (config.refundStatuses.has(response.status)) {
@@ -153,5 +165,5 @@ async function limitAndForward(
     const refund = pipeline.refund(env.LIMITER, result);
     hooks.waitUntil?.(refund);
   }
-  return response;
+  return answer(response, false);
 }

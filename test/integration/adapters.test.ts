@@ -123,7 +123,7 @@ describe("one pipeline, three adapters", () => {
     ]);
     expect(proxy[0]?.points[0]).toEqual({
       indexes: ["<id>"],
-      blobs: ["granted", "default", "allowed", "", "key", "search"],
+      blobs: ["granted", "default", "allowed", "", "key", "search", ""],
       doubles: [1, 1, 0],
     });
     // The waits differ by the milliseconds between the runs; everything else is the same record.

@@ -190,7 +190,7 @@ describe("bodies", () => {
     ["a number key", '{"key": 5}', 400, /^key: expected a non-empty string, got 5/],
     ["a key with a space", '{"key": "a b"}', 400, /^key: printable ASCII only/],
     ["a key too long", JSON.stringify({ key: "k".repeat(257) }), 400, /^key: longer than RATE_LIMIT.key.max_length/],
-    ["an unknown field", '{"key": "k", "keys": 1}', 400, /^keys: unknown field; expected key$/],
+    ["an unknown field", '{"key": "k", "keys": 1}', 400, /^keys: unknown field; expected key, ip, anonymous, plan$/],
   ])("%s → 400 problem+json naming what is wrong", async (_, body, status, detail) => {
     const res = await handle(adminRequest("status", body), adminEnv());
     expect(res.status).toBe(status);
@@ -534,10 +534,10 @@ describe("telemetry", () => {
     ]);
     expect(points[0]).toEqual({
       indexes: [id],
-      blobs: ["granted", "free", "allowed", "", "key", ""],
+      blobs: ["granted", "free", "allowed", "", "key", "", ""],
       doubles: [1, 1, 0],
     });
-    expect(points[3]?.blobs).toEqual(["cached_denial", "free", "denied", "per-minute", "key", ""]);
+    expect(points[3]?.blobs).toEqual(["cached_denial", "free", "denied", "per-minute", "key", "", "key"]);
     expect(points[3]?.doubles?.[2]).toBeGreaterThan(59_000);
     expect(JSON.stringify(points)).not.toContain(key);
   });

@@ -11,7 +11,7 @@ import { isDeepStrictEqual } from "node:util";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { policyHeader as policyOf } from "../../src/client/headers.ts";
-import { costFor, planForKey, routeFor } from "../../src/config/lookup.ts";
+import { costFor, planForKey, routeBudget, routeFor } from "../../src/config/lookup.ts";
 import {
   LIMITER_FIELDS,
   MAX_ORIGIN_TIMEOUT_MS,
@@ -48,7 +48,27 @@ const MINIMUM_LIMITS: Limit[] = [
   { limit: 1000, windowMs: 60_000, tickMs: 1, name: "per-minute" },
 ];
 const MINIMUM_POLICY = '"per-second";q=100;w=1, "per-minute";q=1000;w=60';
-const MINIMUM_PLAN = { limits: MINIMUM_LIMITS, leaseMs: 30_000, routes: [] };
+const MINIMUM_PLAN = { limits: MINIMUM_LIMITS, leaseMs: 30_000, routes: [], ip: null };
+/** An address budget as parsed: its limits as a plan named `name`, its objects' kind. */
+function addressBudget(kind: string, limits: Limit[], leaseMs: number, name = "ip") {
+  return { kind, plan: { name, keyPrefix: "", limits, leaseMs, routes: [], ip: null } };
+}
+
+/** The proxy's CORS settings by default: no origin listed, preflights 60 a minute per address. */
+const DEFAULT_CORS = {
+  origins: new Set(),
+  preflight: {
+    kind: "preflight",
+    plan: {
+      name: "preflight",
+      keyPrefix: "",
+      limits: [{ limit: 60, windowMs: 60_000, tickMs: 1, name: "preflight-per-minute" }],
+      leaseMs: 30_000,
+      routes: [],
+      ip: null,
+    },
+  },
+};
 const DEFAULT_KEY = { header: "x-api-key", bearer: true, query: null, maxLength: 256, pattern: null };
 
 function parse(rateLimit: unknown, origin: unknown = ORIGIN): Config {
@@ -109,7 +129,10 @@ describe("parseConfig: valid configs", () => {
     admin: { path: "/__limiter/" },
     headers: "draft-11",
     paths: { escapedSlashes: "reject" },
+    ipv6Subnet: 56,
+    ip: null,
     refundStatuses: new Set(),
+    cors: DEFAULT_CORS,
   };
 
   it("documents the defaults README states", () => {
@@ -122,6 +145,8 @@ describe("parseConfig: valid configs", () => {
       failureMode: "closed",
       adminPath: "/__limiter/",
       headers: "draft-11",
+      ipv6Subnet: 56,
+      preflightLimits: [{ limit: 60, window: "1m" }],
     });
   });
 
@@ -155,6 +180,7 @@ describe("parseConfig: valid configs", () => {
           limits: [{ limit: 10, windowMs: 60_000, tickMs: 1, name: "per-minute" }],
           leaseMs: 30_000,
           routes: [],
+          ip: null,
         },
       ],
     });
@@ -204,9 +230,21 @@ limits = [
     limits: [{ limit: 100, window: "1s" }],
     plans: [
       { name: "live", key_prefix: "live_", unlimited: true },
-      { name: "test", key_prefix: "test_", limits: [{ limit: 10, window: "1m", name: "tests" }] },
+      { name: "test", key_prefix: "test_", limits: [{ limit: 10, window: "1m", name: "tests" }], ip: false },
+      {
+        name: "team",
+        key_prefix: "team_",
+        limits: [{ limit: 20, window: "1m" }],
+        ip: { limits: [{ limit: 50, window: "1m" }] },
+      },
     ],
     anonymous: { limits: [{ limit: 5, window: 60_000 }] },
+    ip: { limits: [{ limit: 300, window: "1m", name: "address" }] },
+    ipv6_subnet: 64,
+    cors: {
+      origins: ["https://app.example.com", "http://localhost:5173"],
+      preflight_limits: [{ limit: 10, window: "1s" }],
+    },
     costs: [
       { path: "/health", cost: 0 },
       { method: "post", path: "/v1/search", cost: 5 },
@@ -228,13 +266,22 @@ limits = [
     objectTimeoutMs: 250,
     leases: { enabled: true, maxUnits: 50, maxLifetimeMs: 500 },
     plans: [
-      { name: "live", keyPrefix: "live_", limits: null, leaseMs: 0, routes: [] },
+      { name: "live", keyPrefix: "live_", limits: null, leaseMs: 0, routes: [], ip: null },
       {
         name: "test",
         keyPrefix: "test_",
         limits: [{ limit: 10, windowMs: 60_000, tickMs: 1, name: "tests" }],
         leaseMs: 500,
         routes: [],
+        ip: null,
+      },
+      {
+        name: "team",
+        keyPrefix: "team_",
+        limits: [{ limit: 20, windowMs: 60_000, tickMs: 1, name: "per-minute" }],
+        leaseMs: 500,
+        routes: [],
+        ip: addressBudget("addr.team", [{ limit: 50, windowMs: 60_000, tickMs: 1, name: "ip-per-minute" }], 500),
       },
     ],
     defaultPlan: {
@@ -243,6 +290,7 @@ limits = [
       limits: [{ limit: 100, windowMs: 1_000, tickMs: 1, name: "per-second" }],
       leaseMs: 500,
       routes: [],
+      ip: addressBudget("addr", [{ limit: 300, windowMs: 60_000, tickMs: 1, name: "address" }], 500),
     },
     anonymous: {
       name: "anonymous",
@@ -250,6 +298,18 @@ limits = [
       limits: [{ limit: 5, windowMs: 60_000, tickMs: 1, name: "per-minute" }],
       leaseMs: 500,
       routes: [],
+      ip: null,
+    },
+    ipv6Subnet: 64,
+    ip: addressBudget("addr", [{ limit: 300, windowMs: 60_000, tickMs: 1, name: "address" }], 500),
+    cors: {
+      origins: new Set(["https://app.example.com", "http://localhost:5173"]),
+      preflight: addressBudget(
+        "preflight",
+        [{ limit: 10, windowMs: 1_000, tickMs: 1, name: "preflight-per-second" }],
+        500,
+        "preflight",
+      ),
     },
     costs: [
       { method: null, pathPrefix: "/health", cost: 0 },
@@ -1845,5 +1905,108 @@ describe('routes (docs/configuration.md, "Per-route budgets")', () => {
         ),
       ).message,
     ).toBe("createLimiter.routes[0].path: required with a method (a route is matched on both)");
+  });
+});
+
+describe('client addresses (docs/configuration.md, "Client addresses") and CORS', () => {
+  const error = (rl: Record<string, unknown>) => {
+    try {
+      parse({ ...MINIMUM, ...rl });
+    } catch (e) {
+      return (e as Error).message;
+    }
+    return null;
+  };
+
+  it("ip: names its limits ip-per-…, is inherited by plans unless they have their own or ip = false", () => {
+    const config = parse({
+      ...MINIMUM,
+      ip: { limits: [{ limit: 300, window: "1m" }] },
+      plans: [
+        { name: "srv", key_prefix: "srv_", limits: [{ limit: 1, window: "1s" }], ip: false },
+        {
+          name: "team",
+          key_prefix: "team_",
+          limits: [{ limit: 1, window: "1s" }],
+          ip: { limits: [{ limit: 9, window: "1s" }] },
+        },
+        { name: "live", key_prefix: "live_", unlimited: true },
+      ],
+    });
+    expect(config.ip?.plan.limits?.map((l) => l.name)).toEqual(["ip-per-minute"]);
+    expect(config.defaultPlan?.ip).toBe(config.ip);
+    expect(config.plans.map((p) => p.ip?.kind ?? null)).toEqual([null, "addr.team", null]);
+    expect(config.anonymous).toBeNull();
+  });
+
+  it.each([
+    [{ ip: false }, "RATE_LIMIT.ip: leave it out for no per-address limits (false is for a plan)"],
+    [{ ip: { limits: [] } }, "RATE_LIMIT.ip.limits: expected at least one limit"],
+    [
+      { ip: { limits: [{ limit: 1, window: "1s" }], routes: [] } },
+      "RATE_LIMIT.ip.routes: unknown setting; expected one of limits",
+    ],
+    [
+      { ip: { limits: [{ limit: 1, window: "1s", name: "per-second" }] } },
+      'RATE_LIMIT.ip.limits[0].name: "per-second" is also a limit of plan "default" or its routes; the headers show both, so give the address\'s limit another name',
+    ],
+    [
+      { plans: [{ name: "live", key_prefix: "live_", unlimited: true, ip: { limits: [{ limit: 1, window: "1s" }] } }] },
+      "RATE_LIMIT.plans[0].ip: an unlimited plan's keys never consult the limiter; remove ip or unlimited = true",
+    ],
+    [
+      { ipv6_subnet: 31 },
+      "RATE_LIMIT.ipv6_subnet: expected a network length from 32 to 128 bits (56: a site's usual network), got 31",
+    ],
+    [
+      { ipv6_subnet: 56.5 },
+      "RATE_LIMIT.ipv6_subnet: expected a network length from 32 to 128 bits (56: a site's usual network), got 56.5",
+    ],
+    [
+      { cors: { origins: ["https://app.example.com/"] } },
+      'RATE_LIMIT.cors.origins[0]: expected an origin as browsers send it, scheme://host[:port] without a path (e.g. "https://app.example.com"), or origins = "*"; got "https://app.example.com/"',
+    ],
+    [{ cors: { origins: "all" } }, 'RATE_LIMIT.cors.origins: expected an array, got "all"'],
+    [{ cors: { preflight_limits: [] } }, "RATE_LIMIT.cors.preflight_limits: expected at least one limit"],
+    [
+      { cors: { origin: ["https://a.example"] } },
+      "RATE_LIMIT.cors.origin: unknown setting; expected one of origins, preflight_limits",
+    ],
+  ])("%j: %s", (rl, message) => {
+    expect(error(rl)).toBe(message);
+  });
+
+  it("cors is the proxy's; the library takes ip and ipv6_subnet", () => {
+    expect(() => parseLimiterConfig({ ...MINIMUM, cors: { origins: "*" } }, "createLimiter")).toThrow(
+      "createLimiter.cors: only the proxy reads this setting (RATE_LIMIT in its wrangler.toml)",
+    );
+    const lib = parseLimiterConfig(
+      { ...MINIMUM, ip: { limits: [{ limit: 1, window: "1s" }] }, ipv6_subnet: 48 },
+      "createLimiter",
+    );
+    expect(lib.ipv6Subnet).toBe(48);
+    expect(lib.ip?.kind).toBe("addr");
+    expect(parse({ ...MINIMUM, cors: { origins: "*" } }).cors.origins).toBe("*");
+  });
+});
+
+describe("routeFor and routeBudget", () => {
+  it("a route matched by name only (the library's) never matches a request's path", () => {
+    const config = parseLimiterConfig(
+      {
+        limits: [{ limit: 10, window: "1m" }],
+        routes: [
+          { name: "export", limits: [{ limit: 1, window: "1h" }] },
+          { name: "all", path: "/", limits: [{ limit: 5, window: "1m" }] },
+        ],
+      },
+      "t",
+    );
+    const plan = config.defaultPlan as Plan;
+    expect(routeFor(plan, "GET", "/export")?.name).toBe("all");
+    expect(routeBudget(plan.routes[0] as NonNullable<(typeof plan.routes)[0]>)).toEqual({
+      name: "export",
+      limits: [{ limit: 1, windowMs: 3_600_000, tickMs: 1, name: "export" }],
+    });
   });
 });

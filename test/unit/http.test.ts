@@ -21,6 +21,7 @@ function result(over: Partial<RateLimitResult> = {}): RateLimitResult {
     reason: "over_limit",
     plan: "default",
     route: null,
+    refusedBy: "key",
     cost: 1,
     retryAfterMs: 1500,
     limits: [limit(), limit({ name: "per-second", exceeded: false })],

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { KeySource } from "../../src/config/types.ts";
 import { HttpError } from "../../src/http.ts";
-import { checkKey, identify, readKey } from "../../src/key.ts";
+import { checkKey, identify, objectName, readKey, settingsName } from "../../src/key.ts";
 
 const SOURCE: KeySource = { header: "x-api-key", bearer: true, query: "api_key", maxLength: 16, pattern: null };
 
@@ -111,9 +111,18 @@ describe("identify", () => {
     expect(identify(config, "test_abc", null)).toEqual({ name: "key:test_abc", plan: config.plans[0] });
   });
 
-  it("a request without a key: the anonymous plan per client address (or 'unknown')", () => {
-    expect(identify(config, null, "2001:db8::1")).toEqual({ name: "ip:2001:db8::1", plan: config.anonymous });
-    expect(identify(config, null, null).name).toBe("ip:unknown");
+  it("a request without a key: the anonymous plan per client (as clientOf counts it); none is a 400, no shared bucket", () => {
+    expect(identify(config, null, "2001:db8::/56")).toEqual({ name: "ip:2001:db8::/56", plan: config.anonymous });
+    expect(identify(config, null, "192.0.2.1", "api").name).toBe("api/ip:192.0.2.1");
+    let caught: unknown;
+    try {
+      identify(config, null, null);
+    } catch (e) {
+      caught = e;
+    }
+    expect(caught).toBeInstanceOf(HttpError);
+    expect((caught as HttpError).status).toBe(400);
+    expect((caught as HttpError).message).toMatch(/CF-Connecting-IP\) is missing or not an IP address/);
   });
 
   it("401 with the reason: no key without anonymous limits, a key off the pattern, a key no plan matches", () => {
@@ -137,5 +146,35 @@ describe("identify", () => {
       "This API key matches no plan.",
       'Bearer realm="api"',
     ]);
+  });
+});
+
+describe("object names", () => {
+  it("objectName: <kind>:<id>, with a limiter's name before it", () => {
+    expect(objectName("key", "live_1")).toBe("key:live_1");
+    expect(objectName("addr", "192.0.2.1", null)).toBe("addr:192.0.2.1");
+    expect(objectName("key", "live_1", "api")).toBe("api/key:live_1");
+  });
+
+  it("settingsName: s- and 12 hex digits of what grants mean; not header names, lease sizes or failure modes", () => {
+    const name = (s: Record<string, unknown>) => settingsName(parseLimiterConfig(s, "t"));
+    const base = { limits: [{ limit: 10, window: "1m" }] };
+    const a = name(base);
+    expect(a).toMatch(/^s-[0-9a-f]{12}$/);
+    expect(name(base)).toBe(a);
+    expect(name({ ...base, leases: false, failure_mode: "open", headers: "draft-6" })).toBe(a);
+    expect(name({ limits: [{ limit: 10, window: "1m", name: "other" }] })).toBe(a);
+    // A different limit, window, tick, plan, prefix, route or anonymous budget is another limiter.
+    const others = [
+      { limits: [{ limit: 11, window: "1m" }] },
+      { limits: [{ limit: 10, window: "2m" }] },
+      { limits: [{ limit: 10, window: "1m", tick: "1s" }] },
+      { ...base, plans: [{ name: "p", key_prefix: "p_", limits: [{ limit: 1, window: "1s" }] }] },
+      { ...base, plans: [{ name: "p", key_prefix: "q_", limits: [{ limit: 1, window: "1s" }] }] },
+      { ...base, plans: [{ name: "p", key_prefix: "p_", unlimited: true }] },
+      { ...base, routes: [{ name: "r", limits: [{ limit: 1, window: "1s" }] }] },
+      { ...base, anonymous: { limits: [{ limit: 1, window: "1s" }] } },
+    ].map(name);
+    expect(new Set([a, ...others]).size).toBe(others.length + 1);
   });
 });

@@ -30,6 +30,7 @@ function event(over: Partial<DecisionRecord> & { refused?: string[] } = {}): Dec
   return {
     plan: "live",
     route: null,
+    refusedBy: "key",
     cost: 1,
     reason: "over_limit",
     allowed: false,
@@ -49,26 +50,35 @@ describe("keyId", () => {
 });
 
 describe("dataPoint", () => {
-  it("index: key id; blobs: reason, plan, outcome, violated, kind, route; doubles: cost, allowed, wait", () => {
+  it("index: key id; blobs: reason, plan, outcome, violated, kind, route, refused by; doubles: cost, allowed, wait", () => {
     expect(dataPoint(NAME, event(), "abc")).toEqual({
       indexes: ["abc"],
-      blobs: ["over_limit", "live", "denied", "per-second", "key", ""],
+      blobs: ["over_limit", "live", "denied", "per-second", "key", "", "key"],
       doubles: [1, 0, 1500],
     });
-    expect(dataPoint(NAME, event({ route: "search" }), "abc").blobs).toEqual([
+    expect(dataPoint(NAME, event({ route: "search", refusedBy: "ip" }), "abc").blobs).toEqual([
       "over_limit",
       "live",
       "denied",
       "per-second",
       "key",
       "search",
+      "ip",
     ]);
+    // The kind of a named limiter's object, and of a plan's own address budget.
+    expect(dataPoint("api/key:k", event(), "a").blobs[4]).toBe("key");
+    expect(dataPoint("api/addr.team:192.0.2.1", event(), "a").blobs[4]).toBe("addr");
+    expect(dataPoint("preflight:2001:db8::/56", event(), "a").blobs[4]).toBe("preflight");
     expect(
       dataPoint(NAME, event({ reason: "too_costly", retryAfterMs: Number.POSITIVE_INFINITY }), "a").doubles,
     ).toEqual([1, 0, -1]);
     expect(
-      dataPoint("ip:1.2.3.4", event({ reason: "leased", allowed: true, retryAfterMs: 0, refused: [] }), "a"),
-    ).toEqual({ indexes: ["a"], blobs: ["leased", "live", "allowed", "", "ip", ""], doubles: [1, 1, 0] });
+      dataPoint(
+        "ip:1.2.3.4",
+        event({ reason: "leased", allowed: true, retryAfterMs: 0, refused: [], refusedBy: null }),
+        "a",
+      ),
+    ).toEqual({ indexes: ["a"], blobs: ["leased", "live", "allowed", "", "ip", "", ""], doubles: [1, 1, 0] });
   });
 });
 

@@ -1,0 +1,154 @@
+// The decision value: what shadow mode and the failure mode make of an outcome, its limits and headers; and one
+// result made of two budgets' (a key's and its client address's).
+import { describe, expect, it } from "vitest";
+import { bothOf, type Outcome, resultOf, UNAVAILABLE_RETRY_MS } from "../../src/client/result.ts";
+import { parseLimiterConfig } from "../../src/config/parse.ts";
+import type { LimiterConfig, Plan } from "../../src/config/types.ts";
+
+const config = (s: Record<string, unknown> = {}) =>
+  parseLimiterConfig({ limits: [{ limit: 10, window: "1m" }], ...s }, "t") as LimiterConfig;
+const plan = (c: LimiterConfig) => c.defaultPlan as Plan;
+const AT = 1_800_000_000_000;
+
+describe("resultOf", () => {
+  it("a grant: its limits with their state, the headers, no wait; unknown states and exceeded flags default", () => {
+    const c = config();
+    const r = resultOf(c, {
+      plan: plan(c),
+      shown: plan(c).limits ?? [],
+      cost: 1,
+      reason: "granted",
+      fits: true,
+      states: [{ remaining: 7, resetMs: 1500 }],
+      at: AT,
+    });
+    expect(r).toMatchObject({ allowed: true, reason: "granted", plan: "default", route: null, refusedBy: null });
+    expect(r.limits).toEqual([
+      { name: "per-minute", limit: 10, windowMs: 60_000, remaining: 7, resetMs: 1500, exceeded: false },
+    ]);
+    expect(r.retryAfterMs).toBe(0);
+    expect(Object.fromEntries(r.headers)).toEqual({
+      "ratelimit-policy": '"per-minute";q=10;w=60',
+      ratelimit: '"per-minute";r=7;t=2',
+    });
+    const unknown = resultOf(c, {
+      plan: plan(c),
+      shown: plan(c).limits ?? [],
+      cost: 1,
+      reason: "leased",
+      fits: true,
+      at: AT,
+    });
+    expect(unknown.limits[0]).toMatchObject({ remaining: null, resetMs: null, exceeded: false });
+  });
+
+  it("a refusal: Retry-After in whole seconds, refused by the key; shadow mode lets it through with the wait", () => {
+    const c = config();
+    const outcome = {
+      plan: plan(c),
+      shown: plan(c).limits ?? [],
+      cost: 1,
+      reason: "over_limit" as const,
+      fits: false,
+      states: [{ remaining: 0, resetMs: 1200 }],
+      exceeded: [true],
+      retryAfterMs: 1200,
+      at: AT,
+    };
+    const r = resultOf(c, outcome);
+    expect(r).toMatchObject({ allowed: false, refusedBy: "key", retryAfterMs: 1200 });
+    expect(r.headers.get("Retry-After")).toBe("2");
+    const shadow = resultOf(config({ shadow: true }), outcome);
+    expect(shadow).toMatchObject({ allowed: true, reason: "shadow", refusedBy: null, retryAfterMs: 1200 });
+    expect(shadow.headers.get("Retry-After")).toBeNull();
+  });
+
+  it("limiter unavailable: the failure mode decides, no rate-limit fields; closed waits a second", () => {
+    for (const reason of ["limiter_timeout", "limiter_error"] as const) {
+      const closed = resultOf(config(), {
+        plan: plan(config()),
+        shown: plan(config()).limits ?? [],
+        cost: 1,
+        reason,
+        fits: false,
+        at: AT,
+      });
+      expect(closed).toMatchObject({ allowed: false, reason, retryAfterMs: UNAVAILABLE_RETRY_MS });
+      expect(Object.fromEntries(closed.headers)).toEqual({ "retry-after": "1" });
+      const c = config({ failure_mode: "open" });
+      const open = resultOf(c, { plan: plan(c), shown: plan(c).limits ?? [], cost: 1, reason, fits: false, at: AT });
+      expect(open).toMatchObject({ allowed: true, reason, retryAfterMs: 0 });
+      expect([...open.headers]).toEqual([]);
+    }
+  });
+
+  it("names the route it was decided with", () => {
+    const c = config({ routes: [{ name: "search", limits: [{ limit: 1, window: "1s" }] }] });
+    const route = plan(c).routes[0] ?? null;
+    const r = resultOf(c, {
+      plan: plan(c),
+      shown: route?.shown ?? [],
+      cost: 1,
+      reason: "granted",
+      fits: true,
+      at: AT,
+      route,
+    });
+    expect(r.route).toBe("search");
+  });
+});
+
+describe("bothOf", () => {
+  const c = config({ ip: { limits: [{ limit: 3, window: "1m" }] } });
+  const key = (over: Partial<Outcome> = {}) =>
+    resultOf(c, {
+      plan: plan(c),
+      shown: plan(c).limits ?? [],
+      cost: 1,
+      reason: "granted",
+      fits: true,
+      states: [{ remaining: 9, resetMs: 60_000 }],
+      at: AT,
+      ...over,
+    });
+  const address = (fits: boolean, retryAfterMs = 0) =>
+    resultOf(c, {
+      plan: c.ip?.plan as Plan,
+      shown: c.ip?.plan.limits ?? [],
+      cost: 1,
+      reason: fits ? "granted" : "over_limit",
+      fits,
+      states: [{ remaining: fits ? 2 : 0, resetMs: 60_000 }],
+      exceeded: [!fits],
+      retryAfterMs,
+      at: AT,
+    });
+
+  it("allowed by both: both budgets' limits in the headers, the key's plan", () => {
+    const r = bothOf(key(), address(true), c);
+    expect(r).toMatchObject({ allowed: true, reason: "granted", plan: "default", refusedBy: null, retryAfterMs: 0 });
+    expect(r.limits.map((l) => l.name)).toEqual(["per-minute", "ip-per-minute"]);
+    expect(r.headers.get("RateLimit-Policy")).toBe('"per-minute";q=10;w=60, "ip-per-minute";q=3;w=60');
+    expect(r.headers.get("RateLimit")).toBe('"per-minute";r=9;t=60, "ip-per-minute";r=2;t=60');
+    expect(r.headers.get("Retry-After")).toBeNull();
+  });
+
+  it("refused by the address: its reason, its wait, refusedBy ip", () => {
+    const r = bothOf(key(), address(false, 4500), c);
+    expect(r).toMatchObject({ allowed: false, reason: "over_limit", refusedBy: "ip", retryAfterMs: 4500 });
+    expect(r.headers.get("Retry-After")).toBe("5");
+  });
+
+  it("refused by both: the key's reason and the longer wait", () => {
+    const refusedKey = key({ reason: "over_limit", fits: false, retryAfterMs: 2000, exceeded: [true] });
+    const r = bothOf(refusedKey, address(false, 9000), c);
+    expect(r).toMatchObject({ allowed: false, reason: "over_limit", refusedBy: "key", retryAfterMs: 9000 });
+  });
+
+  it("one budget unavailable: no rate-limit fields", () => {
+    const down = key({ reason: "limiter_timeout", fits: false });
+    const r = bothOf(down, address(true), c);
+    expect(r).toMatchObject({ allowed: false, reason: "limiter_timeout", refusedBy: "key" });
+    expect(Object.fromEntries(r.headers)).toEqual({ "retry-after": "1" });
+  });
+});
