@@ -1,6 +1,7 @@
 /**
  * @module The streaming proxy to the origin: ORIGIN + path + query, hop-by-hop headers dropped,
- * redirects passed back, a deadline that holds even when the fetcher ignores its abort signal.
+ * redirects passed back, WebSocket handshakes proxied as such, a deadline that holds even when the
+ * fetcher ignores its abort signal.
  */
 
 import { errorName, withDeadline } from "../client/policy.ts";
@@ -24,6 +25,14 @@ function dropHopByHop(headers: Headers): void {
   const listed = headers.get("connection");
   if (listed) for (const name of listed.split(",")) headers.delete(name.trim());
   for (const name of HOP_BY_HOP) headers.delete(name);
+}
+
+/**
+ * A WebSocket handshake (`GET` with `Upgrade: websocket`): proxied as one, the origin's `101` returned
+ * with its socket (the Worker relays the frames both ways while the socket is open).
+ */
+export function isWebSocketUpgrade(request: Request): boolean {
+  return request.method === "GET" && request.headers.get("upgrade")?.trim().toLowerCase() === "websocket";
 }
 
 /** Where allowed requests go: a service binding when present, else the public fetch. */
@@ -52,6 +61,8 @@ export async function forward(
   const headers = new Headers(request.headers);
   dropHopByHop(headers);
   headers.delete("host");
+  // The one hop-by-hop field that must go on: workerd's fetch opens a WebSocket when it carries it.
+  if (isWebSocketUpgrade(request)) headers.set("upgrade", "websocket");
   const clientIp = request.headers.get("cf-connecting-ip");
   if (clientIp) {
     const prior = request.headers.get("x-forwarded-for");
@@ -84,6 +95,15 @@ export async function forward(
     // workerd's messages end with a period ("Network connection lost."): don't double it.
     const reason = errorName(e).replace(/\.+$/, "");
     return problem(502, "Bad Gateway", `The origin could not be reached: ${reason}.`);
+  }
+  // workerd's Response carries the socket of a 101 (typed structurally: the unit tests compile this file with Node's
+  // Response, which has no webSocket).
+  const webSocket = (response as { webSocket?: unknown }).webSocket;
+  if (webSocket) {
+    const init = { status: 101, webSocket, headers: response.headers };
+    const upgraded = new Response(null, init as ResponseInit);
+    dropHopByHop(upgraded.headers);
+    return upgraded;
   }
   const out = new Response(response.body, response);
   dropHopByHop(out.headers);

@@ -334,6 +334,11 @@ export async function startOrigin(options: { maxHeaderSize?: number } = {}): Pro
     sockets.add(socket);
     socket.once("close", () => sockets.delete(socket));
   });
+  // WebSocket handshakes: recorded as arrivals, then an echo socket (see {@link echoWebSocket}).
+  server.on("upgrade", (req: IncomingMessage, socket: Socket) => {
+    arrivals.push({ method: req.method ?? "GET", url: req.url ?? "/", headers: req.headers, body: "", at: Date.now() });
+    echoWebSocket(req, socket);
+  });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(0, "127.0.0.1", () => resolve());
@@ -351,4 +356,44 @@ export async function startOrigin(options: { maxHeaderSize?: number } = {}): Pro
         for (const socket of sockets) socket.destroy();
       }),
   };
+}
+
+/**
+ * A WebSocket echo for the proxy's tests (RFC 6455, small frames only): answers the handshake, greets with a
+ * text frame `hello <path>`, then sends every text frame back as it came and closes when the client closes.
+ */
+function echoWebSocket(req: IncomingMessage, socket: Socket): void {
+  const key = req.headers["sec-websocket-key"];
+  if (req.headers.upgrade?.toLowerCase() !== "websocket" || typeof key !== "string") {
+    socket.end("HTTP/1.1 400 Bad Request\r\n\r\n");
+    return;
+  }
+  const accept = createHash("sha1").update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest("base64");
+  socket.write(
+    `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\nx-origin: echo\r\n\r\n`,
+  );
+  const frame = (opcode: number, payload: Buffer) =>
+    Buffer.concat([Buffer.from([0x80 | opcode, payload.length]), payload]);
+  socket.write(frame(0x1, Buffer.from(`hello ${req.url ?? "/"}`)));
+  let pending = Buffer.alloc(0);
+  socket.on("data", (chunk: Buffer) => {
+    pending = Buffer.concat([pending, chunk]);
+    // Client frames are masked: FIN/opcode, MASK|length (< 126 here), 4 mask bytes, payload.
+    while (pending.length >= 6) {
+      const opcode = (pending[0] as number) & 0x0f;
+      const length = (pending[1] as number) & 0x7f;
+      if (length >= 126 || pending.length < 6 + length) return;
+      const mask = pending.subarray(2, 6);
+      const payload = Buffer.from(
+        pending.subarray(6, 6 + length).map((b: number, i: number) => b ^ (mask[i % 4] as number)),
+      );
+      pending = pending.subarray(6 + length);
+      if (opcode === 0x8) {
+        socket.end(frame(0x8, payload));
+        return;
+      }
+      if (opcode === 0x1) socket.write(frame(0x1, payload));
+    }
+  });
+  socket.on("error", () => socket.destroy());
 }

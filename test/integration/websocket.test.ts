@@ -1,0 +1,52 @@
+// WebSockets through the proxy, against the real origin's echo socket: an upgrade is proxied as one (the origin's
+// 101 with its socket, the frames relayed both ways), decided and counted like any request of its key, and a refused
+// upgrade gets the usual 429 without reaching the origin. (Upgrade stays a hop-by-hop field for everything else:
+// test/integration/proxy.test.ts.)
+import { describe, expect, it } from "vitest";
+import { problemOf } from "../support/problem.ts";
+import { arrivalsFor, envWith, freshKey, handle, request } from "./helpers.ts";
+
+const upgrade = (key: string, path = "/v1/stream") =>
+  request(key, path, { headers: { upgrade: "websocket", "sec-websocket-version": "13" } });
+
+/** The next message on `ws` (a string), or a rejection after `ms`. */
+function nextMessage(ws: WebSocket): Promise<string> {
+  return new Promise((resolve, reject) => {
+    ws.addEventListener("message", (e) => resolve(String(e.data)), { once: true });
+    ws.addEventListener("close", () => reject(new Error("closed before a message")), { once: true });
+  });
+}
+
+describe("WebSockets through the proxy", () => {
+  it("an upgrade reaches the origin as one: 101 with its socket and the RateLimit headers; frames go both ways", async () => {
+    const e = envWith({ limits: [{ limit: 5, window: "1m" }], leases: false });
+    const key = freshKey();
+    const res = await handle(upgrade(key), e);
+    expect(res.status).toBe(101);
+    expect(res.headers.get("RateLimit")).toBe('"per-minute";r=4;t=60');
+    const ws = res.webSocket as WebSocket;
+    expect(ws).not.toBeNull();
+    const greeting = nextMessage(ws);
+    ws.accept();
+    expect(await greeting).toBe("hello /v1/stream");
+    const echo = nextMessage(ws);
+    ws.send("ping");
+    expect(await echo).toBe("ping");
+    ws.close(1000, "done");
+    const arrivals = await arrivalsFor(key);
+    expect(arrivals).toHaveLength(1);
+    expect(arrivals[0]?.url).toBe("/v1/stream");
+  });
+
+  it("an upgrade counts like any request of its key; a refused one is a 429 and never reaches the origin", async () => {
+    const e = envWith({ limits: [{ limit: 1, window: "1m" }], leases: false });
+    const key = freshKey();
+    const first = await handle(upgrade(key), e);
+    expect(first.status).toBe(101);
+    (first.webSocket as WebSocket).accept();
+    (first.webSocket as WebSocket).close(1000, "done");
+    const refused = await handle(upgrade(key), e);
+    expect((await problemOf(refused, 429)).violated_policies).toEqual(["per-minute"]);
+    expect(await arrivalsFor(key)).toHaveLength(1);
+  });
+});
