@@ -72,14 +72,17 @@ export function refusal(r: RateLimitResult): Response {
   const detail =
     r.reason === "blocked"
       ? `This API key is blocked by an operator; retry after ${seconds(r.retryAfterMs)} s.`
-      : never
-        ? `This request costs more than the ${names.join(", ")} limit allows; it can never pass.`
-        : `Rate limit exceeded (${names.join(", ")}); retry after ${seconds(r.retryAfterMs)} s.`;
+      : r.reason === "penalty"
+        ? `This API key is blocked for a while after repeated requests over its limit; retry after ${seconds(r.retryAfterMs)} s.`
+        : never
+          ? `This request costs more than the ${names.join(", ")} limit allows; it can never pass.`
+          : `Rate limit exceeded (${names.join(", ")}); retry after ${seconds(r.retryAfterMs)} s.`;
   const body = {
     type: "about:blank",
     title: "Too Many Requests",
     status: 429,
     detail,
+    reason: r.reason,
     violated_policies: names,
     ...(r.route === null ? {} : { route: r.route }),
     retry_after: never ? null : seconds(r.retryAfterMs),

@@ -50,6 +50,19 @@ export interface PlanSetting {
   readonly unlimited?: boolean;
   /** The plan's own per-address limits in place of the top-level `ip`; `false`: none for its keys. */
   readonly ip?: AddressSetting | false;
+  /** The plan's own penalty in place of the top-level one; `false`: none for its keys. */
+  readonly penalty?: PenaltySetting | false;
+}
+
+/**
+ * A key refused `after` times within `within` is blocked for `block` (docs/configuration.md, "Penalties"); with
+ * `max_block`, each block within `within` of the last one's end doubles, up to `max_block`.
+ */
+export interface PenaltySetting {
+  readonly after: number;
+  readonly within: Duration;
+  readonly block: Duration;
+  readonly max_block?: Duration;
 }
 
 /** Limits counted per client address (docs/configuration.md, "Client addresses"). */
@@ -85,6 +98,8 @@ export interface LimiterSettings {
   readonly ip?: AddressSetting;
   /** IPv6 clients are counted by their network of this many bits (32–128, default 56). */
   readonly ipv6_subnet?: number;
+  /** Blocks a key for a while after repeated refusals (plans inherit it). */
+  readonly penalty?: PenaltySetting;
   /**
    * Routes with their own budget per key (docs/configuration.md, "Per-route budgets"): `limit(…, { route })` names
    * one; the hono middleware matches `method` and `path` when it is given no `route`.

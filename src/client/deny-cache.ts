@@ -17,8 +17,10 @@ export interface Blocked {
    * reset, unblock or override can free the key before `until`, and every isolate sees it then.
    */
   readonly recheckAt?: number;
-  /** Local time an operator's block ends, when a block is what refuses the key. */
+  /** Local time a block ends, when a block is what refuses the key. */
   readonly blockedBy?: number;
+  /** `"penalty"` when that block is a penalty for repeated refusals, not an operator's. */
+  readonly cause?: "penalty";
   /** The limits the object applied (an operator's override), when not the plan's. */
   readonly applied?: readonly NamedLimit[] | null;
 }

@@ -68,6 +68,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   readonly #grants = new WeakMap<RateLimitResult, Grant>();
   /** An operator's override limits as `Limit` lists, one per distinct override (header strings are cached per list). */
   readonly #views = new Map<string, readonly Limit[]>();
+  /** Per key: refusals answered from the deny cache since its last call, sent with the next (a penalty counts them). */
+  readonly #refusals = new Map<string, number>();
   /** When this client next looks for idle keys' expired units to give back (its clock, ms). */
   #idleCheckAt = 0;
 
@@ -79,6 +81,24 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   /** The client's clock (ms). */
   now(): number {
     return this.#clock();
+  }
+
+  /**
+   * `ask` with the plan's penalty (docs/configuration.md, "Penalties") and the refusals this isolate answered
+   * for the key from its deny cache since its last call; they count at the object as its own refusals do.
+   */
+  #penalized(name: string, plan: Plan, ask: Ask): Ask {
+    if (!plan.penalty) return ask;
+    const refused = this.#refusals.get(name) ?? 0;
+    this.#refusals.delete(name);
+    return { ...ask, penalty: plan.penalty, refused };
+  }
+
+  /** Counts a refusal answered here by the rate limits (not by a block: refusals while blocked never count). */
+  #refusedHere(name: string, plan: Plan, blocked: Blocked, now: number): void {
+    if (!plan.penalty || (blocked.blockedBy !== undefined && now < blocked.blockedBy)) return;
+    if (this.#refusals.size >= 10_000 && !this.#refusals.has(name)) this.#refusals.clear();
+    this.#refusals.set(name, (this.#refusals.get(name) ?? 0) + 1);
   }
 
   /** The result value of an outcome, shaped by this client's settings (result.ts, {@link resultOf}). */
@@ -164,7 +184,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const states = d.limits.map((l) => withLease(l, held));
     if (d.allowed || held >= cost)
       return this.#result({ plan, shown, cost, reason: "peek", fits: true, states, at: d.now, route });
-    const reason = d.blockedBy !== undefined ? "blocked" : d.neverAllowed ? "too_costly" : "over_limit";
+    const reason = d.blockedBy !== undefined ? blockReason(d) : d.neverAllowed ? "too_costly" : "over_limit";
     const exceeded = d.limits.map((l) => l.exceeded);
     return this.#result({
       plan,
@@ -240,12 +260,13 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       const blocked = this.denyCache.get(cached, now);
       const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
       if (blocked && retryAt !== undefined) {
+        this.#refusedHere(name, plan, blocked, now);
         return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now, route);
       }
     }
     let d: Decision;
     try {
-      d = await this.#call(ns, name, limits, { cost }, routeBudget(route));
+      d = await this.#call(ns, name, limits, this.#penalized(name, plan, { cost }), routeBudget(route));
     } catch (e) {
       return this.#failed(plan, cost, e, route);
     }
@@ -253,7 +274,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     this.#observe(ns, name, d, bg);
     const shown = this.#shown(limits, d.limitsOverride, route);
     if (!d.allowed) {
-      const reason = d.blockedBy !== undefined ? "blocked" : "over_limit";
+      const reason = d.blockedBy !== undefined ? blockReason(d) : "over_limit";
       const exceeded = d.limits.map((l) => l.exceeded);
       return this.#result({
         plan,
@@ -324,7 +345,10 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       if (!this.config.shadow) {
         const blocked = this.denyCache.get(name, now);
         const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
-        if (blocked && retryAt !== undefined) return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now);
+        if (blocked && retryAt !== undefined) {
+          this.#refusedHere(name, plan, blocked, now);
+          return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now);
+        }
       }
       if (waits === 0 && entry) joined = this.leases.join(entry, cost, now);
       if (!joined || joined.done || now >= joined.until || waits === 2) break;
@@ -342,7 +366,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const call = entry && ask.leaseUnits ? this.leases.calling(entry, ask.leaseUnits, now) : null;
     let d: Decision;
     try {
-      d = await this.#call(ns, name, limits, ask);
+      d = await this.#call(ns, name, limits, this.#penalized(name, plan, ask));
     } catch (e) {
       if (entry && call) this.leases.answered(entry, call);
       return this.#failed(plan, cost, e);
@@ -353,7 +377,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     this.#observe(ns, name, d, bg);
     const shown = this.#shown(limits, d.limitsOverride);
     if (!d.allowed) {
-      const reason = d.blockedBy !== undefined ? "blocked" : "over_limit";
+      const reason = d.blockedBy !== undefined ? blockReason(d) : "over_limit";
       const exceeded = d.limits.map((l) => l.exceeded);
       return this.#result({
         plan,
@@ -423,7 +447,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       plan,
       shown,
       cost,
-      reason: isBlock ? "blocked" : "cached_denial",
+      reason: isBlock ? (blocked.cause ?? "blocked") : "cached_denial",
       fits: false,
       states,
       exceeded,
@@ -488,7 +512,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     let tries = 0;
     return callObject(
       () => {
-        const sent = tries++ === 0 || !ask.settle?.length ? ask : { ...ask, settle: [] };
+        // A retry carries no settlements and no refusal count: the first try may have applied them.
+        const sent = tries++ === 0 ? ask : { ...ask, settle: [], refused: 0 };
         const stub = ns.getByName(name);
         return (route ? stub.take(limits, sent, route) : stub.take(limits, sent)).then((d) => {
           this.leases.observeRtt(this.now() - start);
@@ -539,7 +564,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     if (!this.leases.needsRefill(entry, now, want)) return;
     const ask = this.#ask(entry, want, 0, now);
     const call = this.leases.calling(entry, want.units, now);
-    const done = this.#call(ns, name, limits, ask).then(
+    const done = this.#call(ns, name, limits, this.#penalized(name, plan, ask)).then(
       (d) => {
         this.#keep(entry, d, now, ask);
         this.leases.answered(entry, call);
@@ -595,6 +620,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       retryAt: new Map(),
       recheckAt: sentAt + DENY_RECHECK_MS,
       blockedBy: d.blockedBy === undefined ? undefined : sentAt + (d.blockedBy - d.now),
+      ...(d.blockCause === "penalty" ? { cause: "penalty" as const } : {}),
       applied: d.limitsOverride ?? null,
     };
     if (!d.allowed && cost !== 1 && !d.neverAllowed) entry.retryAt.set(cost, sentAt + d.retryAfterMs);
@@ -614,4 +640,9 @@ function routeEntry(name: string, route: Route): string {
 
 function withLease(l: LimitStatus, units: number): HeaderState {
   return units === 0 ? l : { remaining: l.remaining + units, resetMs: l.resetMs };
+}
+
+/** The reason of a refusal by a block: a penalty's, or an operator's. */
+function blockReason(d: Decision): Reason {
+  return d.blockCause === "penalty" ? "penalty" : "blocked";
 }

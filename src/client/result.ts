@@ -16,6 +16,8 @@ export type Reason =
   | "over_limit"
   /** An operator blocked the key. */
   | "blocked"
+  /** The key is blocked for a while after repeated refusals (`penalty`). */
+  | "penalty"
   /** Refused from the deny cache: the object said no request can pass before a known time. */
   | "cached_denial"
   /** Its cost exceeds a limit: it can never pass. */

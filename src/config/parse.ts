@@ -6,6 +6,7 @@
 
 import { describe, formatDuration, parseDuration } from "../core/duration.ts";
 import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "../core/limits.ts";
+import type { PenaltySpec } from "../core/penalty.ts";
 import { ESCAPED_SLASHES, type EscapedSlashes, normalizePath } from "../path.ts";
 import {
   array,
@@ -54,6 +55,7 @@ export const LIMITER_FIELDS = [
   "paths",
   "ip",
   "ipv6_subnet",
+  "penalty",
 ] as const;
 
 /** The settings only the proxy reads. */
@@ -106,9 +108,25 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
   if (rl.ip === false)
     throw new ConfigError(`${root}.ip: leave it out for no per-address limits (false is for a plan)`);
   const ip = rl.ip === undefined ? null : parseAddressBudget(rl.ip, `${root}.ip`, "addr", leases);
-  const plans = optionalArray(rl.plans, `${root}.plans`).map((p, i) =>
-    parsePlan(p, `${root}.plans[${i}]`, key.maxLength, leases, root, routes, routePaths, ip),
-  );
+  if (rl.penalty === false) throw new ConfigError(`${root}.penalty: leave it out for no penalty (false is for a plan)`);
+  const penalty = rl.penalty === undefined ? null : parsePenalty(rl.penalty, `${root}.penalty`);
+  const plans = optionalArray(rl.plans, `${root}.plans`).map((p, i) => {
+    const field = `${root}.plans[${i}]`;
+    const plan = parsePlan(p, field, key.maxLength, leases, root, routes, routePaths, ip);
+    const own = (p as Obj).penalty;
+    if (plan.limits === null && own !== undefined && own !== false) {
+      throw new ConfigError(
+        `${field}.penalty: an unlimited plan's keys are never refused; remove penalty or unlimited = true`,
+      );
+    }
+    const spec =
+      plan.limits === null || own === false
+        ? null
+        : own === undefined
+          ? penalty
+          : parsePenalty(own, `${field}.penalty`);
+    return { ...plan, penalty: spec };
+  });
   const names = new Set<string>();
   for (const [i, p] of plans.entries()) {
     if (names.has(p.name)) throw new ConfigError(`${root}.plans[${i}].name: ${JSON.stringify(p.name)} is used twice`);
@@ -123,16 +141,19 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
   const defaultPlan =
     rl.limits === undefined
       ? null
-      : makePlan(
-          "default",
-          "",
-          parseLimits(rl.limits, `${root}.limits`),
-          leases,
-          routes,
-          `${root}.routes`,
-          ip,
-          `${root}.ip`,
-        );
+      : {
+          ...makePlan(
+            "default",
+            "",
+            parseLimits(rl.limits, `${root}.limits`),
+            leases,
+            routes,
+            `${root}.routes`,
+            ip,
+            `${root}.ip`,
+          ),
+          penalty,
+        };
   if (!defaultPlan && plans.length === 0) {
     throw new ConfigError(`${root}.limits: required (or give ${root}.plans); without limits nothing would be limited`);
   }
@@ -152,6 +173,7 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
       null,
       `${root}.anonymous`,
     );
+    anonymous = { ...anonymous, penalty };
   }
 
   const takers = optionalArray(rl.plans, `${root}.plans`).filter((p) => {
@@ -180,6 +202,34 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
     ipv6Subnet: parseIpv6Subnet(rl.ipv6_subnet, root),
     ip,
   };
+}
+
+/**
+ * `penalty = { after, within, block, max_block? }`: a key refused `after` times within `within` is blocked for
+ * `block`; with `max_block`, each block within `within` of the last one's end doubles, up to `max_block`.
+ */
+function parsePenalty(value: unknown, field: string): PenaltySpec {
+  const t = object(value, field);
+  unknownFields(t, ["after", "within", "block", "max_block"], field);
+  const after = t.after;
+  if (typeof after !== "number" || !Number.isSafeInteger(after) || after < 1 || after > 1000) {
+    throw new ConfigError(
+      `${field}.after: expected the number of refusals that trigger a block, 1 to 1000, got ${describe(after)}`,
+    );
+  }
+  const duration = (k: string) => {
+    if (t[k] === undefined) throw new ConfigError(`${field}.${k}: required, e.g. "1m"`);
+    return wrap(() => parseDuration(t[k], `${field}.${k}`));
+  };
+  const withinMs = duration("within");
+  const blockMs = duration("block");
+  const maxBlockMs = t.max_block === undefined ? null : duration("max_block");
+  if (maxBlockMs !== null && maxBlockMs < blockMs) {
+    throw new ConfigError(
+      `${field}.max_block: at least the block (${formatDuration(blockMs)}), got ${describe(t.max_block)}`,
+    );
+  }
+  return { after, withinMs, blockMs, maxBlockMs };
 }
 
 /** `ipv6_subnet`: the IPv6 network length clients are counted by. */
@@ -376,7 +426,7 @@ function parsePlan(
   ip: AddressBudget | null,
 ): Plan {
   const p = object(value, field);
-  unknownFields(p, ["name", "key_prefix", "limits", "unlimited", "routes", "ip"], field);
+  unknownFields(p, ["name", "key_prefix", "limits", "unlimited", "routes", "ip", "penalty"], field);
   const name = nonEmptyString(p.name, `${field}.name`);
   if (!/^[A-Za-z0-9_.-]+$/.test(name)) {
     throw new ConfigError(`${field}.name: use letters, digits, "_", "-" or "." only, got ${JSON.stringify(name)}`);

@@ -4,6 +4,7 @@
  */
 
 import type { Limit as CoreLimit } from "../core/limits.ts";
+import type { PenaltySpec } from "../core/penalty.ts";
 import type { EscapedSlashes } from "../path.ts";
 
 /** A header form, as `RATE_LIMIT.headers` names it. */
@@ -39,6 +40,8 @@ export interface Plan {
    * own, else the top-level one); null: none (`ip = false`, an unlimited plan, or none configured).
    */
   readonly ip?: AddressBudget | null;
+  /** Blocks for repeat offenders (`penalty`: the plan's own, else the top-level one); null: none. */
+  readonly penalty?: PenaltySpec | null;
 }
 
 /**

@@ -62,6 +62,8 @@ export interface Decision {
    * report nothing remaining until then, and `retryAfterMs` runs at least to it.
    */
   readonly blockedBy?: number;
+  /** `"penalty"` when the block refusing the request is a penalty for repeated refusals (docs/configuration.md, "Penalties"), not an operator's. */
+  readonly blockCause?: "penalty";
   /**
    * Present when an operator's per-key override was applied instead of the limits sent: the
    * limits decided against, in the order of `limits`.

@@ -26,6 +26,7 @@ import {
   normalizeLimits,
   ringLayout,
 } from "./limits.ts";
+import type { PenaltySpec } from "./penalty.ts";
 import { Ring, roundUp, type SlotRow } from "./ring.ts";
 
 /** A decision and the rows it changed (one per ring for a grant, none for a denial). */
@@ -53,6 +54,10 @@ export interface Ask {
    * their last use, unused ones given back.
    */
   readonly settle?: readonly Settlement[];
+  /** The key's plan's penalty for repeated refusals (docs/configuration.md, "Penalties"): the object counts them. */
+  readonly penalty?: PenaltySpec;
+  /** Refusals the caller answered from its deny cache since its last call: they count towards the penalty too. */
+  readonly refused?: number;
 }
 
 /**

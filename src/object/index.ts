@@ -11,6 +11,7 @@ import { combine, type RouteBudget, takeTogether } from "../core/budgets.ts";
 import type { Decision, NamedLimit } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
 import { type Ask, type History, KeyLog, type Settlement } from "../core/log.ts";
+import { NO_PENALTY, type PenaltyState, refused } from "../core/penalty.ts";
 import type { SlotRow } from "../core/ring.ts";
 
 const UPSERT =
@@ -52,8 +53,12 @@ export interface KeyStatus {
   readonly now: number;
   /** The key's state under the limits applied now, as a request of cost 0 would see it. */
   readonly decision: Decision;
-  /** The operator's block end (ms), while it lasts. */
+  /** The block's end (ms), while it lasts. */
   readonly blockedUntil: number | null;
+  /** What set the block: an operator, or a penalty for repeated refusals; null while none lasts. */
+  readonly blockCause: "operator" | "penalty" | null;
+  /** Refusals counted towards a penalty, still within its span. */
+  readonly refusals: number;
   /** The override in force, if any (its limits are the ones `decision` reports). */
   readonly override: Override | null;
   /** Grants over the longest window of the limits applied. */
@@ -75,6 +80,9 @@ export class RateLimiter extends DurableObject<unknown> {
   /** Whether the tables exist: a key nobody has written to has none (`status` creates nothing). */
   #tables = false;
   #blockUntil: number | null = null;
+  #blockCause: "operator" | "penalty" = "operator";
+  /** Refusals counted towards a penalty (docs/configuration.md, "Penalties") and the last penalty's length and end. */
+  #penalty: PenaltyState & { readonly withinMs?: number } = NO_PENALTY;
   #override: Override | null = null;
   /** Route budgets' logs in memory, by route name (docs/configuration.md, "Per-route budgets"). */
   readonly #routes = new Map<string, KeyLog>();
@@ -109,11 +117,15 @@ export class RateLimiter extends DurableObject<unknown> {
       const override = this.#activeOverride(now);
       const log = this.#logFor(override?.limits ?? limits);
       if (route !== undefined) return this.#takeRoute(now, log, override, ask, route);
-      if (this.#blockUntil !== null && this.#blockUntil > now) {
-        return withOverride(log.refuse(now, ask.cost, this.#blockUntil), override);
-      }
+      if (this.#blockUntil !== null && this.#blockUntil > now)
+        return this.#blocked(log.refuse(now, ask.cost, this.#blockUntil), override);
       const { decision, writes } = log.take(now, ask);
       this.#write(writes);
+      const penalized = this.#countRefusals(now, ask, decision);
+      if (penalized !== null) {
+        const out = decision.allowed ? decision : log.refuse(now, ask.cost, penalized);
+        return this.#armAfter(true, log.idleAt, this.#blocked(out, override, decision.allowed));
+      }
       return this.#armAfter(writes.length > 0, log.idleAt, withOverride(decision, override));
     } catch (e) {
       return Promise.reject(e); // as from an async method: invalid input is a rejection
@@ -132,15 +144,52 @@ export class RateLimiter extends DurableObject<unknown> {
     route: RouteBudget,
   ): Decision | Promise<Decision> {
     const routeLog = this.#routeLogFor(route);
-    if (this.#blockUntil !== null && this.#blockUntil > now) {
-      const until = this.#blockUntil;
-      return withOverride(combine([log.refuse(now, ask.cost, until), routeLog.refuse(now, ask.cost, until)]), override);
-    }
+    const refuseBoth = (until: number) =>
+      combine([log.refuse(now, ask.cost, until), routeLog.refuse(now, ask.cost, until)]);
+    if (this.#blockUntil !== null && this.#blockUntil > now)
+      return this.#blocked(refuseBoth(this.#blockUntil), override);
     const { decision, writes } = takeTogether([log, routeLog], now, ask.cost);
     const [own = [], routed = []] = writes;
     this.#write(own);
     this.#writeRoute(route.name, routed);
-    return this.#armAfter(own.length > 0, Math.max(log.idleAt, routeLog.idleAt), withOverride(decision, override));
+    const idleAt = Math.max(log.idleAt, routeLog.idleAt);
+    const penalized = this.#countRefusals(now, ask, decision);
+    if (penalized !== null) {
+      const out = decision.allowed ? decision : refuseBoth(penalized);
+      return this.#armAfter(true, idleAt, this.#blocked(out, override, decision.allowed));
+    }
+    return this.#armAfter(own.length > 0, idleAt, withOverride(decision, override));
+  }
+
+  /** A refusal by the block in force, saying what set it (unless `allowed`: a grant made before a penalty began). */
+  #blocked(decision: Decision, override: Override | null, allowed = false): Decision {
+    const out = withOverride(decision, override);
+    return allowed || this.#blockCause !== "penalty" ? out : { ...out, blockCause: "penalty" };
+  }
+
+  /**
+   * Counts this decision's refusal by the rate limits (a request that can never pass is no hammering) and the
+   * refusals the caller answered from its deny cache since its last call (`ask.refused`) towards the plan's
+   * penalty; when they complete it, blocks the key — never shorter than the window's own wait — and returns the
+   * block's end. Null: no penalty, or none due.
+   */
+  #countRefusals(now: number, ask: Ask, decision: Decision): number | null {
+    const spec = ask.penalty;
+    if (spec === undefined) return null;
+    const local = ask.refused;
+    const count =
+      (decision.allowed || decision.neverAllowed ? 0 : 1) + (Number.isSafeInteger(local) ? (local as number) : 0);
+    if (count === 0) return null;
+    const { state, blockUntil } = refused(this.#penalty, spec, now, count, now + decision.retryAfterMs);
+    this.#penalty = { ...state, withinMs: spec.withinMs };
+    this.#setMeta("penalty", JSON.stringify(this.#penalty));
+    if (blockUntil === null) return null;
+    const until = Math.min(blockUntil, MAX_TIME_MS);
+    this.#blockUntil = until;
+    this.#blockCause = "penalty";
+    this.#setMeta("block_until", String(until));
+    this.#setMeta("block_cause", "penalty");
+    return until;
   }
 
   /** Sets the idle alarm at `idleAt` after a write when none is set, then answers `out`. */
@@ -220,6 +269,8 @@ export class RateLimiter extends DurableObject<unknown> {
       now: decision.now,
       decision: withOverride(decision, override),
       blockedUntil: this.#blockUntil !== null && this.#blockUntil > now ? this.#blockUntil : null,
+      blockCause: this.#blockUntil !== null && this.#blockUntil > now ? this.#blockCause : null,
+      refusals: this.#penalty.refusals.filter((t) => t > now - (this.#penalty.withinMs ?? 0)).length,
       override,
       history: { ...log.history(longest, decision.now, buckets), limit: longest },
       stored: this.#tables,
@@ -231,12 +282,14 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /**
-   * Forgets the key's grants up to now (an operator's reset). Units recorded later (leased to
-   * isolates and not expired, or rounded up to a tick) still count: they may still be spent.
-   * Blocks and overrides stay.
+   * Forgets the key's grants up to now (an operator's reset), and the refusals counted towards a
+   * penalty. Units recorded later (leased to isolates and not expired, or rounded up to a tick)
+   * still count: they may still be spent. Blocks and overrides stay.
    */
   reset(limits: readonly LimitSpec[], buckets = 60, routes: readonly RouteBudget[] = []): KeyStatus {
+    this.#penalty = { ...this.#penalty, refusals: [] };
     if (this.#tables) {
+      this.#sql.exec("DELETE FROM meta WHERE k = 'penalty'");
       const log = this.#logFor(this.#activeOverride(this.clock())?.limits ?? limits);
       const through = log.forget(this.clock());
       this.#sql.exec("DELETE FROM grants WHERE ts <= ?", through);
@@ -253,14 +306,17 @@ export class RateLimiter extends DurableObject<unknown> {
       throw new RangeError(`until: expected a time in ms up to ${MAX_TIME_MS}, got ${String(until)}`);
     }
     this.#setMeta("block_until", String(until));
+    this.#setMeta("block_cause", "operator");
     this.#blockUntil = until;
+    this.#blockCause = "operator";
     await this.#armAlarm();
   }
 
-  /** Lifts a block. */
+  /** Lifts a block, an operator's or a penalty's. */
   async unblock(): Promise<void> {
     this.#blockUntil = null;
-    if (this.#tables) this.#sql.exec("DELETE FROM meta WHERE k = 'block_until'");
+    this.#blockCause = "operator";
+    if (this.#tables) this.#sql.exec("DELETE FROM meta WHERE k IN ('block_until', 'block_cause')");
     await this.#armAlarm();
   }
 
@@ -301,6 +357,8 @@ export class RateLimiter extends DurableObject<unknown> {
       this.#log = null;
       this.#routes.clear();
       this.#blockUntil = null;
+      this.#blockCause = "operator";
+      this.#penalty = NO_PENALTY;
       this.#override = null;
       await this.ctx.storage.deleteAll();
       this.#tables = false;
@@ -321,6 +379,9 @@ export class RateLimiter extends DurableObject<unknown> {
     for (const log of this.#routes.values()) at = Math.max(at, log.idleAt);
     if (this.#tables) at = Math.max(at, this.#storedRouteIdleAt() ?? at);
     if (this.#blockUntil !== null) at = Math.max(at, this.#blockUntil);
+    // Refusals count towards a penalty for its span, and a block's end for the next one's doubling.
+    const within = this.#penalty.withinMs ?? 0;
+    for (const t of [...this.#penalty.refusals, this.#penalty.lastEnd]) if (t > 0) at = Math.max(at, t + within);
     if (this.#override) at = Math.max(at, this.#override.expiresAt ?? Number.POSITIVE_INFINITY);
     return at;
   }
@@ -350,10 +411,14 @@ export class RateLimiter extends DurableObject<unknown> {
 
   #loadControls(): void {
     const rows = this.#sql
-      .exec<{ k: string; v: string }>("SELECT k, v FROM meta WHERE k IN ('block_until', 'override')")
+      .exec<{ k: string; v: string }>(
+        "SELECT k, v FROM meta WHERE k IN ('block_until', 'block_cause', 'penalty', 'override')",
+      )
       .toArray();
     for (const { k, v } of rows) {
       if (k === "block_until") this.#blockUntil = Number(v);
+      else if (k === "block_cause") this.#blockCause = v === "penalty" ? "penalty" : "operator";
+      else if (k === "penalty") this.#penalty = JSON.parse(v) as PenaltyState & { withinMs?: number };
       else this.#override = JSON.parse(v) as Override;
     }
   }

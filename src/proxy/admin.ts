@@ -224,7 +224,11 @@ export function statusJson(
             until: iso(s.blockedUntil),
             until_ms: s.blockedUntil,
             remaining_ms: s.blockedUntil - s.now,
+            // What set it: an operator, or a penalty for repeated refusals (an object of 0.2 says neither).
+            cause: s.blockCause ?? "operator",
           },
+    // Refusals counted towards the plan's penalty, still within its span.
+    refusals: s.refusals ?? 0,
     override: s.override === null ? null : overrideJson(s.override),
     routes: plan.routes.map((r) => {
       const d = s.routes?.find((x) => x.name === r.name)?.decision;

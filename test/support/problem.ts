@@ -11,6 +11,8 @@ export interface Problem {
   readonly title: string;
   readonly status: number;
   readonly detail: string;
+  /** A 429's reason: `over_limit`, `cached_denial`, `blocked`, `penalty`, `too_costly`. */
+  readonly reason?: string;
   readonly violated_policies?: string[];
   /** The route whose budget applied (docs/configuration.md, "Per-route budgets"). */
   readonly route?: string;
@@ -25,6 +27,7 @@ const MEMBERS = new Set([
   "title",
   "status",
   "detail",
+  "reason",
   "violated_policies",
   "route",
   "retry_after",

@@ -48,7 +48,7 @@ const MINIMUM_LIMITS: Limit[] = [
   { limit: 1000, windowMs: 60_000, tickMs: 1, name: "per-minute" },
 ];
 const MINIMUM_POLICY = '"per-second";q=100;w=1, "per-minute";q=1000;w=60';
-const MINIMUM_PLAN = { limits: MINIMUM_LIMITS, leaseMs: 30_000, routes: [], ip: null };
+const MINIMUM_PLAN = { limits: MINIMUM_LIMITS, leaseMs: 30_000, routes: [], ip: null, penalty: null };
 /** An address budget as parsed: its limits as a plan named `name`, its objects' kind. */
 function addressBudget(kind: string, limits: Limit[], leaseMs: number, name = "ip") {
   return { kind, plan: { name, keyPrefix: "", limits, leaseMs, routes: [], ip: null } };
@@ -181,6 +181,7 @@ describe("parseConfig: valid configs", () => {
           leaseMs: 30_000,
           routes: [],
           ip: null,
+          penalty: null,
         },
       ],
     });
@@ -266,7 +267,7 @@ limits = [
     objectTimeoutMs: 250,
     leases: { enabled: true, maxUnits: 50, maxLifetimeMs: 500 },
     plans: [
-      { name: "live", keyPrefix: "live_", limits: null, leaseMs: 0, routes: [], ip: null },
+      { name: "live", keyPrefix: "live_", limits: null, leaseMs: 0, routes: [], ip: null, penalty: null },
       {
         name: "test",
         keyPrefix: "test_",
@@ -274,6 +275,7 @@ limits = [
         leaseMs: 500,
         routes: [],
         ip: null,
+        penalty: null,
       },
       {
         name: "team",
@@ -282,6 +284,7 @@ limits = [
         leaseMs: 500,
         routes: [],
         ip: addressBudget("addr.team", [{ limit: 50, windowMs: 60_000, tickMs: 1, name: "ip-per-minute" }], 500),
+        penalty: null,
       },
     ],
     defaultPlan: {
@@ -291,6 +294,7 @@ limits = [
       leaseMs: 500,
       routes: [],
       ip: addressBudget("addr", [{ limit: 300, windowMs: 60_000, tickMs: 1, name: "address" }], 500),
+      penalty: null,
     },
     anonymous: {
       name: "anonymous",
@@ -299,6 +303,7 @@ limits = [
       leaseMs: 500,
       routes: [],
       ip: null,
+      penalty: null,
     },
     ipv6Subnet: 64,
     ip: addressBudget("addr", [{ limit: 300, windowMs: 60_000, tickMs: 1, name: "address" }], 500),
@@ -2008,5 +2013,61 @@ describe("routeFor and routeBudget", () => {
       name: "export",
       limits: [{ limit: 1, windowMs: 3_600_000, tickMs: 1, name: "export" }],
     });
+  });
+});
+
+describe('penalty (docs/configuration.md, "Penalties")', () => {
+  it("parses after, within, block and max_block; plans inherit it, have their own, or turn it off", () => {
+    const config = parse({
+      ...MINIMUM,
+      penalty: { after: 5, within: "1m", block: "10m", max_block: "1d" },
+      anonymous: { limits: [{ limit: 1, window: "1s" }] },
+      plans: [
+        { name: "srv", key_prefix: "srv_", limits: [{ limit: 1, window: "1s" }], penalty: false },
+        {
+          name: "t",
+          key_prefix: "t_",
+          limits: [{ limit: 1, window: "1s" }],
+          penalty: { after: 2, within: "10s", block: "1m" },
+        },
+        { name: "live", key_prefix: "live_", unlimited: true },
+      ],
+    });
+    const spec = { after: 5, withinMs: 60_000, blockMs: 600_000, maxBlockMs: 86_400_000 };
+    expect(config.defaultPlan?.penalty).toEqual(spec);
+    expect(config.anonymous?.penalty).toEqual(spec);
+    expect(config.plans.map((p) => p.penalty)).toEqual([
+      null,
+      { after: 2, withinMs: 10_000, blockMs: 60_000, maxBlockMs: null },
+      null,
+    ]);
+  });
+
+  it.each([
+    [{ penalty: false }, "RATE_LIMIT.penalty: leave it out for no penalty (false is for a plan)"],
+    [
+      { penalty: { after: 0, within: "1m", block: "1m" } },
+      "RATE_LIMIT.penalty.after: expected the number of refusals that trigger a block, 1 to 1000, got 0",
+    ],
+    [{ penalty: { after: 3, block: "1m" } }, 'RATE_LIMIT.penalty.within: required, e.g. "1m"'],
+    [{ penalty: { after: 3, within: "1m", block: "1 min" } }, /^RATE_LIMIT\.penalty\.block: expected a duration/],
+    [
+      { penalty: { after: 3, within: "1m", block: "1h", max_block: "10m" } },
+      'RATE_LIMIT.penalty.max_block: at least the block (1h), got "10m"',
+    ],
+    [
+      { penalty: { after: 3, within: "1m", block: "1h", for: "1m" } },
+      "RATE_LIMIT.penalty.for: unknown setting; expected one of after, within, block, max_block",
+    ],
+    [
+      {
+        plans: [
+          { name: "live", key_prefix: "live_", unlimited: true, penalty: { after: 1, within: "1s", block: "1s" } },
+        ],
+      },
+      "RATE_LIMIT.plans[0].penalty: an unlimited plan's keys are never refused; remove penalty or unlimited = true",
+    ],
+  ])("%j: %s", (rl, message) => {
+    expect(() => parse({ ...MINIMUM, ...rl })).toThrow(message);
   });
 });

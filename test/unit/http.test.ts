@@ -70,6 +70,7 @@ describe("refusal", () => {
       title: "Too Many Requests",
       status: 429,
       detail: "Rate limit exceeded (per-minute); retry after 2 s.",
+      reason: "over_limit",
       violated_policies: ["per-minute"],
       retry_after: 2,
       retry_after_ms: 1500,
@@ -93,6 +94,17 @@ describe("refusal", () => {
       detail: "This API key is blocked by an operator; retry after 91 s.",
       violated_policies: [],
       retry_after: 91,
+    });
+  });
+
+  it("penalty: says the key is blocked for a while after repeated refusals, until when", async () => {
+    const b = await body(
+      refusal(result({ reason: "penalty", retryAfterMs: 600_000, limits: [limit({ exceeded: false })] })),
+    );
+    expect(b).toMatchObject({
+      detail: "This API key is blocked for a while after repeated requests over its limit; retry after 600 s.",
+      reason: "penalty",
+      retry_after: 600,
     });
   });
 

@@ -1,0 +1,76 @@
+// Penalties through the proxy: a key that keeps hammering after its 429s is blocked for `block`, counting the
+// refusals its isolate answered from the deny cache too (reported with the key's next call to its object); the
+// penalty is answered from the deny cache while it lasts; operators see and lift it.
+import { describe, expect, it } from "vitest";
+import { createProxy } from "../../src/proxy/app.ts";
+import { problemOf } from "../support/problem.ts";
+import { envWith, freshKey, request } from "./helpers.ts";
+
+describe("penalty", () => {
+  it("refusals answered here and at the object add up; the block is a 429 with reason penalty, from the cache too", async () => {
+    let now = Date.now();
+    const proxy = createProxy({ clock: () => now });
+    const TOKEN = "penalty-token";
+    const e = envWith(
+      {
+        limits: [{ limit: 1, window: "1m" }],
+        leases: false,
+        penalty: { after: 4, within: "1m", block: "10m" },
+      },
+      { ADMIN_TOKEN: TOKEN },
+    );
+    const key = freshKey();
+    const reasons: string[] = [];
+    const send = async () => {
+      const res = await proxy.handle(request(key), e, { onDecision: (r) => reasons.push(r.reason) });
+      return res;
+    };
+    expect((await send()).status).toBe(200);
+    // The grant said nothing is left: the next requests are refused here, from the deny cache.
+    for (let i = 0; i < 3; i++) expect((await problemOf(await send(), 429)).reason).toBe("cached_denial");
+    expect(reasons).toEqual(["granted", "cached_denial", "cached_denial", "cached_denial"]);
+    // The cached denial is re-checked after a second: that call reports the three refusals answered here, and
+    // with its own refusal they are four.
+    now += 1_001;
+    const blocked = await send();
+    const body = await problemOf(blocked, 429);
+    expect(body).toMatchObject({ reason: "penalty" });
+    expect(body.detail).toMatch(/^This API key is blocked for a while after repeated requests over its limit/);
+    expect(Number(blocked.headers.get("Retry-After"))).toBeGreaterThan(590);
+    // While it lasts the isolate answers it itself.
+    expect((await problemOf(await send(), 429)).reason).toBe("penalty");
+    expect(reasons.slice(-2)).toEqual(["penalty", "penalty"]);
+
+    const admin = (action: string) =>
+      proxy.handle(
+        new Request(`https://limiter.example/__limiter/${action}`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+          body: JSON.stringify({ key }),
+        }),
+        e,
+      );
+    const status = (await (await admin("status")).json()) as { block: { cause: string } | null };
+    expect(status.block?.cause).toBe("penalty");
+    expect((await admin("unblock")).status).toBe(200);
+    const lifted = (await (await admin("status")).json()) as { block: unknown };
+    expect(lifted.block).toBeNull();
+  });
+
+  it("a plan with penalty = false is never penalised", async () => {
+    let now = Date.now();
+    const proxy = createProxy({ clock: () => now });
+    const e = envWith({
+      limits: [{ limit: 1, window: "1m" }],
+      leases: false,
+      penalty: { after: 1, within: "1m", block: "10m" },
+      plans: [{ name: "srv", key_prefix: "srv_", limits: [{ limit: 1, window: "1m" }], penalty: false }],
+    });
+    const key = freshKey("srv_");
+    await proxy.handle(request(key), e);
+    for (let i = 0; i < 3; i++) {
+      now += 1_001;
+      expect((await problemOf(await proxy.handle(request(key), e), 429)).reason).toBe("over_limit");
+    }
+  });
+});
