@@ -48,6 +48,21 @@ describe("clientOf", () => {
     expect(clientOf("::ffff:192.0.2.1")).not.toBe(clientOf("::ffff:192.0.2.2"));
   });
 
+  it("the canonical form compresses the longest run of zero hextets (the first of equal ones), never a single one", () => {
+    expect(clientOf("2001:0:0:1:0:0:0:1", 128)).toBe("2001:0:0:1::1/128");
+    expect(clientOf("1:0:0:2:0:0:3:4", 128)).toBe("1::2:0:0:3:4/128");
+    expect(clientOf("2001:db8:0:1:1:1:1:1", 128)).toBe("2001:db8:0:1:1:1:1:1/128");
+    expect(clientOf("1:2:3:4:5:6:7:0", 128)).toBe("1:2:3:4:5:6:7:0/128");
+    expect(clientOf("1:2:3:4:5:6:0:0", 128)).toBe("1:2:3:4:5:6::/128");
+    expect(clientOf("0:0:1:2:3:4:5:6", 128)).toBe("::1:2:3:4:5:6/128");
+  });
+
+  it("only ::ffff:0:0/96 is IPv4-mapped: its neighbours are IPv6", () => {
+    expect(clientOf("::fffe:192.0.2.1", 128)).toBe("::fffe:c000:201/128");
+    expect(clientOf("::1:ffff:192.0.2.1", 128)).toBe("::1:ffff:c000:201/128");
+    expect(clientOf("1::ffff:192.0.2.1", 128)).toBe("1::ffff:c000:201/128");
+  });
+
   it("::, ::1 and a zone id", () => {
     expect(clientOf("::")).toBe("::/56");
     expect(clientOf("::1")).toBe("::/56");
@@ -85,6 +100,11 @@ describe("clientOf", () => {
       "[2001:db8::1]",
       "2001:db8::1/64",
       "a".repeat(65),
+      `1:2:3:4:5:6:7:8%${"z".repeat(40)}`,
+      "1:2:3:4:5:6:7:8:9",
+      "1:2:3:4:5:6:7::8",
+      "::1:2:3:4:5:6:7:8",
+      "1::2::3",
     ]) {
       expect(clientOf(bad), String(bad)).toBeNull();
     }

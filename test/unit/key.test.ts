@@ -173,6 +173,7 @@ describe("object names", () => {
       { ...base, plans: [{ name: "p", key_prefix: "q_", limits: [{ limit: 1, window: "1s" }] }] },
       { ...base, plans: [{ name: "p", key_prefix: "p_", unlimited: true }] },
       { ...base, routes: [{ name: "r", limits: [{ limit: 1, window: "1s" }] }] },
+      { ...base, routes: [{ name: "r", limits: [{ limit: 2, window: "1s" }] }] },
       { ...base, anonymous: { limits: [{ limit: 1, window: "1s" }] } },
     ].map(name);
     expect(new Set([a, ...others]).size).toBe(others.length + 1);

@@ -145,10 +145,38 @@ describe("bothOf", () => {
     expect(r).toMatchObject({ allowed: false, reason: "over_limit", refusedBy: "key", retryAfterMs: 9000 });
   });
 
+  it("shadow mode: allowed, reason shadow, the wait the limits would impose; unknown states left out of RateLimit", () => {
+    const shadowed = config({ ip: { limits: [{ limit: 3, window: "1m" }] }, shadow: true });
+    const over = resultOf(shadowed, {
+      plan: shadowed.ip?.plan as Plan,
+      shown: shadowed.ip?.plan.limits ?? [],
+      cost: 1,
+      reason: "over_limit",
+      fits: false,
+      states: [null],
+      exceeded: [true],
+      retryAfterMs: 3000,
+      at: AT,
+    });
+    const r = bothOf(key(), over, shadowed);
+    expect(r).toMatchObject({ allowed: true, reason: "shadow", refusedBy: null, retryAfterMs: 3000 });
+    expect(r.headers.get("RateLimit")).toBe('"per-minute";r=9;t=60');
+    expect(r.headers.get("Retry-After")).toBeNull();
+  });
+
   it("one budget unavailable: no rate-limit fields", () => {
     const down = key({ reason: "limiter_timeout", fits: false });
     const r = bothOf(down, address(true), c);
     expect(r).toMatchObject({ allowed: false, reason: "limiter_timeout", refusedBy: "key" });
     expect(Object.fromEntries(r.headers)).toEqual({ "retry-after": "1" });
+    const addressDown = resultOf(c, {
+      plan: c.ip?.plan as Plan,
+      shown: [],
+      cost: 1,
+      reason: "limiter_error",
+      fits: false,
+      at: AT,
+    });
+    expect(Object.fromEntries(bothOf(key(), addressDown, c).headers)).toEqual({ "retry-after": "1" });
   });
 });
