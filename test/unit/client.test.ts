@@ -23,6 +23,8 @@ class Store {
   readonly logs = new Map<string, KeyLog>();
   /** An operator's block per object name: its end (ms). */
   readonly blocks = new Map<string, number>();
+  /** Object names whose block is a penalty (the object says so with `blockCause`). */
+  readonly penalties = new Set<string>();
   /** An operator's override per object name: the limits decided against instead. */
   readonly overrides = new Map<string, NamedLimit[]>();
   readonly calls: { name: string; method: string; ask?: Ask; units?: number; settle?: readonly Settlement[] }[] = [];
@@ -48,7 +50,9 @@ class Store {
   #decide(name: string, limits: readonly LimitSpec[], decide: (log: KeyLog) => Decision, cost: number): Decision {
     const log = this.log(name, limits);
     const until = this.blocks.get(name);
-    const d = until !== undefined && until > this.now() ? log.refuse(this.now(), cost, until) : decide(log);
+    const blocked = until !== undefined && until > this.now();
+    const refused = blocked ? log.refuse(this.now(), cost, until) : decide(log);
+    const d: Decision = blocked && this.penalties.has(name) ? { ...refused, blockCause: "penalty" } : refused;
     const override = this.overrides.get(name);
     return override ? { ...d, limitsOverride: override } : d;
   }
@@ -661,5 +665,68 @@ describe("no waiting behind other requests", () => {
     expect(gate.takes).toBe(4);
     gate.release();
     expect((await Promise.all(all)).map((r) => r.reason)).toEqual(Array(4).fill("granted"));
+  });
+});
+
+describe("penalties (the client's part)", () => {
+  const penalty = { after: 5, within: "1m", block: "10m" };
+
+  it("every call carries the plan's penalty and the refusals answered from the deny cache since the last call", async () => {
+    const t = setup({ limits: [{ limit: 1, window: "1m" }], leases: { enabled: false }, penalty });
+    expect((await t.limit()).reason).toBe("granted");
+    for (let i = 0; i < 3; i++) expect((await t.limit()).reason).toBe("cached_denial");
+    t.advance(1_001);
+    await t.limit();
+    const asks = t.store.calls.filter((c) => c.method === "take").map((c) => c.ask);
+    const spec = { after: 5, withinMs: 60_000, blockMs: 600_000, maxBlockMs: null };
+    expect(asks).toEqual([
+      expect.objectContaining({ penalty: spec, refused: 0 }),
+      expect.objectContaining({ penalty: spec, refused: 3 }),
+    ]);
+    // Reported once: the next call starts from none.
+    t.advance(1_001);
+    await t.limit();
+    expect(t.store.calls.filter((c) => c.method === "take").at(-1)?.ask).toMatchObject({ refused: 0 });
+  });
+
+  it("without a penalty the asks carry none; refusals while blocked are not counted", async () => {
+    const t = setup({ limits: [{ limit: 1, window: "1m" }], leases: { enabled: false } });
+    await t.limit();
+    await t.limit();
+    t.advance(1_001);
+    await t.limit();
+    for (const c of t.store.calls) expect(c.ask).not.toHaveProperty("penalty");
+
+    const p = setup({ limits: [{ limit: 5, window: "1m" }], leases: { enabled: false }, penalty });
+    p.store.blocks.set("key:a", T0 + 90_000);
+    await p.limit();
+    for (let i = 0; i < 4; i++) expect((await p.limit()).reason).toBe("blocked");
+    p.advance(1_001);
+    await p.limit();
+    expect(p.store.calls.filter((c) => c.method === "take").at(-1)?.ask).toMatchObject({ refused: 0 });
+  });
+
+  it("a block the object calls a penalty is answered as one, also from the deny cache", async () => {
+    const t = setup({ limits: [{ limit: 5, window: "1m" }], leases: { enabled: false }, penalty });
+    t.store.blocks.set("key:a", T0 + 600_000);
+    t.store.penalties.add("key:a");
+    const first = await t.limit();
+    expect(first).toMatchObject({ allowed: false, reason: "penalty", retryAfterMs: 600_000 });
+    expect(first.headers.get("Retry-After")).toBe("600");
+    expect((await t.limit()).reason).toBe("penalty");
+    expect(t.store.count("take")).toBe(1);
+  });
+
+  it("a retried call carries no refusal count (the first try may have counted them)", async () => {
+    const t = setup({ limits: [{ limit: 1, window: "1m" }], leases: { enabled: false }, penalty });
+    await t.limit();
+    await t.limit();
+    await t.limit();
+    t.advance(1_001);
+    t.store.fail = { retryable: true };
+    t.store.failures = 1;
+    await t.limit();
+    const takes = t.store.calls.filter((c) => c.method === "take").map((c) => c.ask?.refused);
+    expect(takes.slice(-2)).toEqual([2, 0]);
   });
 });
