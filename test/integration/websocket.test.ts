@@ -2,7 +2,11 @@
 // 101 with its socket, the frames relayed both ways), decided and counted like any request of its key, and a refused
 // upgrade gets the usual 429 without reaching the origin. (Upgrade stays a hop-by-hop field for everything else:
 // test/integration/proxy.test.ts.)
+import { env } from "cloudflare:workers";
+import { Hono } from "hono";
+import { upgradeWebSocket } from "hono/cloudflare-workers";
 import { describe, expect, it } from "vitest";
+import { type RateLimitVariables, rateLimit } from "../../src/hono.ts";
 import { problemOf } from "../support/problem.ts";
 import { arrivalsFor, envWith, freshKey, handle, request } from "./helpers.ts";
 
@@ -48,5 +52,31 @@ describe("WebSockets through the proxy", () => {
     const refused = await handle(upgrade(key), e);
     expect((await problemOf(refused, 429)).violated_policies).toEqual(["per-minute"]);
     expect(await arrivalsFor(key)).toHaveLength(1);
+  });
+});
+
+describe("WebSockets behind the hono middleware", () => {
+  it("an upgrade is decided and counted like any request; its 101 keeps its socket and gets the RateLimit headers", async () => {
+    const app = new Hono<{ Variables: RateLimitVariables }>();
+    app.use("/ws", rateLimit({ limits: [{ limit: 1, window: "1m" }], leases: false }));
+    app.get(
+      "/ws",
+      upgradeWebSocket(() => ({
+        onMessage: (event, ws) => ws.send(`echo ${String(event.data)}`),
+      })),
+    );
+    const key = freshKey();
+    const open = () =>
+      app.request("/ws", { headers: { upgrade: "websocket", "x-api-key": key } }, { LIMITER: env.LIMITER });
+    const res = await open();
+    expect(res.status).toBe(101);
+    expect(res.headers.get("RateLimit")).toBe('"per-minute";r=0;t=60');
+    const ws = res.webSocket as WebSocket;
+    ws.accept();
+    const echo = nextMessage(ws);
+    ws.send("ping");
+    expect(await echo).toBe("echo ping");
+    ws.close(1000, "done");
+    expect((await problemOf(await open(), 429)).violated_policies).toEqual(["per-minute"]);
   });
 });
