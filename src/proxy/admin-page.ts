@@ -137,7 +137,7 @@ function render(s) {
   $("key-id").textContent = s.key_id + (s.stored ? "" : " (no stored state)");
   $("plan").textContent = s.plan + (s.unlimited ? " (unlimited)" : "");
   const block = $("block");
-  block.replaceChildren(s.block ? el("span", { class: "badge bad" }, "blocked until " + new Date(s.block.until_ms).toLocaleString() + " (" + ms(s.block.remaining_ms) + " left)") : el("span", { class: "badge" }, "none"));
+  block.replaceChildren(s.block ? el("span", { class: "badge bad" }, (s.block.cause === "penalty" ? "penalty: " : "") + "blocked until " + new Date(s.block.until_ms).toLocaleString() + " (" + ms(s.block.remaining_ms) + " left)") : el("span", { class: "badge" }, s.refusals ? s.refusals + " refusals towards a penalty" : "none"));
   const ov = $("override");
   ov.replaceChildren(s.override ? el("span", { class: "badge warn" }, s.override.limits.map((l) => l.limit + " per " + ms(l.window_ms)).join(", ") + (s.override.expires ? " until " + new Date(s.override.expires_ms).toLocaleString() : " (no expiry)")) : el("span", { class: "badge" }, "none"));
   $("now").textContent = s.now ? new Date(s.now_ms).toLocaleString() : "—";
