@@ -7,13 +7,13 @@
 
 import { clientOf } from "../address.ts";
 import { withDeadline } from "../client/policy.ts";
-import { planForKey, routeBudget } from "../config/lookup.ts";
+import { routeBudget } from "../config/lookup.ts";
 import { parseLimits } from "../config/parse.ts";
 import { type AddressBudget, type Config, ConfigError, type Limit, type Plan } from "../config/types.ts";
 import type { LimitStatus, NamedLimit } from "../core/decision.ts";
 import { describe, parseDuration } from "../core/duration.ts";
 import { HttpError, problem } from "../http.ts";
-import { BEARER, type Identity, identify, KEY_CHARS, objectName } from "../key.ts";
+import { BEARER, checkKey, type Identity, identify, objectName } from "../key.ts";
 import { type KeyStatus, MAX_TIME_MS, type Override, type RateLimiter } from "../object/index.ts";
 import { keyId, logEvent } from "../telemetry.ts";
 import { adminPage } from "./admin-page.ts";
@@ -325,24 +325,15 @@ function unprocessable(detail: string): HttpError {
 function identified(value: unknown, config: Config): Identity {
   if (value === undefined) throw bad('key: required, e.g. {"key": "live_abc"}');
   if (typeof value !== "string" || value === "") throw bad(`key: expected a non-empty string, got ${describe(value)}`);
-  if (value.length > config.key.maxLength)
-    throw bad(`key: longer than RATE_LIMIT.key.max_length (${config.key.maxLength})`);
-  if (!KEY_CHARS.test(value))
-    throw bad("key: printable ASCII only, without spaces or commas (no request can carry this key)");
-  if (config.key.pattern && !config.key.pattern.test(value)) {
-    throw new HttpError(
-      422,
-      "Unprocessable Content",
-      "key: does not match RATE_LIMIT.key.pattern; its requests get 401 and it has no state.",
-    );
+  try {
+    checkKey(value, "the body", config.key.maxLength);
+    return identify(config, value, null);
+  } catch (e) {
+    if (!(e instanceof HttpError)) throw e;
+    // A malformed key (400), or one the Worker refuses with 401 (no plan, not key.pattern): no request can use it.
+    if (e.status === 400) throw bad(`key: ${e.message}`);
+    throw unprocessable(`key: ${e.message} Its requests get 401 and it has no state.`);
   }
-  if (!planForKey(config, value))
-    throw new HttpError(
-      422,
-      "Unprocessable Content",
-      "key: matches no plan; its requests get 401 and it has no state.",
-    );
-  return identify(config, value, null);
 }
 
 /**
