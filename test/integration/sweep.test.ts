@@ -97,14 +97,17 @@ describe.each([
     expect(run.statuses.every((s) => s === 200 || s === 429)).toBe(true);
     const ok = run.statuses.filter((s) => s === 200).length;
     expect(ok).toBe(run.grants.length);
-    expect(run.statuses.length - ok).toBeGreaterThan(0);
+    // The run is an overload when the exact limiter, deciding at the send times, refuses some: then so does this
+    // one. (A machine too busy to send past the limit — the 400/2s case needs over 200 requests a second — makes no
+    // overload; the margin keeps a refusal at a window's edge, where a decision a moment later may pass, out of it.)
+    const best = ideal(specs, run.sentAt);
+    if (run.sentAt.length - best > 10) expect(run.statuses.length - ok).toBeGreaterThan(0);
 
     // Strictness: every window (t − W, t] ending at a grant holds at most N — so does every window.
     expect(sweepViolation(run.grants, specs)).toBeNull();
     // Nothing lost, nothing doubled: the origin saw exactly the grants.
     expect(await arrivalsFor(key)).toHaveLength(ok);
     // Utilisation: at least `share` of what an exact limiter grants for the same request times.
-    const best = ideal(specs, run.sentAt);
     console.info(
       `sweep: ${run.sentAt.length} requests, ${ok} granted (${run.leased} from leases), exact limiter ${best}`,
     );
