@@ -182,8 +182,10 @@ export class RateLimiter extends DurableObject<unknown> {
     if (count === 0) return null;
     const { state, blockUntil } = refused(this.#penalty, spec, now, count, now + decision.retryAfterMs);
     this.#penalty = { ...state, withinMs: spec.withinMs };
-    this.#setMeta("penalty", JSON.stringify(this.#penalty));
+    // Refusals are counted in memory (a refusal writes no row); only a block, and the length a repeat doubles, are
+    // stored. An object evicted while idle (~10 s without calls) forgets refusals not yet a block: nobody hammered.
     if (blockUntil === null) return null;
+    this.#setMeta("penalty", JSON.stringify(this.#penalty));
     const until = Math.min(blockUntil, MAX_TIME_MS);
     this.#blockUntil = until;
     this.#blockCause = "penalty";

@@ -17,6 +17,8 @@ describe("penalty", () => {
     expect((await o.take(perSecond, 1, { penalty })).blockCause).toBeUndefined();
     o.at(T0 + 20);
     expect((await o.take(perSecond, 1, { penalty })).blockCause).toBeUndefined();
+    // Refusals are counted in memory: a refusal still writes nothing.
+    expect((await o.stored()).meta.map((m) => (m as { k: string }).k)).not.toContain("penalty");
     o.at(T0 + 30);
     const third = await o.take(perSecond, 1, { penalty });
     expect(third).toMatchObject({ allowed: false, blockCause: "penalty", blockedBy: T0 + 30 + 60_000 });
