@@ -79,6 +79,7 @@ export function rateLimit<E extends Env = Env>(
         method: c.req.method,
         path: () => normalized(new URL(c.req.url).pathname, config).match,
         bg: background(c),
+        inFlight: true,
       });
     } catch (e) {
       if (e instanceof HttpError)
@@ -89,10 +90,19 @@ export function rateLimit<E extends Env = Env>(
     const { result } = decided;
     c.set("rateLimit", result);
     if (!result.allowed) return handler ? handler(ctx, result) : refusal(result);
-    await next();
-    setHeaders(c, result.headers);
-    // The response stands whatever happens to the refund: units not given back count until they leave the window.
-    if (refund && (await refund(ctx))) await pipeline.refund(ns, result);
+    const bg = background(c);
+    try {
+      await next();
+      setHeaders(c, result.headers);
+      // The response stands whatever happens to the refund: units not given back count until they leave the window.
+      if (refund && (await refund(ctx))) await pipeline.refund(ns, result);
+    } catch (e) {
+      await pipeline.release(result);
+      throw e;
+    }
+    // With `concurrency`, the request's slot is freed once the handler's response has ended (or its socket closed).
+    const sent = pipeline.sent(result, c.res, bg);
+    if (sent !== c.res) c.res = sent;
   };
 }
 

@@ -1,6 +1,6 @@
 /**
  * @module The library (package export `.`): `createLimiter` for any Worker — `limit()`, `peek()`,
- * `refund()`, `reset()` — and the `RateLimiter` Durable Object class to bind in wrangler.toml.
+ * `refund()`, `reset()`, `acquire()` — and the `RateLimiter` Durable Object class to bind in wrangler.toml.
  *
  * ```ts
  * import { createLimiter, RateLimiter } from "strict-edge-rate-limiter";
@@ -52,6 +52,9 @@ export interface PlanSetting {
   readonly ip?: AddressSetting | false;
   /** The plan's own penalty in place of the top-level one; `false`: none for its keys. */
   readonly penalty?: PenaltySetting | false;
+  /** The plan's own concurrency in place of the top-level one; `false`: none for its keys. */
+  readonly concurrency?: number | false;
+  readonly concurrency_timeout?: Duration;
 }
 
 /**
@@ -100,6 +103,10 @@ export interface LimiterSettings {
   readonly ipv6_subnet?: number;
   /** Blocks a key for a while after repeated refusals (plans inherit it). */
   readonly penalty?: PenaltySetting;
+  /** At most this many of a key's requests in flight at once, held by `acquire()` and the hono middleware (plans inherit it). */
+  readonly concurrency?: number;
+  /** How long a slot whose holder vanished stays taken (default `"60s"`, 1s to 1d). */
+  readonly concurrency_timeout?: Duration;
   /**
    * Routes with their own budget per key (docs/configuration.md, "Per-route budgets"): `limit(…, { route })` names
    * one; the hono middleware matches `method` and `path` when it is given no `route`.
@@ -168,6 +175,15 @@ export interface LimitCallOptions {
   readonly ip?: string | null;
 }
 
+/** A decision that may hold a concurrency slot ({@link Limiter.acquire}). */
+export interface Slot extends RateLimitResult {
+  /**
+   * Frees the slot, once (later calls do nothing). Resolves false when it held none, or when the key's object did
+   * not answer (logged as `slot_release_failed`: the slot is then freed by `concurrency_timeout`). Never rejects.
+   */
+  release(): Promise<boolean>;
+}
+
 /** A limiter: one client (its leases and deny cache) for one configuration. */
 export interface Limiter {
   /** The parsed configuration. */
@@ -193,6 +209,17 @@ export interface Limiter {
    * @throws RangeError for a cost that is not a whole number ≥ 1, or a route no plan has
    */
   limit(env: object, key: string, options?: LimitCallOptions): Promise<RateLimitResult>;
+  /**
+   * Decides one request as {@link limit} does and, for a key whose plan has `concurrency`, takes one of its slots
+   * (docs/configuration.md, "Concurrency"): at most `concurrency` of the key's requests hold one at once; a request
+   * finding them all held is refused at once (`reason: "concurrency"`, `retryAfterMs` 1000) and not counted.
+   * Call `release()` when the request's work has ended (in a `finally`): a slot not released is freed only
+   * `concurrency_timeout` after this isolate stops renewing it. For a plan without `concurrency`, `release()` does
+   * nothing.
+   *
+   * @throws as {@link limit}
+   */
+  acquire(env: object, key: string, options?: LimitCallOptions): Promise<Slot>;
   /** What a request of `cost` (default 1) would get now, consuming nothing (`reason: "peek"` when it would pass). */
   peek(env: object, key: string, options?: Omit<LimitCallOptions, "ctx">): Promise<RateLimitResult>;
   /**
@@ -258,23 +285,31 @@ export function createLimiter(options: LimiterOptions): Limiter {
     return key;
   };
 
+  const decide = async (env: object, key: string, options: LimitCallOptions, inFlight: boolean) => {
+    const { cost = 1, ctx, route, ip } = options;
+    const asking = {
+      key: keyOf(key),
+      cost: checked(cost),
+      bg: bgOf(ctx),
+      inFlight,
+      ...(route === undefined ? {} : { route }),
+      ...(ip === undefined || ip === null ? {} : { ip }),
+    };
+    const decided = await pipeline.decide(env, namespace(env), asking);
+    // A cost of at least 1 is always decided.
+    return (decided as NonNullable<typeof decided>).result;
+  };
+
   return {
     config,
     binding,
     name,
     pipeline,
     identify: (key, ip = null) => pipeline.identify(key === null ? null : keyOf(key), ip),
-    async limit(env, key, { cost = 1, ctx, route, ip } = {}) {
-      const asking = {
-        key: keyOf(key),
-        cost: checked(cost),
-        bg: bgOf(ctx),
-        ...(route === undefined ? {} : { route }),
-        ...(ip === undefined || ip === null ? {} : { ip }),
-      };
-      const decided = await pipeline.decide(env, namespace(env), asking);
-      // A cost of at least 1 is always decided.
-      return (decided as NonNullable<typeof decided>).result;
+    limit: (env, key, options = {}) => decide(env, key, options, false),
+    async acquire(env, key, options = {}) {
+      const result = await decide(env, key, options, true);
+      return Object.assign(result, { release: () => pipeline.release(result) });
     },
     async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);

@@ -12,6 +12,7 @@ import { bothOf, type RateLimitResult } from "./client/result.ts";
 import { costFor, routeFor } from "./config/lookup.ts";
 import { type AddressBudget, ConfigError, type LimiterConfig, type Plan, type Route } from "./config/types.ts";
 import { checkKey, type Identity, identify, noClientAddress, objectName } from "./key.ts";
+import { untilEnd } from "./response-end.ts";
 import { keyId, logEvent, recordDecision, type TelemetryEnv } from "./telemetry.ts";
 
 type Maybe<T> = T | Promise<T>;
@@ -37,6 +38,11 @@ export interface Asking {
   readonly path?: () => string;
   /** The runtime's `waitUntil`: lease refills, give-backs and refunds outlive the response. */
   readonly bg?: Background;
+  /**
+   * The adapter frees the request's concurrency slot when its response has ended ({@link Pipeline.sent},
+   * {@link Pipeline.release}): with a plan's `concurrency`, a granted request takes one.
+   */
+  readonly inFlight?: boolean;
 }
 
 /** A request's decision and the identity it was made for (what a refund needs). */
@@ -56,6 +62,8 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   readonly scope: string | null;
   /** The key's and the address's results behind a result decided by both (what its refund gives back). */
   readonly #parts = new WeakMap<RateLimitResult, readonly [RateLimitResult, RateLimitResult]>();
+  /** The key's result behind a result decided by both, which holds the request's concurrency slot. */
+  readonly #slotHolder = new WeakMap<RateLimitResult, RateLimitResult>();
 
   constructor(client: LimiterClient<C>, scope: string | null) {
     this.config = client.config;
@@ -107,7 +115,7 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     const budget = key === null || asking.ip === undefined ? null : (identity.plan.ip ?? null);
     const result = budget
       ? await this.#decideBoth(ns, identity, cost, route, budget, asking)
-      : await this.client.limit(ns, identity.name, identity.plan, cost, asking.bg, route);
+      : await this.client.limit(ns, identity.name, identity.plan, cost, asking.bg, route, asking.inFlight);
     observe?.(result, identity.name);
     await recordDecision(env as TelemetryEnv, identity.name, result);
     return { result, identity };
@@ -147,13 +155,33 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   ): Promise<RateLimitResult> {
     const address = this.addressName(budget, asking.ip ?? null);
     const [byKey, byAddress] = await Promise.all([
-      this.client.limit(ns, identity.name, identity.plan, cost, asking.bg, route),
+      this.client.limit(ns, identity.name, identity.plan, cost, asking.bg, route, asking.inFlight),
       this.client.limit(ns, address, budget.plan, cost, asking.bg),
     ]);
     const result = bothOf(byKey, byAddress, this.config);
-    if (byKey.allowed !== byAddress.allowed) await this.refund(ns, byKey.allowed ? byKey : byAddress);
-    else if (result.allowed) this.#parts.set(result, [byKey, byAddress]);
+    if (byKey.allowed !== byAddress.allowed) {
+      await Promise.all([this.refund(ns, byKey.allowed ? byKey : byAddress), this.client.release(byKey)]);
+    } else if (result.allowed) {
+      this.#parts.set(result, [byKey, byAddress]);
+      this.#slotHolder.set(result, byKey);
+    }
     return result;
+  }
+
+  /**
+   * The response to send for a request `decide` granted: when the request holds a concurrency slot, it is freed
+   * once the response has ended — its body streamed to the end, failed, or cancelled by a client that went away, a
+   * WebSocket closed (src/response-end.ts).
+   */
+  sent(result: RateLimitResult, response: Response, bg: Background = {}): Response {
+    const holder = this.#slotHolder.get(result) ?? result;
+    if (!this.client.holdsSlot(holder)) return response;
+    return untilEnd(response, () => this.client.release(holder), bg);
+  }
+
+  /** Frees the concurrency slot a request holds, when it ends without a response to send (an error). Never rejects. */
+  release(result: RateLimitResult): Promise<boolean> {
+    return this.client.release(this.#slotHolder.get(result) ?? result);
   }
 
   /**

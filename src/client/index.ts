@@ -15,6 +15,7 @@ import { keyId, logEvent } from "../telemetry.ts";
 import { type Blocked, DenyCache } from "./deny-cache.ts";
 import type { HeaderState } from "./headers.ts";
 import { sameOverride } from "./held.ts";
+import { InFlight, type SlotAsk } from "./in-flight.ts";
 import {
   type HeldLease,
   IDLE_RETURN_MS,
@@ -72,10 +73,13 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   readonly #refusals = new Map<string, number>();
   /** When this client next looks for idle keys' expired units to give back (its clock, ms). */
   #idleCheckAt = 0;
+  /** Concurrency slots held by granted requests, until released. */
+  readonly #inFlight: InFlight;
 
   constructor(config: C, options: ClientOptions = {}) {
     this.config = config;
     this.#clock = options.clock ?? Date.now;
+    this.#inFlight = new InFlight(config.objectTimeoutMs, (event, name, e) => this.#log(event, name, e, "warn"));
   }
 
   /** The client's clock (ms). */
@@ -110,7 +114,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * Decides a request of `cost` units for the object `name` under `plan`: from a lease this
    * isolate holds, from the deny cache, or from the key's object (which may grant a lease with
    * it). Never rejects: a late or failed object call is a `limiter_timeout` or `limiter_error`
-   * result, allowed as `failure_mode` says.
+   * result, allowed as `failure_mode` says. With `inFlight` and a plan with `concurrency`, a granted request holds a
+   * concurrency slot until {@link release} (such a key is decided at its object per request: no leases).
    *
    * @throws RangeError when `cost` is not a whole number ≥ 1
    */
@@ -121,6 +126,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     cost: number,
     bg: Background = {},
     route: Route | null = null,
+    inFlight = false,
   ): Promise<RateLimitResult> {
     if (!Number.isSafeInteger(cost) || cost < 1) {
       throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)} (peek() reads without consuming)`);
@@ -144,8 +150,28 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         route,
       });
     }
-    if (route) return this.#decideRoute(ns, name, plan, limits, route, cost, bg);
-    return this.#decide(ns, name, plan, limits, cost, bg);
+    const slot = inFlight && plan.concurrency ? this.#inFlight.ask(plan.concurrency) : undefined;
+    if (route) return this.#decideRoute(ns, name, plan, limits, route, cost, bg, slot);
+    return this.#decide(ns, name, plan, limits, cost, bg, slot);
+  }
+
+  /**
+   * Frees the concurrency slot `result` holds (once). Resolves false when it holds none, or when the key's object
+   * did not answer (logged as `slot_release_failed`; the object frees it after `concurrency_timeout`). Never rejects.
+   */
+  async release(result: RateLimitResult): Promise<boolean> {
+    const name = this.#grants.get(result)?.name ?? "unknown";
+    try {
+      return await this.#inFlight.release(result);
+    } catch (e) {
+      this.#log("slot_release_failed", name, e);
+      return false;
+    }
+  }
+
+  /** Whether `result` holds a concurrency slot not yet released. */
+  holdsSlot(result: RateLimitResult): boolean {
+    return this.#inFlight.holds(result);
   }
 
   /**
@@ -253,6 +279,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     route: Route,
     cost: number,
     bg: Background,
+    slot: SlotAsk | undefined,
   ): Promise<RateLimitResult> {
     const now = this.now();
     const cached = routeEntry(name, route);
@@ -266,7 +293,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     }
     let d: Decision;
     try {
-      d = await this.#call(ns, name, limits, this.#penalized(name, plan, { cost }), routeBudget(route));
+      const ask = this.#penalized(name, plan, slot ? { cost, slot } : { cost });
+      d = await this.#call(ns, name, limits, ask, routeBudget(route));
     } catch (e) {
       return this.#failed(plan, cost, e, route);
     }
@@ -274,7 +302,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     this.#observe(ns, name, d, bg);
     const shown = this.#shown(limits, d.limitsOverride, route);
     if (!d.allowed) {
-      const reason = d.blockedBy !== undefined ? blockReason(d) : "over_limit";
+      const reason = refusalReason(d);
       const exceeded = d.limits.map((l) => l.exceeded);
       return this.#result({
         plan,
@@ -299,6 +327,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       at: d.now,
       route,
     });
+    if (slot) this.#inFlight.hold(ns, result, name, slot);
     if (d.recordedAt) {
       this.#grants.set(result, {
         name,
@@ -320,10 +349,12 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     limits: readonly Limit[],
     cost: number,
     bg: Background,
+    slot: SlotAsk | undefined,
   ): Promise<RateLimitResult> {
     let now = this.now();
     const elsewhere: KeySettlements[] = [];
-    const entry = plan.leaseMs > 0 ? this.leases.touch(name, limits, now, elsewhere) : undefined;
+    // A request taking a concurrency slot is decided at the key's object: a lease holds no slots.
+    const entry = plan.leaseMs > 0 && !slot ? this.leases.touch(name, limits, now, elsewhere) : undefined;
     if (now >= this.#idleCheckAt) {
       this.#idleCheckAt = now + IDLE_RETURN_MS;
       this.leases.idle(now, elsewhere);
@@ -362,7 +393,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         ? this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now, ringSlackMs(limits))
         : undefined;
     const sentAt = now;
-    const ask = this.#ask(entry, want, cost, now);
+    const ask = slot ? { ...this.#ask(entry, want, cost, now), slot } : this.#ask(entry, want, cost, now);
     const call = entry && ask.leaseUnits ? this.leases.calling(entry, ask.leaseUnits, now) : null;
     let d: Decision;
     try {
@@ -377,7 +408,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     this.#observe(ns, name, d, bg);
     const shown = this.#shown(limits, d.limitsOverride);
     if (!d.allowed) {
-      const reason = d.blockedBy !== undefined ? blockReason(d) : "over_limit";
+      const reason = refusalReason(d);
       const exceeded = d.limits.map((l) => l.exceeded);
       return this.#result({
         plan,
@@ -395,6 +426,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const units = entry ? this.leases.holding(entry, this.now(), d.limitsOverride ?? null) : 0;
     const states = d.limits.map((l) => withLease(l, units));
     const result = this.#result({ plan, shown, cost, reason: "granted", fits: true, states, at: d.now });
+    if (slot) this.#inFlight.hold(ns, result, name, slot);
     if (d.recordedAt) {
       // Recorded with a lease, the cost is refunded through it (it may be settled by then).
       const via = lease && entry ? { held: lease, entry } : { held: null, entry: null };
@@ -640,6 +672,12 @@ function routeEntry(name: string, route: Route): string {
 
 function withLease(l: LimitStatus, units: number): HeaderState {
   return units === 0 ? l : { remaining: l.remaining + units, resetMs: l.resetMs };
+}
+
+/** The reason of the object's refusal: a block's, a full concurrency, or the limits. */
+function refusalReason(d: Decision): Reason {
+  if (d.blockedBy !== undefined) return blockReason(d);
+  return d.concurrencyFull ? "concurrency" : "over_limit";
 }
 
 /** The reason of a refusal by a block: a penalty's, or an operator's. */

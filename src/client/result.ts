@@ -14,6 +14,8 @@ export type Reason =
   | "leased"
   /** A limit refused it. */
   | "over_limit"
+  /** The key's requests in flight filled its `concurrency`: refused at once, nothing recorded. */
+  | "concurrency"
   /** An operator blocked the key. */
   | "blocked"
   /** The key is blocked for a while after repeated refusals (`penalty`). */

@@ -27,6 +27,8 @@ export interface LimiterStub {
     route?: RouteBudget,
   ): Promise<number>;
   settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): Promise<number>;
+  release(id: string): Promise<boolean>;
+  renew(id: string, timeoutMs: number): Promise<boolean>;
   peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget): Promise<Decision>;
   reset(limits: readonly LimitSpec[], buckets: number, routes?: readonly RouteBudget[]): Promise<unknown>;
 }

@@ -7,6 +7,7 @@
 import { describe, formatDuration, parseDuration } from "../core/duration.ts";
 import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "../core/limits.ts";
 import type { PenaltySpec } from "../core/penalty.ts";
+import type { ConcurrencySpec } from "../core/slots.ts";
 import { ESCAPED_SLASHES, type EscapedSlashes, normalizePath } from "../path.ts";
 import {
   array,
@@ -56,6 +57,8 @@ export const LIMITER_FIELDS = [
   "ip",
   "ipv6_subnet",
   "penalty",
+  "concurrency",
+  "concurrency_timeout",
 ] as const;
 
 /** The settings only the proxy reads. */
@@ -110,6 +113,7 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
   const ip = rl.ip === undefined ? null : parseAddressBudget(rl.ip, `${root}.ip`, "addr", leases);
   if (rl.penalty === false) throw new ConfigError(`${root}.penalty: leave it out for no penalty (false is for a plan)`);
   const penalty = rl.penalty === undefined ? null : parsePenalty(rl.penalty, `${root}.penalty`);
+  const concurrency = parseConcurrency(rl, root, null, false);
   const plans = optionalArray(rl.plans, `${root}.plans`).map((p, i) => {
     const field = `${root}.plans[${i}]`;
     const plan = parsePlan(p, field, key.maxLength, leases, root, routes, routePaths, ip);
@@ -125,7 +129,11 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
         : own === undefined
           ? penalty
           : parsePenalty(own, `${field}.penalty`);
-    return { ...plan, penalty: spec };
+    return {
+      ...plan,
+      penalty: spec,
+      concurrency: plan.limits === null ? null : parseConcurrency(p as Obj, field, concurrency, true),
+    };
   });
   const names = new Set<string>();
   for (const [i, p] of plans.entries()) {
@@ -153,6 +161,7 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
             `${root}.ip`,
           ),
           penalty,
+          concurrency,
         };
   if (!defaultPlan && plans.length === 0) {
     throw new ConfigError(`${root}.limits: required (or give ${root}.plans); without limits nothing would be limited`);
@@ -173,7 +182,7 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
       null,
       `${root}.anonymous`,
     );
-    anonymous = { ...anonymous, penalty };
+    anonymous = { ...anonymous, penalty, concurrency };
   }
 
   const takers = optionalArray(rl.plans, `${root}.plans`).filter((p) => {
@@ -230,6 +239,53 @@ function parsePenalty(value: unknown, field: string): PenaltySpec {
     );
   }
   return { after, withinMs, blockMs, maxBlockMs };
+}
+
+/** The most requests `concurrency` may let be in flight at once per key. */
+export const MAX_CONCURRENCY = 10_000;
+
+/**
+ * `concurrency = N` (false: none, in a plan) and `concurrency_timeout`: at most N of a key's requests in flight at
+ * once, a slot whose holder vanished free again after the timeout (default 60 s). In a plan, its own `concurrency`
+ * replaces `inherited` (the top-level one); its own `concurrency_timeout` replaces the inherited timeout.
+ */
+function parseConcurrency(
+  t: Obj,
+  field: string,
+  inherited: ConcurrencySpec | null,
+  inPlan: boolean,
+): ConcurrencySpec | null {
+  const n = t.concurrency;
+  if (n === false && !inPlan) {
+    throw new ConfigError(`${field}.concurrency: leave it out for no concurrency limit (false is for a plan)`);
+  }
+  if (n === false) {
+    if (t.concurrency_timeout !== undefined) {
+      throw new ConfigError(`${field}.concurrency_timeout: the plan has no concurrency limit (concurrency = false)`);
+    }
+    return null;
+  }
+  const timeoutMs =
+    t.concurrency_timeout === undefined
+      ? (inherited?.timeoutMs ?? DEFAULTS.concurrencyTimeoutMs)
+      : wrap(() => parseDuration(t.concurrency_timeout, `${field}.concurrency_timeout`));
+  if (timeoutMs < 1_000 || timeoutMs > 86_400_000) {
+    throw new ConfigError(
+      `${field}.concurrency_timeout: expected 1s to 1d (how long a vanished request's slot stays taken), got ${describe(t.concurrency_timeout)}`,
+    );
+  }
+  if (n === undefined) {
+    if (t.concurrency_timeout !== undefined && inherited === null) {
+      throw new ConfigError(`${field}.concurrency_timeout: set only with concurrency (the requests in flight at once)`);
+    }
+    return inherited && { ...inherited, timeoutMs };
+  }
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 1 || n > MAX_CONCURRENCY) {
+    throw new ConfigError(
+      `${field}.concurrency: expected the number of a key's requests in flight at once, 1 to ${MAX_CONCURRENCY}, got ${describe(n)}`,
+    );
+  }
+  return { limit: n, timeoutMs };
 }
 
 /** `ipv6_subnet`: the IPv6 network length clients are counted by. */
@@ -426,7 +482,11 @@ function parsePlan(
   ip: AddressBudget | null,
 ): Plan {
   const p = object(value, field);
-  unknownFields(p, ["name", "key_prefix", "limits", "unlimited", "routes", "ip", "penalty"], field);
+  unknownFields(
+    p,
+    ["name", "key_prefix", "limits", "unlimited", "routes", "ip", "penalty", "concurrency", "concurrency_timeout"],
+    field,
+  );
   const name = nonEmptyString(p.name, `${field}.name`);
   if (!/^[A-Za-z0-9_.-]+$/.test(name)) {
     throw new ConfigError(`${field}.name: use letters, digits, "_", "-" or "." only, got ${JSON.stringify(name)}`);
@@ -451,6 +511,11 @@ function parsePlan(
   }
   if (unlimited && p.routes !== undefined) {
     throw new ConfigError(`${field}.routes: an unlimited plan has no budgets; remove routes or unlimited = true`);
+  }
+  if (unlimited && ((p.concurrency !== undefined && p.concurrency !== false) || p.concurrency_timeout !== undefined)) {
+    throw new ConfigError(
+      `${field}.concurrency: an unlimited plan's keys never consult the limiter; remove concurrency or unlimited = true`,
+    );
   }
   if (unlimited && p.ip !== undefined && p.ip !== false) {
     throw new ConfigError(

@@ -5,6 +5,7 @@
 
 import type { Limit as CoreLimit } from "../core/limits.ts";
 import type { PenaltySpec } from "../core/penalty.ts";
+import type { ConcurrencySpec } from "../core/slots.ts";
 import type { EscapedSlashes } from "../path.ts";
 
 /** A header form, as `RATE_LIMIT.headers` names it. */
@@ -42,6 +43,8 @@ export interface Plan {
   readonly ip?: AddressBudget | null;
   /** Blocks for repeat offenders (`penalty`: the plan's own, else the top-level one); null: none. */
   readonly penalty?: PenaltySpec | null;
+  /** Requests in flight at once per key (`concurrency`: the plan's own, else the top-level one); null: no limit. */
+  readonly concurrency?: ConcurrencySpec | null;
 }
 
 /**
@@ -168,6 +171,8 @@ export const DEFAULTS = {
   adminPath: "/__limiter/",
   headers: "draft-11" as HeaderForm,
   ipv6Subnet: 56,
+  /** How long a slot whose request's isolate vanished stays taken (docs/configuration.md, "Concurrency"). */
+  concurrencyTimeoutMs: 60_000,
   /** Preflights per client address: generous for browsers (which cache one for its `Max-Age`), tight for a flood. */
   preflightLimits: [{ limit: 60, window: "1m" }],
 };

@@ -62,6 +62,11 @@ export interface Decision {
    * report nothing remaining until then, and `retryAfterMs` runs at least to it.
    */
   readonly blockedBy?: number;
+  /**
+   * Present when the key's requests in flight filled its concurrency (docs/configuration.md, "Concurrency"): the
+   * request was refused at once and nothing recorded, though its rate limits (reported in `limits`) would fit it.
+   */
+  readonly concurrencyFull?: true;
   /** `"penalty"` when the block refusing the request is a penalty for repeated refusals (docs/configuration.md, "Penalties"), not an operator's. */
   readonly blockCause?: "penalty";
   /**

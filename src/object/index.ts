@@ -13,6 +13,7 @@ import type { LimitSpec } from "../core/limits.ts";
 import { type Ask, type History, KeyLog, type Settlement } from "../core/log.ts";
 import { NO_PENALTY, type PenaltyState, refused } from "../core/penalty.ts";
 import type { SlotRow } from "../core/ring.ts";
+import { Slots } from "../core/slots.ts";
 
 const UPSERT =
   "INSERT INTO grants (ring, key, ts, cost) VALUES (?, ?, ?, ?) ON CONFLICT (ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
@@ -29,6 +30,25 @@ export const MAX_TIME_MS = Date.UTC(2100, 0, 1);
 /** The decision, saying which override's limits it applied. */
 function withOverride(decision: Decision, override: Override | null): Decision {
   return override ? { ...decision, limitsOverride: override.limits } : decision;
+}
+
+/** The longest `concurrency_timeout` the config takes (1 day), the shortest (1 s). */
+function checkTimeout(ms: unknown): void {
+  if (typeof ms !== "number" || !Number.isSafeInteger(ms) || ms < 1_000 || ms > 86_400_000) {
+    throw new RangeError(`timeoutMs: expected 1000 to 86400000, got ${String(ms)}`);
+  }
+}
+
+/** Checks a slot ask: an id, a limit from 1 to 10,000, a timeout. */
+function checkSlot(slot: { readonly id: unknown; readonly limit: unknown; readonly timeoutMs: unknown }): void {
+  if (typeof slot.id !== "string" || slot.id.length === 0 || slot.id.length > 64) {
+    throw new RangeError("slot.id: expected a request id of 1 to 64 characters");
+  }
+  const n = slot.limit;
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 1 || n > 10_000) {
+    throw new RangeError(`slot.limit: expected 1 to 10000, got ${String(n)}`);
+  }
+  checkTimeout(slot.timeoutMs);
 }
 
 /** Whether `log` was built for these limits (same N, W and tick, in order): else it must be rebuilt. */
@@ -59,6 +79,8 @@ export interface KeyStatus {
   readonly blockCause: "operator" | "penalty" | null;
   /** Refusals counted towards a penalty, still within its span. */
   readonly refusals: number;
+  /** Requests holding a concurrency slot now (docs/configuration.md, "Concurrency"). */
+  readonly inFlight: number;
   /** The override in force, if any (its limits are the ones `decision` reports). */
   readonly override: Override | null;
   /** Grants over the longest window of the limits applied. */
@@ -86,6 +108,8 @@ export class RateLimiter extends DurableObject<unknown> {
   #override: Override | null = null;
   /** Route budgets' logs in memory, by route name (docs/configuration.md, "Per-route budgets"). */
   readonly #routes = new Map<string, KeyLog>();
+  /** Concurrency slots held (docs/configuration.md, "Concurrency"), each stored as a row of `inflight`. */
+  #slots = new Slots();
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
@@ -119,8 +143,14 @@ export class RateLimiter extends DurableObject<unknown> {
       if (route !== undefined) return this.#takeRoute(now, log, override, ask, route);
       if (this.#blockUntil !== null && this.#blockUntil > now)
         return this.#blocked(log.refuse(now, ask.cost, this.#blockUntil), override);
+      if (this.#slotsFull(now, ask, [log])) {
+        return this.#full(now, ask, log.check(now, ask.cost), override, log.idleAt, (until) =>
+          log.refuse(now, ask.cost, until),
+        );
+      }
       const { decision, writes } = log.take(now, ask);
       this.#write(writes);
+      if (decision.allowed) this.#takeSlot(now, ask);
       const penalized = this.#countRefusals(now, ask, decision);
       if (penalized !== null) {
         const out = decision.allowed ? decision : log.refuse(now, ask.cost, penalized);
@@ -148,10 +178,15 @@ export class RateLimiter extends DurableObject<unknown> {
       combine([log.refuse(now, ask.cost, until), routeLog.refuse(now, ask.cost, until)]);
     if (this.#blockUntil !== null && this.#blockUntil > now)
       return this.#blocked(refuseBoth(this.#blockUntil), override);
+    if (this.#slotsFull(now, ask, [log, routeLog])) {
+      const fits = combine([log.check(now, ask.cost), routeLog.check(now, ask.cost)]);
+      return this.#full(now, ask, fits, override, Math.max(log.idleAt, routeLog.idleAt), refuseBoth);
+    }
     const { decision, writes } = takeTogether([log, routeLog], now, ask.cost);
     const [own = [], routed = []] = writes;
     this.#write(own);
     this.#writeRoute(route.name, routed);
+    if (decision.allowed) this.#takeSlot(now, ask);
     const idleAt = Math.max(log.idleAt, routeLog.idleAt);
     const penalized = this.#countRefusals(now, ask, decision);
     if (penalized !== null) {
@@ -159,6 +194,83 @@ export class RateLimiter extends DurableObject<unknown> {
       return this.#armAfter(true, idleAt, this.#blocked(out, override, decision.allowed));
     }
     return this.#armAfter(own.length > 0, idleAt, withOverride(decision, override));
+  }
+
+  /**
+   * Whether `ask` wants a concurrency slot and every one is held by other requests, while its rate limits (all of
+   * `logs`) would grant it: such a request is refused for its concurrency alone. One the limits refuse anyway is
+   * refused by them (a rate refusal says how long to wait, and counts towards a penalty).
+   */
+  #slotsFull(now: number, ask: Ask, logs: readonly KeyLog[]): boolean {
+    const slot = ask.slot;
+    if (slot === undefined) return false;
+    checkSlot(slot);
+    this.#lapseSlots(now);
+    return !this.#slots.fits(now, slot.id, slot) && logs.every((l) => l.check(now, ask.cost).allowed);
+  }
+
+  /**
+   * The refusal of a request that found every slot held (`fits`: what its rate limits say), nothing recorded. It is
+   * no refusal towards a penalty, but the refusals the caller reports with it are: when they complete one, the
+   * request is refused by the block (`refuse` until its end).
+   */
+  #full(
+    now: number,
+    ask: Ask,
+    fits: Decision,
+    override: Override | null,
+    idleAt: number,
+    refuse: (until: number) => Decision,
+  ): Decision | Promise<Decision> {
+    const out: Decision = {
+      ...fits,
+      allowed: false,
+      retryAfterMs: 1_000,
+      blockedUntil: fits.now,
+      lease: null,
+      concurrencyFull: true,
+    };
+    const penalized = this.#countRefusals(now, ask, out);
+    if (penalized === null) return withOverride(out, override);
+    return this.#armAfter(true, idleAt, this.#blocked(refuse(penalized), override));
+  }
+
+  /** Takes the granted request's slot, when it asked for one, and stores it (#slotsFull found room). */
+  #takeSlot(now: number, ask: Ask): void {
+    if (ask.slot === undefined) return;
+    const taken = this.#slots.take(now, ask.slot.id, ask.slot);
+    if (!taken.held) return;
+    this.#ensureTables();
+    this.#sql.exec("INSERT OR REPLACE INTO inflight (id, expires) VALUES (?, ?)", ask.slot.id, taken.expiresAt);
+  }
+
+  /** Drops the slots lapsed by `now` (their holders vanished) and their rows. */
+  #lapseSlots(now: number): void {
+    for (const id of this.#slots.lapse(now)) this.#sql.exec("DELETE FROM inflight WHERE id = ?", id);
+  }
+
+  /**
+   * Frees the concurrency slot of the request `id` (its response ended, failed, or its client went away). Returns
+   * false when it held none (released already, lapsed, or never taken).
+   */
+  release(id: string): boolean {
+    if (typeof id !== "string") throw new RangeError("id: expected a request's slot id");
+    if (!this.#slots.release(id)) return false;
+    this.#sql.exec("DELETE FROM inflight WHERE id = ?", id);
+    return true;
+  }
+
+  /**
+   * Keeps the slot of the request `id` for `timeoutMs` more: its holder is alive (a long response, an open
+   * WebSocket). Returns false when it holds none any more (lapsed, released): the request goes on without it.
+   */
+  renew(id: string, timeoutMs: number): boolean {
+    if (typeof id !== "string") throw new RangeError("id: expected a request's slot id");
+    checkTimeout(timeoutMs);
+    const until = this.#slots.renew(this.clock(), id, timeoutMs);
+    if (until === null) return false;
+    this.#sql.exec("UPDATE inflight SET expires = ? WHERE id = ?", until, id);
+    return true;
   }
 
   /** A refusal by the block in force, saying what set it (unless `allowed`: a grant made before a penalty began). */
@@ -178,7 +290,8 @@ export class RateLimiter extends DurableObject<unknown> {
     if (spec === undefined) return null;
     const local = ask.refused;
     const count =
-      (decision.allowed || decision.neverAllowed ? 0 : 1) + (Number.isSafeInteger(local) ? (local as number) : 0);
+      (decision.allowed || decision.neverAllowed || decision.concurrencyFull ? 0 : 1) +
+      (Number.isSafeInteger(local) ? (local as number) : 0);
     if (count === 0) return null;
     const { state, blockUntil } = refused(this.#penalty, spec, now, count, now + decision.retryAfterMs);
     this.#penalty = { ...state, withinMs: spec.withinMs };
@@ -273,6 +386,7 @@ export class RateLimiter extends DurableObject<unknown> {
       blockedUntil: this.#blockUntil !== null && this.#blockUntil > now ? this.#blockUntil : null,
       blockCause: this.#blockUntil !== null && this.#blockUntil > now ? this.#blockCause : null,
       refusals: this.#penalty.refusals.filter((t) => t > now - (this.#penalty.withinMs ?? 0)).length,
+      inFlight: this.#slots.heldAt(now),
       override,
       history: { ...log.history(longest, decision.now, buckets), limit: longest },
       stored: this.#tables,
@@ -362,6 +476,7 @@ export class RateLimiter extends DurableObject<unknown> {
       this.#blockCause = "operator";
       this.#penalty = NO_PENALTY;
       this.#override = null;
+      this.#slots = new Slots();
       await this.ctx.storage.deleteAll();
       this.#tables = false;
       return;
@@ -385,7 +500,7 @@ export class RateLimiter extends DurableObject<unknown> {
     const within = this.#penalty.withinMs ?? 0;
     for (const t of [...this.#penalty.refusals, this.#penalty.lastEnd]) if (t > 0) at = Math.max(at, t + within);
     if (this.#override) at = Math.max(at, this.#override.expiresAt ?? Number.POSITIVE_INFINITY);
-    return at;
+    return Math.max(at, this.#slots.lastExpiry);
   }
 
   /** Sets the idle alarm after an operator's change, unless one is set (the alarm re-checks when it fires). */
@@ -423,6 +538,8 @@ export class RateLimiter extends DurableObject<unknown> {
       else if (k === "penalty") this.#penalty = JSON.parse(v) as PenaltyState & { withinMs?: number };
       else this.#override = JSON.parse(v) as Override;
     }
+    const slots = this.#sql.exec<{ id: string; expires: number }>("SELECT id, expires FROM inflight").toArray();
+    this.#slots = new Slots(slots.map((r) => [r.id, r.expires] as const));
   }
 
   #setMeta(k: string, v: string): void {
@@ -453,6 +570,8 @@ export class RateLimiter extends DurableObject<unknown> {
     this.#sql.exec(
       "CREATE TABLE IF NOT EXISTS route_grants (route TEXT NOT NULL, ring INTEGER NOT NULL, key INTEGER NOT NULL, ts INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (route, ring, key)) WITHOUT ROWID",
     );
+    // Concurrency slots held (docs/configuration.md, "Concurrency"): one row per request in flight.
+    this.#sql.exec("CREATE TABLE IF NOT EXISTS inflight (id TEXT PRIMARY KEY, expires INTEGER NOT NULL) WITHOUT ROWID");
     // 0.1.0 kept one 1ms ring in `slots (slot, ts, cost)`: carry its rows over once.
     const old = this.#sql.exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'slots'").toArray();
     if (old.length > 0) {

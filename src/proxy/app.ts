@@ -152,18 +152,25 @@ async function limitAndForward(
       method: request.method,
       path: () => path.match,
       bg: hooks,
+      inFlight: true,
     },
     hooks.onDecision,
   );
   if (!decided) return answer(await forward(request, config, send, url, path.path), false);
   const { result } = decided;
   if (!result.allowed) return answer(refusal(result), true);
-  const response = await forward(request, config, send, url, path.path);
+  let response: Response;
+  try {
+    response = await forward(request, config, send, url, path.path);
+  } catch (e) {
+    hooks.waitUntil?.(pipeline.release(result));
+    throw e;
+  }
   copyHeaders(result.headers, response.headers);
   if (config.refundStatuses.has(response.status)) {
     // Started here, whether or not there is a waitUntil to keep it alive (`?.` would skip the call).
     const refund = pipeline.refund(env.LIMITER, result);
     hooks.waitUntil?.(refund);
   }
-  return answer(response, false);
+  return answer(pipeline.sent(result, response, hooks), false);
 }

@@ -48,7 +48,14 @@ const MINIMUM_LIMITS: Limit[] = [
   { limit: 1000, windowMs: 60_000, tickMs: 1, name: "per-minute" },
 ];
 const MINIMUM_POLICY = '"per-second";q=100;w=1, "per-minute";q=1000;w=60';
-const MINIMUM_PLAN = { limits: MINIMUM_LIMITS, leaseMs: 30_000, routes: [], ip: null, penalty: null };
+const MINIMUM_PLAN = {
+  limits: MINIMUM_LIMITS,
+  leaseMs: 30_000,
+  routes: [],
+  ip: null,
+  penalty: null,
+  concurrency: null,
+};
 /** An address budget as parsed: its limits as a plan named `name`, its objects' kind. */
 function addressBudget(kind: string, limits: Limit[], leaseMs: number, name = "ip") {
   return { kind, plan: { name, keyPrefix: "", limits, leaseMs, routes: [], ip: null } };
@@ -146,6 +153,7 @@ describe("parseConfig: valid configs", () => {
       adminPath: "/__limiter/",
       headers: "draft-11",
       ipv6Subnet: 56,
+      concurrencyTimeoutMs: 60_000,
       preflightLimits: [{ limit: 60, window: "1m" }],
     });
   });
@@ -182,6 +190,7 @@ describe("parseConfig: valid configs", () => {
           routes: [],
           ip: null,
           penalty: null,
+          concurrency: null,
         },
       ],
     });
@@ -267,7 +276,16 @@ limits = [
     objectTimeoutMs: 250,
     leases: { enabled: true, maxUnits: 50, maxLifetimeMs: 500 },
     plans: [
-      { name: "live", keyPrefix: "live_", limits: null, leaseMs: 0, routes: [], ip: null, penalty: null },
+      {
+        name: "live",
+        keyPrefix: "live_",
+        limits: null,
+        leaseMs: 0,
+        routes: [],
+        ip: null,
+        penalty: null,
+        concurrency: null,
+      },
       {
         name: "test",
         keyPrefix: "test_",
@@ -276,6 +294,7 @@ limits = [
         routes: [],
         ip: null,
         penalty: null,
+        concurrency: null,
       },
       {
         name: "team",
@@ -285,6 +304,7 @@ limits = [
         routes: [],
         ip: addressBudget("addr.team", [{ limit: 50, windowMs: 60_000, tickMs: 1, name: "ip-per-minute" }], 500),
         penalty: null,
+        concurrency: null,
       },
     ],
     defaultPlan: {
@@ -295,6 +315,7 @@ limits = [
       routes: [],
       ip: addressBudget("addr", [{ limit: 300, windowMs: 60_000, tickMs: 1, name: "address" }], 500),
       penalty: null,
+      concurrency: null,
     },
     anonymous: {
       name: "anonymous",
@@ -304,6 +325,7 @@ limits = [
       routes: [],
       ip: null,
       penalty: null,
+      concurrency: null,
     },
     ipv6Subnet: 64,
     ip: addressBudget("addr", [{ limit: 300, windowMs: 60_000, tickMs: 1, name: "address" }], 500),
@@ -2066,6 +2088,81 @@ describe('penalty (docs/configuration.md, "Penalties")', () => {
         ],
       },
       "RATE_LIMIT.plans[0].penalty: an unlimited plan's keys are never refused; remove penalty or unlimited = true",
+    ],
+  ])("%j: %s", (rl, message) => {
+    expect(() => parse({ ...MINIMUM, ...rl })).toThrow(message);
+  });
+});
+
+describe('concurrency (docs/configuration.md, "Concurrency")', () => {
+  it("parses concurrency and concurrency_timeout; plans inherit them, have their own, or turn it off", () => {
+    const config = parse({
+      ...MINIMUM,
+      concurrency: 10,
+      anonymous: { limits: [{ limit: 1, window: "1s" }] },
+      plans: [
+        { name: "srv", key_prefix: "srv_", limits: [{ limit: 1, window: "1s" }], concurrency: false },
+        { name: "t", key_prefix: "t_", limits: [{ limit: 1, window: "1s" }], concurrency: 2 },
+        { name: "slow", key_prefix: "s_", limits: [{ limit: 1, window: "1s" }], concurrency_timeout: "5m" },
+        { name: "live", key_prefix: "live_", unlimited: true },
+      ],
+    });
+    expect(config.defaultPlan?.concurrency).toEqual({ limit: 10, timeoutMs: 60_000 });
+    expect(config.anonymous?.concurrency).toEqual({ limit: 10, timeoutMs: 60_000 });
+    expect(config.plans.map((p) => p.concurrency)).toEqual([
+      null,
+      { limit: 2, timeoutMs: 60_000 },
+      { limit: 10, timeoutMs: 300_000 },
+      null,
+    ]);
+    expect(parse({ ...MINIMUM, concurrency: 1, concurrency_timeout: "1s" }).defaultPlan?.concurrency).toEqual({
+      limit: 1,
+      timeoutMs: 1_000,
+    });
+    expect(parse(MINIMUM).defaultPlan?.concurrency).toBeNull();
+  });
+
+  it.each([
+    [{ concurrency: false }, "RATE_LIMIT.concurrency: leave it out for no concurrency limit (false is for a plan)"],
+    [
+      { concurrency: 0 },
+      "RATE_LIMIT.concurrency: expected the number of a key's requests in flight at once, 1 to 10000, got 0",
+    ],
+    [{ concurrency: 1.5 }, /^RATE_LIMIT\.concurrency: expected the number/],
+    [{ concurrency: "10" }, /^RATE_LIMIT\.concurrency: expected the number/],
+    [{ concurrency: 10_001 }, /^RATE_LIMIT\.concurrency: expected the number/],
+    [
+      { concurrency_timeout: "10s" },
+      "RATE_LIMIT.concurrency_timeout: set only with concurrency (the requests in flight at once)",
+    ],
+    [
+      { concurrency: 1, concurrency_timeout: "500ms" },
+      'RATE_LIMIT.concurrency_timeout: expected 1s to 1d (how long a vanished request\'s slot stays taken), got "500ms"',
+    ],
+    [{ concurrency: 1, concurrency_timeout: "2d" }, /^RATE_LIMIT\.concurrency_timeout: expected 1s to 1d/],
+    [{ concurrency: 1, concurrency_timeout: "1 min" }, /^RATE_LIMIT\.concurrency_timeout: expected a duration/],
+    [
+      { plans: [{ name: "live", key_prefix: "live_", unlimited: true, concurrency: 1 }] },
+      "RATE_LIMIT.plans[0].concurrency: an unlimited plan's keys never consult the limiter; remove concurrency or unlimited = true",
+    ],
+    [
+      { plans: [{ name: "p", key_prefix: "p_", limits: [{ limit: 1, window: "1s" }], concurrency_timeout: "5s" }] },
+      "RATE_LIMIT.plans[0].concurrency_timeout: set only with concurrency (the requests in flight at once)",
+    ],
+    [
+      {
+        concurrency: 2,
+        plans: [
+          {
+            name: "p",
+            key_prefix: "p_",
+            limits: [{ limit: 1, window: "1s" }],
+            concurrency: false,
+            concurrency_timeout: "5s",
+          },
+        ],
+      },
+      "RATE_LIMIT.plans[0].concurrency_timeout: the plan has no concurrency limit (concurrency = false)",
     ],
   ])("%j: %s", (rl, message) => {
     expect(() => parse({ ...MINIMUM, ...rl })).toThrow(message);

@@ -1,0 +1,90 @@
+/**
+ * @module The concurrency slots this isolate holds (docs/configuration.md, "Concurrency"): one per granted request
+ * of a plan with `concurrency`, taken by the key's object with the decision and held until the caller releases it.
+ * While held, it is renewed every third of `concurrency_timeout` (a long response, an open WebSocket keeps its
+ * slot); when this isolate vanishes the renewals stop and the object frees the slot after the timeout.
+ */
+
+import type { ConcurrencySpec } from "../core/slots.ts";
+import { callObject } from "./policy.ts";
+import type { RateLimitResult } from "./result.ts";
+import type { LimiterNamespace } from "./stub.ts";
+
+/** A slot asked for with a decision: the request's id and the plan's `concurrency`. */
+export type SlotAsk = { readonly id: string } & ConcurrencySpec;
+
+interface Held {
+  readonly ns: LimiterNamespace;
+  readonly name: string;
+  readonly id: string;
+  readonly timeoutMs: number;
+  timer: ReturnType<typeof setTimeout> | null;
+}
+
+/** Logs a failed or refused call about a slot (the key's name, the event, the error). */
+export type SlotLog = (event: string, name: string, e: unknown) => void;
+
+export class InFlight {
+  readonly #held = new WeakMap<RateLimitResult, Held>();
+  readonly #objectTimeoutMs: number;
+  readonly #log: SlotLog;
+
+  constructor(objectTimeoutMs: number, log: SlotLog) {
+    this.#objectTimeoutMs = objectTimeoutMs;
+    this.#log = log;
+  }
+
+  /** A new request's slot ask under `spec`. */
+  ask(spec: ConcurrencySpec): SlotAsk {
+    return { id: crypto.randomUUID(), limit: spec.limit, timeoutMs: spec.timeoutMs };
+  }
+
+  /** Holds the slot `slot` the key's object `name` granted with `result`, renewing it until it is released. */
+  hold(ns: LimiterNamespace, result: RateLimitResult, name: string, slot: SlotAsk): void {
+    const held: Held = { ns, name, id: slot.id, timeoutMs: slot.timeoutMs, timer: null };
+    this.#held.set(result, held);
+    this.#schedule(held);
+  }
+
+  /** Whether `result` holds a slot not yet released. */
+  holds(result: RateLimitResult): boolean {
+    return this.#held.has(result);
+  }
+
+  /**
+   * Frees `result`'s slot at the key's object (once; later calls do nothing). Resolves false when it held none;
+   * rejects when the object did not answer (the slot is then freed by its timeout).
+   */
+  async release(result: RateLimitResult): Promise<boolean> {
+    const held = this.#held.get(result);
+    if (!held) return false;
+    this.#held.delete(result);
+    if (held.timer !== null) clearTimeout(held.timer);
+    held.timer = null;
+    await callObject(() => held.ns.getByName(held.name).release(held.id), this.#objectTimeoutMs);
+    return true;
+  }
+
+  /** Renews `held` a third of its timeout from now, and again after each renewal, until it is released. */
+  #schedule(held: Held): void {
+    const timer = setTimeout(
+      () => {
+        if (held.timer !== timer) return; // released meanwhile
+        callObject(() => held.ns.getByName(held.name).renew(held.id, held.timeoutMs), this.#objectTimeoutMs).then(
+          (kept) => {
+            if (held.timer !== timer) return;
+            if (kept) this.#schedule(held);
+            else this.#log("slot_lapsed", held.name, new Error("the slot lapsed before it was renewed"));
+          },
+          (e: unknown) => {
+            this.#log("slot_renew_failed", held.name, e);
+            if (held.timer === timer) this.#schedule(held);
+          },
+        );
+      },
+      Math.floor(held.timeoutMs / 3),
+    );
+    (timer as { unref?: () => void }).unref?.();
+    held.timer = timer;
+  }
+}

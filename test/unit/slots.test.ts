@@ -1,0 +1,89 @@
+// Concurrency slots alone (src/core/slots.ts): at most `limit` held at once, a retried take holds one slot, a
+// release frees it, a slot lapses `timeoutMs` after it was taken or last renewed and is not renewed after.
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { type ConcurrencySpec, Slots } from "../../src/core/slots.ts";
+
+const spec: ConcurrencySpec = { limit: 2, timeoutMs: 1_000 };
+
+describe("Slots", () => {
+  it("holds at most `limit`; a release frees one; a retried take holds the same slot", () => {
+    const s = new Slots();
+    expect(s.take(0, "a", spec)).toEqual({ held: true, expiresAt: 1_000, fresh: true });
+    expect(s.take(10, "a", spec)).toEqual({ held: true, expiresAt: 1_010, fresh: false });
+    expect(s.take(10, "b", spec)).toEqual({ held: true, expiresAt: 1_010, fresh: true });
+    expect(s.take(20, "c", spec)).toEqual({ held: false });
+    expect(s.fits(20, "c", spec)).toBe(false);
+    expect(s.fits(20, "a", spec)).toBe(true);
+    expect(s.heldAt(20)).toBe(2);
+    expect(s.release("a")).toBe(true);
+    expect(s.release("a")).toBe(false);
+    expect(s.take(30, "c", spec)).toEqual({ held: true, expiresAt: 1_030, fresh: true });
+    expect(s.size).toBe(2);
+    expect(s.lastExpiry).toBe(1_030);
+  });
+
+  it("a slot lapses at its expiry unless renewed; a lapsed slot is not renewed, and frees its place", () => {
+    const s = new Slots([
+      ["a", 1_000],
+      ["b", 1_500],
+    ]);
+    expect(s.heldAt(999)).toBe(2);
+    expect(s.heldAt(1_000)).toBe(1);
+    expect(s.renew(1_000, "a", 1_000)).toBeNull();
+    expect(s.renew(1_000, "b", 1_000)).toBe(2_000);
+    expect(s.take(1_000, "c", spec)).toEqual({ held: true, expiresAt: 2_000, fresh: true });
+    expect(s.lapse(1_999)).toEqual(["a"]);
+    expect(s.lapse(2_000).sort()).toEqual(["b", "c"]);
+    expect(s.size).toBe(0);
+    expect(s.lastExpiry).toBe(Number.NEGATIVE_INFINITY);
+    expect(s.renew(2_000, "never", 1_000)).toBeNull();
+    // A take after a lapse is fresh, though the id was held once.
+    expect(s.take(2_000, "a", spec)).toEqual({ held: true, expiresAt: 3_000, fresh: true });
+    s.clear();
+    expect(s.size).toBe(0);
+  });
+
+  it("property: against a model of slots, never more than `limit` held at any time, and takes agree", () => {
+    type Op =
+      | { op: "take"; id: number; dt: number }
+      | { op: "release"; id: number; dt: number }
+      | { op: "renew"; id: number; dt: number }
+      | { op: "lapse"; id: number; dt: number };
+    const op = fc.record({
+      op: fc.constantFrom("take", "release", "renew", "lapse"),
+      id: fc.integer({ min: 0, max: 6 }),
+      dt: fc.integer({ min: 0, max: 400 }),
+    }) as fc.Arbitrary<Op>;
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 4 }), fc.array(op, { maxLength: 80 }), (limit, ops) => {
+        const sp = { limit, timeoutMs: 1_000 };
+        const s = new Slots();
+        const model = new Map<string, number>(); // id → expiry
+        let now = 0;
+        for (const o of ops) {
+          now += o.dt;
+          const id = `r${o.id}`;
+          for (const [k, t] of model) if (t <= now) model.delete(k);
+          if (o.op === "take") {
+            const can = model.has(id) || model.size < limit;
+            const got = s.take(now, id, sp);
+            expect(got.held).toBe(can);
+            if (can) model.set(id, now + 1_000);
+          } else if (o.op === "release") {
+            s.release(id);
+            model.delete(id);
+          } else if (o.op === "renew") {
+            expect(s.renew(now, id, 1_000)).toBe(model.has(id) ? now + 1_000 : null);
+            if (model.has(id)) model.set(id, now + 1_000);
+          } else {
+            s.lapse(now);
+          }
+          expect(s.heldAt(now)).toBe(model.size);
+          expect(s.heldAt(now)).toBeLessThanOrEqual(limit);
+        }
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
