@@ -135,7 +135,7 @@ function render(s) {
   current = s;
   $("result").hidden = false;
   $("key-id").textContent = s.key_id + (s.stored ? "" : " (no stored state)");
-  $("plan").textContent = s.plan + (s.unlimited ? " (unlimited)" : "");
+  $("plan").textContent = s.plan + (s.unlimited ? " (unlimited)" : "") + (s.in_flight ? " · " + s.in_flight + " in flight" : "");
   const block = $("block");
   block.replaceChildren(s.block ? el("span", { class: "badge bad" }, (s.block.cause === "penalty" ? "penalty: " : "") + "blocked until " + new Date(s.block.until_ms).toLocaleString() + " (" + ms(s.block.remaining_ms) + " left)") : el("span", { class: "badge" }, s.refusals ? s.refusals + " refusals towards a penalty" : "none"));
   const ov = $("override");

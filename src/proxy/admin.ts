@@ -229,6 +229,8 @@ export function statusJson(
           },
     // Refusals counted towards the plan's penalty, still within its span.
     refusals: s.refusals ?? 0,
+    // Requests holding a concurrency slot now (an object of 0.2 holds none).
+    in_flight: s.inFlight ?? 0,
     override: s.override === null ? null : overrideJson(s.override),
     routes: plan.routes.map((r) => {
       const d = s.routes?.find((x) => x.name === r.name)?.decision;

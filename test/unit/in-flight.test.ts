@@ -1,0 +1,261 @@
+// Concurrency on the isolate's side (src/client/in-flight.ts, the client, the pipeline, src/response-end.ts) in
+// Node, against an in-memory object built on the real core (KeyLog and Slots) at a clock the test moves: a granted
+// request holds a slot until released (once), renewed every third of the timeout meanwhile; a full key's refusal;
+// keys with concurrency never lease; shadow mode; a response's end, failure or cancellation releases its slot.
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { type Background, LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
+import { parseLimiterConfig } from "../../src/config/parse.ts";
+import type { LimiterConfig, Plan } from "../../src/config/types.ts";
+import { type Ask, type Decision, KeyLog, type LimitSpec } from "../../src/core/index.ts";
+import { Slots } from "../../src/core/slots.ts";
+import { Pipeline } from "../../src/pipeline.ts";
+import { untilEnd } from "../../src/response-end.ts";
+
+const T0 = 1_800_000_000_000;
+
+/** Every object's log and slots in memory, as the object decides: a full key refused while its limits fit. */
+function memoryObjects(now: () => number) {
+  const logs = new Map<string, KeyLog>();
+  const slots = new Map<string, Slots>();
+  const calls: { name: string; method: string; ask?: Ask; id?: string }[] = [];
+  let failRelease = false;
+  const log = (name: string, limits: readonly LimitSpec[]) => {
+    if (!logs.has(name)) logs.set(name, new KeyLog(limits));
+    return logs.get(name) as KeyLog;
+  };
+  const slotsOf = (name: string) => {
+    if (!slots.has(name)) slots.set(name, new Slots());
+    return slots.get(name) as Slots;
+  };
+  const ns = {
+    getByName: (name: string) => ({
+      take: async (limits: readonly LimitSpec[], ask: Ask): Promise<Decision> => {
+        calls.push({ name, method: "take", ask });
+        const l = log(name, limits);
+        const s = slotsOf(name);
+        if (ask.slot && !s.fits(now(), ask.slot.id, ask.slot) && l.check(now(), ask.cost).allowed) {
+          const fits = l.check(now(), ask.cost);
+          return { ...fits, allowed: false, retryAfterMs: 1000, blockedUntil: fits.now, concurrencyFull: true };
+        }
+        const d = l.take(now(), ask).decision;
+        if (d.allowed && ask.slot) s.take(now(), ask.slot.id, ask.slot);
+        return d;
+      },
+      giveBack: async (limits: readonly LimitSpec[], recordedAt: readonly number[], units: number) => {
+        calls.push({ name, method: "giveBack" });
+        return log(name, limits).giveBack(recordedAt, units).length;
+      },
+      settle: async () => 0,
+      release: async (id: string) => {
+        calls.push({ name, method: "release", id });
+        if (failRelease) throw new Error("object gone");
+        return slotsOf(name).release(id);
+      },
+      renew: async (id: string, timeoutMs: number) => {
+        calls.push({ name, method: "renew", id });
+        return slotsOf(name).renew(now(), id, timeoutMs) !== null;
+      },
+    }),
+  } as unknown as LimiterNamespace;
+  return {
+    ns,
+    calls,
+    held: (name: string) => slotsOf(name).heldAt(now()),
+    count: (method: string) => calls.filter((c) => c.method === method).length,
+    failReleases: () => {
+      failRelease = true;
+    },
+  };
+}
+
+function setup(settings: Record<string, unknown> = {}) {
+  let now = T0;
+  const clock = () => now;
+  const config = parseLimiterConfig(
+    { limits: [{ limit: 100, window: "1m" }], concurrency: 2, ...settings },
+    "test",
+  ) as LimiterConfig;
+  const client = new LimiterClient(config, { clock });
+  const objects = memoryObjects(clock);
+  const pending: Promise<unknown>[] = [];
+  const bg: Background = { waitUntil: (p) => void pending.push(p) };
+  const plan = config.defaultPlan as Plan;
+  return {
+    client,
+    objects,
+    plan,
+    bg,
+    advance: (ms: number) => {
+      now += ms;
+    },
+    settled: () => Promise.all(pending),
+    acquire: (name = "key:a") => client.limit(objects.ns, name, plan, 1, bg, null, true),
+  };
+}
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe("the client's concurrency slots", () => {
+  it("a grant holds a slot, asked with the decision (no lease); the third is refused at once; a release frees one, once", async () => {
+    const t = setup();
+    const a = await t.acquire();
+    const b = await t.acquire();
+    expect([a.reason, b.reason]).toEqual(["granted", "granted"]);
+    const asks = t.objects.calls.map((c) => c.ask);
+    expect(asks.every((x) => x?.slot?.limit === 2 && x.slot.timeoutMs === 60_000 && !x.leaseUnits)).toBe(true);
+    expect(new Set(asks.map((x) => x?.slot?.id)).size).toBe(2);
+    expect(t.client.holdsSlot(a)).toBe(true);
+    const c = await t.acquire();
+    expect(c).toMatchObject({ allowed: false, reason: "concurrency", retryAfterMs: 1000 });
+    expect(c.headers.get("Retry-After")).toBe("1");
+    expect(c.limits[0]).toMatchObject({ remaining: 98, exceeded: false });
+    expect(t.client.holdsSlot(c)).toBe(false);
+    // Not remembered as a denial: once a slot is free the next request asks the object and is granted.
+    expect(await t.client.release(a)).toBe(true);
+    expect(await t.client.release(a)).toBe(false);
+    expect(t.objects.count("release")).toBe(1);
+    expect((await t.acquire()).reason).toBe("granted");
+    expect(t.objects.held("key:a")).toBe(2);
+  });
+
+  it("limit() without a slot decides the rate limits alone and leases as usual; a plan without concurrency takes none", async () => {
+    const t = setup();
+    for (let i = 0; i < 5; i++) await t.client.limit(t.objects.ns, "key:a", t.plan, 1, t.bg);
+    expect(t.objects.calls.some((c) => c.ask?.slot)).toBe(false);
+    expect(t.objects.held("key:a")).toBe(0);
+    const u = setup({ concurrency: undefined });
+    const r = await u.acquire();
+    expect(r.allowed).toBe(true);
+    expect(u.objects.calls[0]?.ask?.slot).toBeUndefined();
+    expect(await u.client.release(r)).toBe(false);
+  });
+
+  it("a held slot is renewed every third of the timeout until released; a lapsed one stops renewing", async () => {
+    vi.useFakeTimers();
+    const t = setup({ concurrency_timeout: "3s" });
+    const a = await t.acquire();
+    await vi.advanceTimersByTimeAsync(999);
+    expect(t.objects.count("renew")).toBe(0);
+    t.advance(1000);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(t.objects.count("renew")).toBe(1);
+    t.advance(1000);
+    await vi.advanceTimersByTimeAsync(1000);
+    expect(t.objects.count("renew")).toBe(2);
+    expect(t.objects.held("key:a")).toBe(1);
+    await t.client.release(a);
+    await vi.advanceTimersByTimeAsync(5000);
+    expect(t.objects.count("renew")).toBe(2);
+    // A slot that lapsed at the object (renewals lost) is not renewed again.
+    const b = await t.acquire();
+    t.advance(10_000);
+    await vi.advanceTimersByTimeAsync(1000);
+    expect(t.objects.count("renew")).toBe(3);
+    await vi.advanceTimersByTimeAsync(5000);
+    expect(t.objects.count("renew")).toBe(3);
+    expect(t.client.holdsSlot(b)).toBe(true);
+    await t.client.release(b);
+  });
+
+  it("shadow mode reports a full key and lets the request through without a slot", async () => {
+    const t = setup({ shadow: true, concurrency: 1 });
+    const a = await t.acquire();
+    const b = await t.acquire();
+    expect(b).toMatchObject({ allowed: true, reason: "shadow" });
+    expect(t.client.holdsSlot(b)).toBe(false);
+    await t.client.release(a);
+  });
+
+  it("a release the object does not answer resolves false (the slot lapses at the object)", async () => {
+    const t = setup();
+    const a = await t.acquire();
+    t.objects.failReleases();
+    expect(await t.client.release(a)).toBe(false);
+    expect(t.client.holdsSlot(a)).toBe(false);
+  });
+});
+
+describe("the pipeline's slots", () => {
+  it("a key granted and its address refused: the key's grant is given back and its slot released", async () => {
+    const t = setup({ ip: { limits: [{ limit: 1, window: "1m" }] }, leases: false });
+    const pipeline = new Pipeline(t.client, null);
+    const asking = { key: "k1", ip: "192.0.2.1", bg: t.bg, inFlight: true };
+    const first = await pipeline.decide({}, t.objects.ns, asking);
+    expect(first?.result.allowed).toBe(true);
+    const second = await pipeline.decide({}, t.objects.ns, { ...asking, key: "k2" });
+    expect(second?.result).toMatchObject({ allowed: false, refusedBy: "ip" });
+    expect(t.objects.held("key:k2")).toBe(0);
+    expect(t.objects.count("giveBack")).toBe(1);
+    // The first request's slot, held by its key's part, is released when its response ends.
+    expect(t.objects.held("key:k1")).toBe(1);
+    const sent = pipeline.sent(first?.result as never, new Response("ok"), t.bg);
+    expect(await sent.text()).toBe("ok");
+    await t.settled();
+    expect(t.objects.held("key:k1")).toBe(0);
+  });
+
+  it("a response without a slot is sent as it is", async () => {
+    const t = setup({ concurrency: undefined });
+    const pipeline = new Pipeline(t.client, null);
+    const d = await pipeline.decide({}, t.objects.ns, { key: "k", bg: t.bg, inFlight: true });
+    const response = new Response("x");
+    expect(pipeline.sent(d?.result as never, response, t.bg)).toBe(response);
+  });
+});
+
+describe("untilEnd", () => {
+  const ended = () => {
+    let n = 0;
+    const pending: Promise<unknown>[] = [];
+    return {
+      onEnd: async () => {
+        n++;
+      },
+      bg: { waitUntil: (p: Promise<unknown>) => void pending.push(p) },
+      count: async () => {
+        await Promise.all(pending);
+        return n;
+      },
+    };
+  };
+
+  it("ends once the body has been read to the end, with the body, status and headers unchanged", async () => {
+    const e = ended();
+    const r = untilEnd(new Response("hello", { status: 201, headers: { "x-a": "1" } }), e.onEnd, e.bg);
+    expect(r.status).toBe(201);
+    expect(r.headers.get("x-a")).toBe("1");
+    expect(await r.text()).toBe("hello");
+    expect(await e.count()).toBe(1);
+  });
+
+  it("ends when the reader cancels, when the body fails, and at once without a body, even without waitUntil", async () => {
+    const cancelled = ended();
+    let origin: ReadableStreamDefaultController<Uint8Array> | null = null;
+    const body = new ReadableStream<Uint8Array>({
+      start: (c) => {
+        origin = c;
+      },
+    });
+    const r = untilEnd(new Response(body), cancelled.onEnd, cancelled.bg);
+    const reader = (r.body as ReadableStream<Uint8Array>).getReader();
+    (origin as unknown as ReadableStreamDefaultController<Uint8Array>).enqueue(new Uint8Array([1]));
+    expect((await reader.read()).value).toEqual(new Uint8Array([1]));
+    await reader.cancel("gone");
+    expect(await cancelled.count()).toBe(1);
+
+    const failed = ended();
+    const broken = new ReadableStream({
+      pull: (c) => c.error(new Error("origin failed")),
+    });
+    await expect(untilEnd(new Response(broken), failed.onEnd, failed.bg).text()).rejects.toThrow();
+    expect(await failed.count()).toBe(1);
+
+    let n = 0;
+    const empty = untilEnd(new Response(null, { status: 204 }), async () => void n++, {});
+    expect(empty.status).toBe(204);
+    await Promise.resolve();
+    expect(n).toBe(1);
+  });
+});
