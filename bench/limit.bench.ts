@@ -47,6 +47,9 @@ const RATE_LIMIT = {
       limits: limits.map((l) => ({ limit: l.limit, window: l.windowMs })),
     })),
     { name: "free", key_prefix: "free_", unlimited: true },
+    // Concurrency's cost on the allowed path: far from its rate limit, 8 in flight at once; and the same without.
+    { name: "conc", key_prefix: "conc_", limits: [{ limit: 1_000_000, window: "1s" }], concurrency: 8 },
+    { name: "rate", key_prefix: "rate_", limits: [{ limit: 1_000_000, window: "1s" }] },
   ],
 };
 
@@ -150,7 +153,12 @@ interface Far {
   take: number;
   giveBack: number;
   settle: number;
+  release: number;
+  renew: number;
 }
+
+/** Object calls counted by the far role, of every kind. */
+const callsOf = (f: Far) => f.take + f.giveBack + f.settle + f.release + f.renew;
 
 const fmt = (n: number, d = 1) => (Number.isFinite(n) ? n.toFixed(d) : "-");
 
@@ -196,7 +204,7 @@ async function main(): Promise<void> {
             mode.padStart(7),
             `${fmt((100 * granted) / best)}%`.padStart(6),
             `${granted}/${best}`.padStart(15),
-            fmt((far.take + far.giveBack + far.settle) / sent.length, 2).padStart(10),
+            fmt(callsOf(far) / sent.length, 2).padStart(10),
             fmt(quantile(lat, 0.5) - quantile(pass, 0.5)).padStart(8),
             fmt(p99).padStart(8),
             `${p99 <= 2 * rtt + 25 ? "within" : "OVER"} ${2 * rtt + 25}`.padStart(18),
@@ -209,10 +217,53 @@ async function main(): Promise<void> {
     }
     console.log(`\n${header}\n${rows.join("\n")}`);
     console.log(`${over} shape runs with p99 over 2R + 25 ms`);
+    if (process.env.LIMIT_CONCURRENCY !== "0") await concurrency(rt.urls.far, rt.urls["far-off"]);
   } finally {
     await rt.dispose();
     await origin.close();
   }
+}
+
+/**
+ * Concurrency's cost on the allowed path (docs/configuration.md, "Concurrency"): clients in loops on a key far from
+ * its rate limit with `concurrency = 8` — 4 loops (all allowed) and 16 (over it) — against the same loops on a key
+ * of the same limits without it (leases on, and off: the per-request path) and on the pass-through, per round trip. Calls per request count the
+ * take, the release after the response and any renewal.
+ */
+async function concurrency(url: string, offUrl: string): Promise<void> {
+  const header = "concurrency           R ms     plan  allowed  calls/req  +p50 ms  +p99 ms  429s";
+  const rows: string[] = [];
+  for (const rtt of RTTS) {
+    for (const clients of [4, 16]) {
+      const pass = (await loops(url, `free_${crypto.randomUUID()}`, rtt, clients, 2000)).map((s) => s.latencyMs);
+      pass.sort((a, b) => a - b);
+      for (const [plan, at] of [
+        ["conc", url],
+        ["rate", url],
+        ["rate-off", offUrl],
+      ] as const) {
+        await fetch(`${at}/__bench/far`);
+        const sent = await loops(at, `${plan.replace("-off", "")}_${crypto.randomUUID()}`, rtt, clients, 2000);
+        await sleep(rtt + 50); // releases after the last answer
+        const far = (await (await fetch(`${at}/__bench/far`)).json()) as Far;
+        const ok = sent.filter((s) => s.status === 200);
+        const lat = ok.map((s) => s.latencyMs).sort((a, b) => a - b);
+        const row = [
+          `${clients} loops, N = 8`.padEnd(21),
+          String(rtt).padStart(4),
+          plan.padStart(8),
+          `${fmt((100 * ok.length) / sent.length)}%`.padStart(7),
+          fmt(callsOf(far) / sent.length, 2).padStart(10),
+          fmt(quantile(lat, 0.5) - quantile(pass, 0.5)).padStart(8),
+          fmt(quantile(lat, 0.99) - quantile(pass, 0.99)).padStart(8),
+          String(sent.filter((s) => s.status === 429).length).padStart(5),
+        ].join(" ");
+        rows.push(row);
+        console.log(row);
+      }
+    }
+  }
+  console.log(`\n${header}\n${rows.join("\n")}`);
 }
 
 await main();

@@ -165,7 +165,7 @@ const observeGrants: Hooks = {
 };
 
 /** The `far` role's counts in this isolate: object calls made through the delayed namespace, and decisions by reason. */
-let far = { take: 0, giveBack: 0, settle: 0, reasons: {} as Record<string, number> };
+let far = { take: 0, giveBack: 0, settle: 0, release: 0, renew: 0, reasons: {} as Record<string, number> };
 const observeFar: Hooks = {
   onDecision: (e) => {
     far.reasons[e.reason] = (far.reasons[e.reason] ?? 0) + 1;
@@ -180,7 +180,7 @@ function withCtx(hooks: Hooks, ctx: ExecutionContext): Hooks {
 const sleep = (ms: number) => (ms > 0 ? new Promise<void>((r) => setTimeout(r, ms)) : Promise.resolve());
 
 /**
- * The real namespace behind a simulated distance: every `take`, `giveBack` and `settle` waits `rttMs / 2`
+ * The real namespace behind a simulated distance: every `take`, `giveBack`, `settle`, `release` and `renew` waits `rttMs / 2`
  * before it reaches the object and `rttMs / 2` after its answer, and is counted.
  */
 function distant(ns: WorkerEnv["LIMITER"], rttMs: number): WorkerEnv["LIMITER"] {
@@ -209,6 +209,20 @@ function distant(ns: WorkerEnv["LIMITER"], rttMs: number): WorkerEnv["LIMITER"] 
           const n = await stub.settle(...args);
           await sleep(half);
           return n;
+        },
+        async release(...args: Parameters<RateLimiter["release"]>): Promise<boolean> {
+          far.release += 1;
+          await sleep(half);
+          const done = await stub.release(...args);
+          await sleep(half);
+          return done;
+        },
+        async renew(...args: Parameters<RateLimiter["renew"]>): Promise<boolean> {
+          far.renew += 1;
+          await sleep(half);
+          const kept = await stub.renew(...args);
+          await sleep(half);
+          return kept;
         },
       };
     },
@@ -292,7 +306,7 @@ export default {
     if (role === "far") {
       if (new URL(request.url).pathname === "/__bench/far") {
         const out = Response.json(far);
-        far = { take: 0, giveBack: 0, settle: 0, reasons: {} };
+        far = { take: 0, giveBack: 0, settle: 0, release: 0, renew: 0, reasons: {} };
         return out;
       }
       const rtt = Number(request.headers.get("x-bench-rtt") ?? 0);
