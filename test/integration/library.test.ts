@@ -2,7 +2,7 @@
 // results and headers say, two limiters side by side, the injected clock, and its errors.
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ConfigError, createLimiter, HttpError, type RateLimitResult } from "../../src/index.ts";
+import { ConfigError, createLimiter, HttpError, type RateLimitResult, refusal } from "../../src/index.ts";
 import { freshKey, spyLimiter } from "./helpers.ts";
 
 const perMinute = (limit: number) => ({ limits: [{ limit, window: "1m" as const }] });
@@ -237,5 +237,57 @@ describe("routes", () => {
     await expect(limiter.limit(env, key, { route: "serach" })).rejects.toThrow(
       'route: no plan has a route named "serach"',
     );
+  });
+});
+
+describe('acquire() (docs/configuration.md, "Concurrency")', () => {
+  it("the docs' example: two renders at once, the third refused at once; release() in a finally frees a slot", async () => {
+    // As in the docs, with render() a job the test finishes.
+    const limiter = createLimiter({ name: "render", limits: [{ limit: 60, window: "1m" }], concurrency: 2 });
+    const jobs: (() => void)[] = [];
+    const render = (_request: Request) => new Promise<string>((done) => jobs.push(() => done("rendered")));
+    const pending: Promise<unknown>[] = [];
+    const ctx = { waitUntil: (p: Promise<unknown>) => void pending.push(p) };
+    const key = freshKey();
+    async function fetch(request: Request): Promise<Response> {
+      const slot = await limiter.acquire(env, key, { ctx });
+      if (!slot.allowed) return refusal(slot);
+      try {
+        return new Response(await render(request));
+      } finally {
+        await slot.release();
+      }
+    }
+    const a = fetch(new Request("https://w.example/a"));
+    const b = fetch(new Request("https://w.example/b"));
+    while (jobs.length < 2) await new Promise((r) => setTimeout(r, 1));
+    const refused = await fetch(new Request("https://w.example/c"));
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("Retry-After")).toBe("1");
+    expect((await refused.json()) as object).toMatchObject({ reason: "concurrency" });
+    jobs[0]?.();
+    expect(await (await a).text()).toBe("rendered");
+    const c = fetch(new Request("https://w.example/c"));
+    while (jobs.length < 3) await new Promise((r) => setTimeout(r, 1));
+    for (const job of jobs.slice(1)) job();
+    expect([await (await b).text(), await (await c).text()]).toEqual(["rendered", "rendered"]);
+  });
+
+  it("limit() takes no slot; for a plan without concurrency release() does nothing; a slot releases once", async () => {
+    const limiter = createLimiter({
+      ...perMinute(60),
+      concurrency: 1,
+      plans: [{ name: "free", key_prefix: "free_", limits: [{ limit: 60, window: "1m" }], concurrency: false }],
+    });
+    const key = freshKey();
+    const slot = await limiter.acquire(env, key);
+    expect(slot.allowed).toBe(true);
+    expect((await limiter.limit(env, key)).allowed).toBe(true);
+    expect((await limiter.acquire(env, key)).reason).toBe("concurrency");
+    expect(await slot.release()).toBe(true);
+    expect(await slot.release()).toBe(false);
+    const other = await limiter.acquire(env, freshKey("free_"));
+    expect(other.allowed).toBe(true);
+    expect(await other.release()).toBe(false);
   });
 });
