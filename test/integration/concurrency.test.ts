@@ -21,8 +21,9 @@ function hooks() {
 }
 
 const minute: LimitSpec[] = [{ limit: 100, windowMs: 60_000, tickMs: 1 }];
-/** Requests holding a slot of the proxy's key now, as its object says. */
-const inFlight = async (key: string) => (await env.LIMITER.getByName(`key:${key}`).status(minute, 1)).inFlight;
+/** Requests holding a slot now, as the object says: the proxy's key's (`key:<key>`), or an object by its name. */
+const inFlight = async (key: string) =>
+  (await env.LIMITER.getByName(key.includes(":") ? key : `key:${key}`).status(minute, 1)).inFlight;
 
 const config = (n: number, extra: object = {}) => ({
   limits: [{ limit: 100, window: "1m" }],
@@ -282,16 +283,17 @@ function heldOrigin() {
 }
 
 describe("generated request sequences", () => {
-  it("1,000 sequences through the proxy: never more than N of a key's requests at the origin, refused only when N are held", async () => {
+  it("1,000 sequences through the proxy or the middleware: never more than N of a key's requests at the origin, refused only when N are held", async () => {
     const op = fc.record({ op: fc.constantFrom("start", "start", "finish", "abort", "fail"), i: fc.nat(7) });
     await fc.assert(
       fc.asyncProperty(
+        fc.constantFrom("proxy", "middleware"),
         fc.integer({ min: 1, max: 3 }),
         fc.array(op, { minLength: 1, maxLength: 10 }),
-        async (n, ops) => {
+        async (adapter, n, ops) => {
           const origin = heldOrigin();
-          const e = envWith(config(n), { ORIGIN_SERVICE: origin.service });
           const key = freshKey();
+          const send = sender(adapter, n, origin.service, key);
           const open: {
             reader: ReadableStreamDefaultReader<Uint8Array>;
             h: ReturnType<typeof hooks>;
@@ -308,7 +310,7 @@ describe("generated request sequences", () => {
           for (const o of ops) {
             if (o.op === "start") {
               const h = hooks();
-              const res = await handle(request(key, "/job"), e, h);
+              const res = await send(h);
               if (res.status === 429) {
                 expect((await problemOf(res, 429)).reason).toBe("concurrency");
                 expect(open.length).toBe(n);
@@ -322,13 +324,34 @@ describe("generated request sequences", () => {
             expect(origin.most()).toBeLessThanOrEqual(n);
           }
           for (const r of open.splice(0)) await end(r, "finish");
-          expect(await inFlight(key)).toBe(0);
+          expect(await inFlight(adapter === "proxy" ? `key:${key}` : `seq/key:${key}`)).toBe(0);
         },
       ),
       { numRuns: 1000 },
     );
   }, 300_000);
 });
+
+/**
+ * Sends one request of `key` through the proxy (ORIGIN_SERVICE: `service`) or through a hono app whose handler
+ * returns `service`'s response behind the middleware, both with `concurrency = n`; the release lands in `h`.
+ */
+function sender(adapter: string, n: number, service: Fetcher, key: string) {
+  if (adapter === "proxy") {
+    const e = envWith(config(n), { ORIGIN_SERVICE: service });
+    return (h: ReturnType<typeof hooks>) => handle(request(key, "/job"), e, h);
+  }
+  const app = new Hono<{ Variables: RateLimitVariables }>();
+  app.use("*", rateLimit({ name: "seq", limits: [{ limit: 100, window: "1m" }], concurrency: n }));
+  app.get("/job", () => service.fetch("https://origin.example/job"));
+  return (h: ReturnType<typeof hooks>) =>
+    app.request(
+      "/job",
+      { headers: { "x-api-key": key } },
+      { LIMITER: env.LIMITER },
+      { waitUntil: h.waitUntil, passThroughOnException() {}, props: {} },
+    );
+}
 
 /** The next message on `ws` (a string). */
 function nextMessage(ws: WebSocket): Promise<string> {
