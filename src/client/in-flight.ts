@@ -18,7 +18,9 @@ interface Held {
   readonly name: string;
   readonly id: string;
   readonly timeoutMs: number;
-  timer: ReturnType<typeof setTimeout> | null;
+  /** The next renewal's timer. */
+  timer: ReturnType<typeof setTimeout>;
+  released: boolean;
 }
 
 /** Logs a failed or refused call about a slot (the key's name, the event, the error). */
@@ -41,7 +43,8 @@ export class InFlight {
 
   /** Holds the slot `slot` the key's object `name` granted with `result`, renewing it until it is released. */
   hold(ns: LimiterNamespace, result: RateLimitResult, name: string, slot: SlotAsk): void {
-    const held: Held = { ns, name, id: slot.id, timeoutMs: slot.timeoutMs, timer: null };
+    // Its timer is set by #schedule, at once.
+    const held = { ns, name, id: slot.id, timeoutMs: slot.timeoutMs, released: false } as Held;
     this.#held.set(result, held);
     this.#schedule(held);
   }
@@ -59,8 +62,8 @@ export class InFlight {
     const held = this.#held.get(result);
     if (!held) return false;
     this.#held.delete(result);
-    if (held.timer !== null) clearTimeout(held.timer);
-    held.timer = null;
+    clearTimeout(held.timer);
+    held.released = true;
     await callObject(() => held.ns.getByName(held.name).release(held.id), this.#objectTimeoutMs);
     return true;
   }
@@ -69,16 +72,15 @@ export class InFlight {
   #schedule(held: Held): void {
     const timer = setTimeout(
       () => {
-        if (held.timer !== timer) return; // released meanwhile
         callObject(() => held.ns.getByName(held.name).renew(held.id, held.timeoutMs), this.#objectTimeoutMs).then(
           (kept) => {
-            if (held.timer !== timer) return;
+            if (held.released) return; // released while the renewal was out
             if (kept) this.#schedule(held);
             else this.#log("slot_lapsed", held.name, new Error("the slot lapsed before it was renewed"));
           },
           (e: unknown) => {
             this.#log("slot_renew_failed", held.name, e);
-            if (held.timer === timer) this.#schedule(held);
+            if (!held.released) this.#schedule(held);
           },
         );
       },

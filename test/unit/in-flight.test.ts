@@ -3,7 +3,8 @@
 // request holds a slot until released (once), renewed every third of the timeout meanwhile; a full key's refusal;
 // keys with concurrency never lease; shadow mode; a response's end, failure or cancellation releases its slot.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { type Background, LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
+import { InFlight } from "../../src/client/in-flight.ts";
+import { type Background, LimiterClient, type LimiterNamespace, type RateLimitResult } from "../../src/client/index.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
 import { type Ask, type Decision, KeyLog, type LimitSpec } from "../../src/core/index.ts";
@@ -257,5 +258,83 @@ describe("untilEnd", () => {
     expect(empty.status).toBe(204);
     await Promise.resolve();
     expect(n).toBe(1);
+  });
+});
+
+describe("InFlight alone", () => {
+  /** A namespace whose renewals answer as `renew` says, counting every call, and a log that keeps its events. */
+  function rig(renew: () => Promise<boolean>) {
+    const calls: string[] = [];
+    const ns = {
+      getByName: () => ({
+        renew: () => {
+          calls.push("renew");
+          return renew();
+        },
+        release: async () => {
+          calls.push("release");
+          return true;
+        },
+      }),
+    } as unknown as LimiterNamespace;
+    const events: { event: string; message: string }[] = [];
+    const slots = new InFlight(5_000, (event, _name, e) => events.push({ event, message: (e as Error).message }));
+    const result = {} as RateLimitResult;
+    slots.hold(ns, result, "key:a", { id: "r1", limit: 1, timeoutMs: 3_000 });
+    return { calls, events, slots, result };
+  }
+
+  it("a release of what holds no slot does nothing: no call, no log", async () => {
+    const r = rig(async () => true);
+    expect(await r.slots.release({} as RateLimitResult)).toBe(false);
+    expect(await r.slots.release(r.result)).toBe(true);
+    expect(await r.slots.release(r.result)).toBe(false);
+    expect(r.calls).toEqual(["release"]);
+    expect(r.events).toEqual([]);
+  });
+
+  it("a renewal that fails is logged and tried again a period later; one refused (lapsed) is logged and not", async () => {
+    vi.useFakeTimers();
+    let answer: () => Promise<boolean> = async () => {
+      throw new Error("object gone");
+    };
+    const r = rig(() => answer());
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(r.events).toEqual([{ event: "slot_renew_failed", message: "object gone" }]);
+    answer = async () => false;
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(r.calls).toEqual(["renew", "renew"]);
+    expect(r.events[1]).toEqual({ event: "slot_lapsed", message: "the slot lapsed before it was renewed" });
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(r.calls).toEqual(["renew", "renew"]);
+    expect(r.slots.holds(r.result)).toBe(true);
+  });
+
+  it("released while a renewal is out: its answer schedules nothing more, failed or not", async () => {
+    vi.useFakeTimers();
+    for (const outcome of [true, false]) {
+      let settle: (ok: boolean) => void = () => {};
+      const r = rig(
+        () =>
+          new Promise<boolean>((resolve, reject) => {
+            settle = (ok) => (ok ? resolve(true) : reject(new Error("late")));
+          }),
+      );
+      await vi.advanceTimersByTimeAsync(1_000);
+      expect(r.calls).toEqual(["renew"]);
+      await r.slots.release(r.result);
+      settle(outcome);
+      await vi.advanceTimersByTimeAsync(10_000);
+      expect(r.calls).toEqual(["renew", "release"]);
+    }
+  });
+
+  it("no renewal after a release", async () => {
+    vi.useFakeTimers();
+    const r = rig(async () => true);
+    await vi.advanceTimersByTimeAsync(1_000);
+    await r.slots.release(r.result);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(r.calls).toEqual(["renew", "release"]);
   });
 });
