@@ -60,8 +60,7 @@ export class Slots {
    * `spec.limit` are held.
    */
   fits(now: number, id: string, spec: ConcurrencySpec): boolean {
-    const t = this.#held.get(id);
-    return (t !== undefined && t > now) || this.heldAt(now) < spec.limit;
+    return this.#holds(id, now) || this.heldAt(now) < spec.limit;
   }
 
   /**
@@ -70,7 +69,7 @@ export class Slots {
    */
   take(now: number, id: string, spec: ConcurrencySpec): Taken {
     if (!this.fits(now, id, spec)) return { held: false };
-    const fresh = !((this.#held.get(id) ?? Number.NEGATIVE_INFINITY) > now);
+    const fresh = !this.#holds(id, now);
     const expiresAt = now + spec.timeoutMs;
     this.#held.set(id, expiresAt);
     return { held: true, expiresAt, fresh };
@@ -86,6 +85,11 @@ export class Slots {
     const expiresAt = now + timeoutMs;
     this.#held.set(id, expiresAt);
     return expiresAt;
+  }
+
+  /** Whether `id` holds a slot that has not lapsed by `now`. */
+  #holds(id: string, now: number): boolean {
+    return (this.#held.get(id) ?? Number.NEGATIVE_INFINITY) > now;
   }
 
   /** Frees `id`'s slot; false when it held none. */

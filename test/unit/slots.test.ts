@@ -44,6 +44,25 @@ describe("Slots", () => {
     expect(s.size).toBe(0);
   });
 
+  it("an id whose slot lapsed takes a new one only when there is room; a slot lapses at its expiry exactly", () => {
+    const s = new Slots();
+    const one = { limit: 1, timeoutMs: 1_000 };
+    s.take(0, "a", one);
+    expect(s.fits(999, "a", one)).toBe(true);
+    expect(s.take(999, "a", one)).toEqual({ held: true, expiresAt: 1_999, fresh: false });
+    // At its expiry the slot has lapsed: "a" is fresh again, and "b" fits.
+    expect(s.fits(1_999, "b", one)).toBe(true);
+    expect(s.take(1_999, "a", one)).toEqual({ held: true, expiresAt: 2_999, fresh: true });
+    expect(s.take(2_000, "b", one)).toEqual({ held: false });
+    // "b" holds, "a" has lapsed: "a" must wait for room like any other request.
+    const t = new Slots([
+      ["a", 100],
+      ["b", 5_000],
+    ]);
+    expect(t.fits(100, "a", one)).toBe(false);
+    expect(t.take(100, "a", one)).toEqual({ held: false });
+  });
+
   it("property: against a model of slots, never more than `limit` held at any time, and takes agree", () => {
     type Op =
       | { op: "take"; id: number; dt: number }
