@@ -7,7 +7,7 @@
 import { describe, formatDuration, parseDuration } from "../core/duration.ts";
 import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "../core/limits.ts";
 import type { PenaltySpec } from "../core/penalty.ts";
-import type { ConcurrencySpec } from "../core/slots.ts";
+import { type ConcurrencySpec, MAX_CONCURRENCY, MAX_SLOT_TIMEOUT_MS, MIN_SLOT_TIMEOUT_MS } from "../core/slots.ts";
 import { ESCAPED_SLASHES, type EscapedSlashes, normalizePath } from "../path.ts";
 import {
   array,
@@ -241,9 +241,6 @@ function parsePenalty(value: unknown, field: string): PenaltySpec {
   return { after, withinMs, blockMs, maxBlockMs };
 }
 
-/** The most requests `concurrency` may let be in flight at once per key. */
-export const MAX_CONCURRENCY = 10_000;
-
 /**
  * `concurrency = N` (false: none, in a plan) and `concurrency_timeout`: at most N of a key's requests in flight at
  * once, a slot whose holder vanished free again after the timeout (default 60 s). In a plan, its own `concurrency`
@@ -269,7 +266,7 @@ function parseConcurrency(
     t.concurrency_timeout === undefined
       ? (inherited?.timeoutMs ?? DEFAULTS.concurrencyTimeoutMs)
       : wrap(() => parseDuration(t.concurrency_timeout, `${field}.concurrency_timeout`));
-  if (timeoutMs < 1_000 || timeoutMs > 86_400_000) {
+  if (timeoutMs < MIN_SLOT_TIMEOUT_MS || timeoutMs > MAX_SLOT_TIMEOUT_MS) {
     throw new ConfigError(
       `${field}.concurrency_timeout: expected 1s to 1d (how long a vanished request's slot stays taken), got ${describe(t.concurrency_timeout)}`,
     );

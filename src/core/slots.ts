@@ -12,6 +12,44 @@ export interface ConcurrencySpec {
   readonly timeoutMs: number;
 }
 
+/** The most requests `concurrency` may let be in flight at once per key. */
+export const MAX_CONCURRENCY = 10_000;
+/** The shortest and longest `concurrency_timeout` (ms): 1 s, 1 day. */
+export const MIN_SLOT_TIMEOUT_MS = 1_000;
+export const MAX_SLOT_TIMEOUT_MS = 86_400_000;
+
+/**
+ * Checks a slot's timeout as it arrives over RPC.
+ *
+ * @throws RangeError naming `field`
+ */
+export function checkSlotTimeout(ms: unknown, field = "timeoutMs"): void {
+  if (typeof ms !== "number" || !Number.isSafeInteger(ms) || ms < MIN_SLOT_TIMEOUT_MS || ms > MAX_SLOT_TIMEOUT_MS) {
+    throw new RangeError(`${field}: expected ${MIN_SLOT_TIMEOUT_MS} to ${MAX_SLOT_TIMEOUT_MS} ms, got ${String(ms)}`);
+  }
+}
+
+/**
+ * Checks a request's slot ask as it arrives over RPC: an id of 1 to 64 characters, a limit from 1 to
+ * {@link MAX_CONCURRENCY}, a timeout.
+ *
+ * @throws RangeError naming the bad field
+ */
+export function checkSlotAsk(slot: {
+  readonly id: unknown;
+  readonly limit: unknown;
+  readonly timeoutMs: unknown;
+}): void {
+  if (typeof slot.id !== "string" || slot.id.length === 0 || slot.id.length > 64) {
+    throw new RangeError("slot.id: expected a request id of 1 to 64 characters");
+  }
+  const n = slot.limit;
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 1 || n > MAX_CONCURRENCY) {
+    throw new RangeError(`slot.limit: expected 1 to ${MAX_CONCURRENCY}, got ${String(n)}`);
+  }
+  checkSlotTimeout(slot.timeoutMs, "slot.timeoutMs");
+}
+
 /** What {@link Slots.take} came to. */
 export type Taken =
   /** The slot is held until `expiresAt` (ms); `fresh`: it was not held before (a retried take finds it held). */

@@ -13,7 +13,7 @@ import type { LimitSpec } from "../core/limits.ts";
 import { type Ask, type History, KeyLog, type Settlement } from "../core/log.ts";
 import { NO_PENALTY, type PenaltyState, refused } from "../core/penalty.ts";
 import type { SlotRow } from "../core/ring.ts";
-import { Slots } from "../core/slots.ts";
+import { checkSlotAsk, checkSlotTimeout, Slots } from "../core/slots.ts";
 
 const UPSERT =
   "INSERT INTO grants (ring, key, ts, cost) VALUES (?, ?, ?, ?) ON CONFLICT (ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
@@ -30,25 +30,6 @@ export const MAX_TIME_MS = Date.UTC(2100, 0, 1);
 /** The decision, saying which override's limits it applied. */
 function withOverride(decision: Decision, override: Override | null): Decision {
   return override ? { ...decision, limitsOverride: override.limits } : decision;
-}
-
-/** The longest `concurrency_timeout` the config takes (1 day), the shortest (1 s). */
-function checkTimeout(ms: unknown): void {
-  if (typeof ms !== "number" || !Number.isSafeInteger(ms) || ms < 1_000 || ms > 86_400_000) {
-    throw new RangeError(`timeoutMs: expected 1000 to 86400000, got ${String(ms)}`);
-  }
-}
-
-/** Checks a slot ask: an id, a limit from 1 to 10,000, a timeout. */
-function checkSlot(slot: { readonly id: unknown; readonly limit: unknown; readonly timeoutMs: unknown }): void {
-  if (typeof slot.id !== "string" || slot.id.length === 0 || slot.id.length > 64) {
-    throw new RangeError("slot.id: expected a request id of 1 to 64 characters");
-  }
-  const n = slot.limit;
-  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 1 || n > 10_000) {
-    throw new RangeError(`slot.limit: expected 1 to 10000, got ${String(n)}`);
-  }
-  checkTimeout(slot.timeoutMs);
 }
 
 /** Whether `log` was built for these limits (same N, W and tick, in order): else it must be rebuilt. */
@@ -204,7 +185,7 @@ export class RateLimiter extends DurableObject<unknown> {
   #slotsFull(now: number, ask: Ask, logs: readonly KeyLog[]): boolean {
     const slot = ask.slot;
     if (slot === undefined) return false;
-    checkSlot(slot);
+    checkSlotAsk(slot);
     this.#lapseSlots(now);
     return !this.#slots.fits(now, slot.id, slot) && logs.every((l) => l.check(now, ask.cost).allowed);
   }
@@ -266,7 +247,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   renew(id: string, timeoutMs: number): boolean {
     if (typeof id !== "string") throw new RangeError("id: expected a request's slot id");
-    checkTimeout(timeoutMs);
+    checkSlotTimeout(timeoutMs);
     const until = this.#slots.renew(this.clock(), id, timeoutMs);
     if (until === null) return false;
     this.#sql.exec("UPDATE inflight SET expires = ? WHERE id = ?", until, id);

@@ -1,10 +1,11 @@
 // Concurrency slots inside the key's object: taken with a grant (same call), a full key refused at once with
 // nothing recorded, released, renewed, lapsed after the timeout, never more than N held, kept across an eviction,
 // freed with the key's state by the idle alarm. Time is the object's `clock()`.
-import { runDurableObjectAlarm } from "cloudflare:test";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { LimitSpec } from "../../src/core/limits.ts";
 import type { PenaltySpec } from "../../src/core/penalty.ts";
+import type { RateLimiter } from "../../src/object/index.ts";
 import { object, T0 } from "./object.ts";
 
 const limits: LimitSpec[] = [{ limit: 100, windowMs: 1000, tickMs: 1 }];
@@ -85,6 +86,21 @@ describe("concurrency slots", () => {
     await runDurableObjectAlarm(o.stub);
     expect((await o.stored()).tables).toEqual([]);
     expect((await o.take(limits, 1, slot("c"))).allowed).toBe(true);
+  });
+
+  it("refuses a malformed slot ask, release or renewal with a RangeError, recording nothing", async () => {
+    const o = await object();
+    // Called on the instance (as admin.test.ts does): a rejection over RPC is also reported as unhandled.
+    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
+      const take = (s: object) => instance.take(limits, { cost: 1, slot: s as never });
+      await expect(take({ id: "", ...spec })).rejects.toThrow("slot.id");
+      await expect(take({ id: "a", limit: 0, timeoutMs: 60_000 })).rejects.toThrow("slot.limit");
+      await expect(take({ id: "a", limit: 1, timeoutMs: 10 })).rejects.toThrow("slot.timeoutMs");
+      expect(() => instance.release(7 as unknown as string)).toThrow("id:");
+      expect(() => instance.renew("a", 0)).toThrow("timeoutMs");
+    });
+    expect(o.written()).toBe(0);
+    expect((await o.status(limits)).inFlight).toBe(0);
   });
 
   it("property: any interleaving of takes, releases, renewals and time never holds more than N", async () => {

@@ -2,7 +2,7 @@
 // release frees it, a slot lapses `timeoutMs` after it was taken or last renewed and is not renewed after.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { type ConcurrencySpec, Slots } from "../../src/core/slots.ts";
+import { type ConcurrencySpec, checkSlotAsk, checkSlotTimeout, MAX_CONCURRENCY, Slots } from "../../src/core/slots.ts";
 
 const spec: ConcurrencySpec = { limit: 2, timeoutMs: 1_000 };
 
@@ -61,6 +61,27 @@ describe("Slots", () => {
     ]);
     expect(t.fits(100, "a", one)).toBe(false);
     expect(t.take(100, "a", one)).toEqual({ held: false });
+  });
+
+  it("checks a slot ask as it arrives over RPC: an id of 1 to 64 characters, a limit of 1 to 10,000, a timeout of 1 s to 1 d", () => {
+    const ok = { id: "r", limit: 1, timeoutMs: 1_000 };
+    expect(() => checkSlotAsk(ok)).not.toThrow();
+    expect(() =>
+      checkSlotAsk({ ...ok, id: "x".repeat(64), limit: MAX_CONCURRENCY, timeoutMs: 86_400_000 }),
+    ).not.toThrow();
+    expect(() => checkSlotAsk({ ...ok, id: "" })).toThrow("slot.id: expected a request id of 1 to 64 characters");
+    expect(() => checkSlotAsk({ ...ok, id: "x".repeat(65) })).toThrow(RangeError);
+    expect(() => checkSlotAsk({ ...ok, id: 7 })).toThrow(RangeError);
+    expect(() => checkSlotAsk({ ...ok, limit: 0 })).toThrow("slot.limit: expected 1 to 10000, got 0");
+    expect(() => checkSlotAsk({ ...ok, limit: 10_001 })).toThrow(RangeError);
+    expect(() => checkSlotAsk({ ...ok, limit: 1.5 })).toThrow(RangeError);
+    expect(() => checkSlotAsk({ ...ok, limit: "2" })).toThrow(RangeError);
+    expect(() => checkSlotAsk({ ...ok, timeoutMs: 999 })).toThrow(
+      "slot.timeoutMs: expected 1000 to 86400000 ms, got 999",
+    );
+    expect(() => checkSlotTimeout(86_400_001)).toThrow("timeoutMs: expected 1000 to 86400000 ms, got 86400001");
+    expect(() => checkSlotTimeout(1_000.5)).toThrow(RangeError);
+    expect(() => checkSlotTimeout("60000")).toThrow(RangeError);
   });
 
   it("property: against a model of slots, never more than `limit` held at any time, and takes agree", () => {
