@@ -91,6 +91,8 @@ export class RateLimiter extends DurableObject<unknown> {
   readonly #routes = new Map<string, KeyLog>();
   /** Concurrency slots held (docs/configuration.md, "Concurrency"), each stored as a row of `inflight`. */
   #slots = new Slots();
+  /** Whether the `inflight` table exists (made by the key's first slot). */
+  #slotTable = false;
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
@@ -222,6 +224,14 @@ export class RateLimiter extends DurableObject<unknown> {
     const taken = this.#slots.take(now, ask.slot.id, ask.slot);
     if (!taken.held) return;
     this.#ensureTables();
+    if (!this.#slotTable) {
+      // Concurrency slots held (docs/configuration.md, "Concurrency"): one row per request in flight, in a table made
+      // for keys that use them only.
+      this.#sql.exec(
+        "CREATE TABLE IF NOT EXISTS inflight (id TEXT PRIMARY KEY, expires INTEGER NOT NULL) WITHOUT ROWID",
+      );
+      this.#slotTable = true;
+    }
     this.#sql.exec("INSERT OR REPLACE INTO inflight (id, expires) VALUES (?, ?)", ask.slot.id, taken.expiresAt);
   }
 
@@ -458,6 +468,7 @@ export class RateLimiter extends DurableObject<unknown> {
       this.#penalty = NO_PENALTY;
       this.#override = null;
       this.#slots = new Slots();
+      this.#slotTable = false;
       await this.ctx.storage.deleteAll();
       this.#tables = false;
       return;
@@ -519,6 +530,9 @@ export class RateLimiter extends DurableObject<unknown> {
       else if (k === "penalty") this.#penalty = JSON.parse(v) as PenaltyState & { withinMs?: number };
       else this.#override = JSON.parse(v) as Override;
     }
+    this.#slotTable =
+      this.#sql.exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'inflight'").toArray().length > 0;
+    if (!this.#slotTable) return;
     const slots = this.#sql.exec<{ id: string; expires: number }>("SELECT id, expires FROM inflight").toArray();
     this.#slots = new Slots(slots.map((r) => [r.id, r.expires] as const));
   }
@@ -551,8 +565,6 @@ export class RateLimiter extends DurableObject<unknown> {
     this.#sql.exec(
       "CREATE TABLE IF NOT EXISTS route_grants (route TEXT NOT NULL, ring INTEGER NOT NULL, key INTEGER NOT NULL, ts INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (route, ring, key)) WITHOUT ROWID",
     );
-    // Concurrency slots held (docs/configuration.md, "Concurrency"): one row per request in flight.
-    this.#sql.exec("CREATE TABLE IF NOT EXISTS inflight (id TEXT PRIMARY KEY, expires INTEGER NOT NULL) WITHOUT ROWID");
     // 0.1.0 kept one 1ms ring in `slots (slot, ts, cost)`: carry its rows over once.
     const old = this.#sql.exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'slots'").toArray();
     if (old.length > 0) {
