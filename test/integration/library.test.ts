@@ -244,8 +244,9 @@ describe('acquire() (docs/configuration.md, "Concurrency")', () => {
   it("the docs' example: two renders at once, the third refused at once; release() in a finally frees a slot", async () => {
     // As in the docs, with render() a job the test finishes.
     const limiter = createLimiter({ name: "render", limits: [{ limit: 60, window: "1m" }], concurrency: 2 });
-    const jobs: (() => void)[] = [];
-    const render = (_request: Request) => new Promise<string>((done) => jobs.push(() => done("rendered")));
+    // The renders under way, by URL (a and b may start in either order).
+    const jobs = new Map<string, () => void>();
+    const render = (request: Request) => new Promise<string>((done) => jobs.set(request.url, () => done("rendered")));
     const pending: Promise<unknown>[] = [];
     const ctx = { waitUntil: (p: Promise<unknown>) => void pending.push(p) };
     const key = freshKey();
@@ -260,16 +261,17 @@ describe('acquire() (docs/configuration.md, "Concurrency")', () => {
     }
     const a = fetch(new Request("https://w.example/a"));
     const b = fetch(new Request("https://w.example/b"));
-    while (jobs.length < 2) await new Promise((r) => setTimeout(r, 1));
+    while (jobs.size < 2) await new Promise((r) => setTimeout(r, 1));
     const refused = await fetch(new Request("https://w.example/c"));
     expect(refused.status).toBe(429);
     expect(refused.headers.get("Retry-After")).toBe("1");
     expect((await refused.json()) as object).toMatchObject({ reason: "concurrency" });
-    jobs[0]?.();
+    jobs.get("https://w.example/a")?.();
     expect(await (await a).text()).toBe("rendered");
     const c = fetch(new Request("https://w.example/c"));
-    while (jobs.length < 3) await new Promise((r) => setTimeout(r, 1));
-    for (const job of jobs.slice(1)) job();
+    while (jobs.size < 3) await new Promise((r) => setTimeout(r, 1));
+    jobs.get("https://w.example/b")?.();
+    jobs.get("https://w.example/c")?.();
     expect([await (await b).text(), await (await c).text()]).toEqual(["rendered", "rendered"]);
   });
 
