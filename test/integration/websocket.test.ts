@@ -1,14 +1,14 @@
 // WebSockets through the proxy, against the real origin's echo socket: an upgrade is proxied as one (the origin's
 // 101 with its socket, the frames relayed both ways), decided and counted like any request of its key, and a refused
 // upgrade gets the usual 429 without reaching the origin. (Upgrade stays a hop-by-hop field for everything else:
-// test/integration/proxy.test.ts.)
+// test/integration/proxy.test.ts.) In workerd only: the Node stand-in the mutation runs use opens no WebSockets.
 import { env } from "cloudflare:workers";
 import { Hono } from "hono";
 import { upgradeWebSocket } from "hono/cloudflare-workers";
-import { describe, expect, it } from "vitest";
+import { describe, expect } from "vitest";
 import { type RateLimitVariables, rateLimit } from "../../src/hono.ts";
 import { problemOf } from "../support/problem.ts";
-import { arrivalsFor, envWith, freshKey, handle, request } from "./helpers.ts";
+import { arrivalsFor, envWith, freshKey, handle, request, workerdOnly } from "./helpers.ts";
 
 const upgrade = (key: string, path = "/v1/stream") =>
   request(key, path, { headers: { upgrade: "websocket", "sec-websocket-version": "13" } });
@@ -22,7 +22,7 @@ function nextMessage(ws: WebSocket): Promise<string> {
 }
 
 describe("WebSockets through the proxy", () => {
-  it("an upgrade reaches the origin as one: 101 with its socket and the RateLimit headers; frames go both ways", async () => {
+  workerdOnly("an upgrade reaches the origin as one: 101 with its socket and the RateLimit headers; frames go both ways", async () => {
     const e = envWith({ limits: [{ limit: 5, window: "1m" }], leases: false });
     const key = freshKey();
     const res = await handle(upgrade(key), e);
@@ -42,7 +42,7 @@ describe("WebSockets through the proxy", () => {
     expect(arrivals[0]?.url).toBe("/v1/stream");
   });
 
-  it("an upgrade counts like any request of its key; a refused one is a 429 and never reaches the origin", async () => {
+  workerdOnly("an upgrade counts like any request of its key; a refused one is a 429 and never reaches the origin", async () => {
     const e = envWith({ limits: [{ limit: 1, window: "1m" }], leases: false });
     const key = freshKey();
     const first = await handle(upgrade(key), e);
@@ -56,7 +56,7 @@ describe("WebSockets through the proxy", () => {
 });
 
 describe("WebSockets behind the hono middleware", () => {
-  it("an upgrade is decided and counted like any request; its 101 keeps its socket and gets the RateLimit headers", async () => {
+  workerdOnly("an upgrade is decided and counted like any request; its 101 keeps its socket and gets the RateLimit headers", async () => {
     const app = new Hono<{ Variables: RateLimitVariables }>();
     app.use("/ws", rateLimit({ limits: [{ limit: 1, window: "1m" }], leases: false }));
     app.get(
