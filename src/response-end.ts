@@ -7,7 +7,7 @@
 import type { Background } from "./client/stub.ts";
 
 /** workerd's socket as this module uses it (typed structurally: the unit tests compile with Node's types). */
-interface Socket {
+export interface Socket {
   accept(): void;
   send(data: unknown): void;
   close(code?: number, reason?: string): void;
@@ -48,22 +48,34 @@ export function untilEnd(response: Response, onEnd: () => Promise<unknown>, bg: 
 const RESERVED = new Set([1004, 1005, 1006, 1015]);
 
 /**
- * A `101` whose socket the Worker relays: frames both ways between the client's new socket and the origin's, a close
- * on either side closes the other and calls `end`.
+ * A `101` whose socket the Worker relays: the client gets a new socket whose frames go to the origin's and back
+ * ({@link join}); when either closes, `end` is called.
  */
 function relay(response: Response, origin: Socket, end: () => Promise<unknown>, bg: Background): Response {
   const Pair = (globalThis as unknown as { WebSocketPair: new () => Record<0 | 1, Socket> }).WebSocketPair;
   const pair = new Pair();
-  const client = pair[0];
   const server = pair[1];
   origin.accept();
   server.accept();
+  join(server, origin, () => {
+    const done = end();
+    bg.waitUntil?.(done);
+  });
+  return new Response(null, { status: 101, headers: response.headers, webSocket: pair[0] } as ResponseInit);
+}
+
+/**
+ * Joins two accepted sockets: each one's messages are sent on the other while both are open; the first close (or
+ * error) on either closes the other — with its code, or 1000 for one a socket may not send, 1011 for an error —
+ * after which nothing more is relayed. `closed` is called on every close or error seen.
+ */
+export function join(a: Socket, b: Socket, closed: () => void): void {
   let open = true;
   const link = (from: Socket, to: Socket) => {
     from.addEventListener("message", (e) => {
       if (open) to.send(e.data);
     });
-    const closed = (e: { code?: number; reason?: string }) => {
+    const close = (e: { code?: number; reason?: string }) => {
       if (open) {
         open = false;
         const code = e.code === undefined || RESERVED.has(e.code) ? 1000 : e.code;
@@ -73,13 +85,11 @@ function relay(response: Response, origin: Socket, end: () => Promise<unknown>, 
           // already closing
         }
       }
-      const done = end();
-      bg.waitUntil?.(done);
+      closed();
     };
-    from.addEventListener("close", closed);
-    from.addEventListener("error", () => closed({ code: 1011, reason: "relay error" }));
+    from.addEventListener("close", close);
+    from.addEventListener("error", () => close({ code: 1011, reason: "relay error" }));
   };
-  link(server, origin);
-  link(origin, server);
-  return new Response(null, { status: 101, headers: response.headers, webSocket: client } as ResponseInit);
+  link(a, b);
+  link(b, a);
 }

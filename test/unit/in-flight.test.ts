@@ -10,7 +10,7 @@ import type { LimiterConfig, Plan } from "../../src/config/types.ts";
 import { type Ask, type Decision, KeyLog, type LimitSpec } from "../../src/core/index.ts";
 import { Slots } from "../../src/core/slots.ts";
 import { Pipeline } from "../../src/pipeline.ts";
-import { untilEnd } from "../../src/response-end.ts";
+import { join, type Socket, untilEnd } from "../../src/response-end.ts";
 
 const T0 = 1_800_000_000_000;
 
@@ -336,5 +336,71 @@ describe("InFlight alone", () => {
     await r.slots.release(r.result);
     await vi.advanceTimersByTimeAsync(10_000);
     expect(r.calls).toEqual(["renew", "release"]);
+  });
+});
+
+describe("join (a relayed WebSocket)", () => {
+  /** A socket that records what is sent and closed on it, and lets the test fire its events. */
+  function fake(throwOnClose = false) {
+    const listeners = new Map<string, ((e: { data?: unknown; code?: number; reason?: string }) => void)[]>();
+    const sent: unknown[] = [];
+    const closes: [number | undefined, string | undefined][] = [];
+    const socket: Socket = {
+      accept() {},
+      send: (data) => void sent.push(data),
+      close: (code, reason) => {
+        closes.push([code, reason]);
+        if (throwOnClose) throw new Error("already closing");
+      },
+      addEventListener: (type, listener) => void listeners.set(type, [...(listeners.get(type) ?? []), listener]),
+    };
+    const fire = (type: string, e: { data?: unknown; code?: number; reason?: string } = {}) => {
+      for (const l of listeners.get(type) ?? []) l(e);
+    };
+    return { socket, sent, closes, fire };
+  }
+
+  it("relays messages both ways until the first close, which closes the other side with its code", () => {
+    const a = fake();
+    const b = fake();
+    let closed = 0;
+    join(a.socket, b.socket, () => void closed++);
+    a.fire("message", { data: "to b" });
+    b.fire("message", { data: "to a" });
+    expect(b.sent).toEqual(["to b"]);
+    expect(a.sent).toEqual(["to a"]);
+    a.fire("close", { code: 4001, reason: "bye" });
+    expect(b.closes).toEqual([[4001, "bye"]]);
+    expect(closed).toBe(1);
+    // Closed: nothing more is relayed, and the other side's close (its echo) closes nothing again.
+    a.fire("message", { data: "late" });
+    b.fire("close", { code: 4001, reason: "bye" });
+    expect(b.sent).toEqual(["to b"]);
+    expect(a.closes).toEqual([]);
+    expect(closed).toBe(2);
+  });
+
+  it("a code a socket may not send becomes 1000, a close without one too; an error closes with 1011", () => {
+    for (const [code, sent] of [
+      [1005, 1000],
+      [1006, 1000],
+      [1015, 1000],
+      [1004, 1000],
+      [undefined, 1000],
+      [1001, 1001],
+    ] as const) {
+      const a = fake();
+      const b = fake();
+      join(a.socket, b.socket, () => {});
+      b.fire("close", code === undefined ? {} : { code });
+      expect(a.closes).toEqual([[sent, ""]]);
+    }
+    const a = fake();
+    const b = fake(true);
+    let closed = 0;
+    join(a.socket, b.socket, () => void closed++);
+    a.fire("error");
+    expect(b.closes).toEqual([[1011, "relay error"]]);
+    expect(closed).toBe(1);
   });
 });
