@@ -83,12 +83,15 @@ export function fakeLimiter(take: (call: number, ask: Ask) => Promise<Decision>)
 
 /** A decision as the object sends it, with defaults for what a test does not care about. */
 export function decision(d: Partial<Decision> & Pick<Decision, "allowed">): Decision {
+  // One clock reading for both: two could straddle a millisecond, and a `blockedUntil` 1 ms after `now` is a denial
+  // the deny cache keeps (for ever, on a test's stopped clock).
+  const now = d.now ?? Date.now();
   return {
     neverAllowed: false,
     cost: 1,
-    now: Date.now(),
+    now,
     retryAfterMs: 0,
-    blockedUntil: d.now ?? Date.now(),
+    blockedUntil: now,
     limits: [],
     lease: null,
     ...d,
