@@ -13,13 +13,17 @@ import type { LimitSpec } from "../../src/core/limits.ts";
 import { type RateLimitVariables, rateLimit } from "../../src/hono.ts";
 import { createLimiter } from "../../src/index.ts";
 import { problemOf } from "../support/problem.ts";
-import { arrivalsFor, envWith, freshKey, handle, originUrl, request, workerdOnly } from "./helpers.ts";
-
-/** Hooks whose background work (a slot's release) a test can wait for, per request. */
-function hooks() {
-  const pending: Promise<unknown>[] = [];
-  return { waitUntil: (p: Promise<unknown>) => void pending.push(p), settled: () => Promise.all(pending) };
-}
+import {
+  arrivalsFor,
+  background,
+  envWith,
+  freshKey,
+  handle,
+  nextMessage,
+  originUrl,
+  request,
+  workerdOnly,
+} from "./helpers.ts";
 
 const minute: LimitSpec[] = [{ limit: 100, windowMs: 60_000, tickMs: 1 }];
 /** Requests holding a slot now, as the object says: the proxy's key's (`key:<key>`), or an object by its name. */
@@ -54,7 +58,7 @@ describe("concurrency through the proxy (a real, slow, streaming origin)", () =>
     const gates = [crypto.randomUUID(), crypto.randomUUID()];
     const open = await Promise.all(
       gates.map(async (g) => {
-        const h = hooks();
+        const h = background();
         const res = await handle(request(key, `/__special/gated/${g}?first=100`), e, h);
         expect(res.status).toBe(200);
         const reader = (res.body as ReadableStream<Uint8Array>).getReader();
@@ -88,7 +92,7 @@ describe("concurrency through the proxy (a real, slow, streaming origin)", () =>
   it("a client that goes away mid-body frees its slot", async () => {
     const e = envWith(config(1));
     const key = freshKey();
-    const h = hooks();
+    const h = background();
     const g = crypto.randomUUID();
     const res = await handle(request(key, `/__special/gated/${g}?first=100`), e, h);
     const reader = (res.body as ReadableStream<Uint8Array>).getReader();
@@ -104,13 +108,13 @@ describe("concurrency through the proxy (a real, slow, streaming origin)", () =>
   it("an origin that fails (unreachable, or dropping the body) frees the slot", async () => {
     const e = envWith(config(1));
     const key = freshKey();
-    const h1 = hooks();
+    const h1 = background();
     const dropped = await handle(request(key, "/__special/drop?after=1000&length=1"), e, h1);
     await expect(dropped.arrayBuffer()).rejects.toThrow();
     await h1.settled();
     expect(await inFlight(key)).toBe(0);
     const closed = (await (await fetch(`${originUrl}/__special/closed-port`)).json()) as { url: string };
-    const h2 = hooks();
+    const h2 = background();
     const unreachable = await handle(request(key), envWith(config(1), { ORIGIN: closed.url }), h2);
     expect(unreachable.status).toBe(502);
     await unreachable.text();
@@ -131,7 +135,7 @@ describe("concurrency through the proxy (a real, slow, streaming origin)", () =>
     expect((await problemOf(await handle(request(key), e), 429)).reason).toBe("concurrency");
     // Keys of the default plan have no concurrency limit.
     const other = freshKey();
-    const h = hooks();
+    const h = background();
     const shadow = envWith(config(1, { shadow: true }));
     expect((await handle(request(other), e)).status).toBe(200);
     const held = await handle(request(key, "/shadow"), shadow, h);
@@ -218,7 +222,7 @@ describe("WebSockets through the proxy with concurrency", () => {
   workerdOnly("an open socket holds its slot, relayed both ways, until it closes; it counts once", async () => {
     const e = envWith(config(1));
     const key = freshKey();
-    const h = hooks();
+    const h = background();
     const upgrade = () =>
       request(key, "/v1/stream", { headers: { upgrade: "websocket", "sec-websocket-version": "13" } });
     const res = await handle(upgrade(), e, h);
@@ -297,7 +301,7 @@ describe("generated request sequences", () => {
           const send = sender(adapter, n, origin.service, key);
           const open: {
             reader: ReadableStreamDefaultReader<Uint8Array>;
-            h: ReturnType<typeof hooks>;
+            h: ReturnType<typeof background>;
             at: ReadableStreamDefaultController<Uint8Array>;
           }[] = [];
           const end = async (r: (typeof open)[number], how: string) => {
@@ -310,7 +314,7 @@ describe("generated request sequences", () => {
           };
           for (const o of ops) {
             if (o.op === "start") {
-              const h = hooks();
+              const h = background();
               const res = await send(h);
               if (res.status === 429) {
                 expect((await problemOf(res, 429)).reason).toBe("concurrency");
@@ -340,26 +344,18 @@ describe("generated request sequences", () => {
 function sender(adapter: string, n: number, service: Fetcher, key: string) {
   if (adapter === "proxy") {
     const e = envWith(config(n), { ORIGIN_SERVICE: service });
-    return (h: ReturnType<typeof hooks>) => handle(request(key, "/job"), e, h);
+    return (h: ReturnType<typeof background>) => handle(request(key, "/job"), e, h);
   }
   const app = new Hono<{ Variables: RateLimitVariables }>();
   app.use("*", rateLimit({ name: "seq", limits: [{ limit: 100, window: "1m" }], concurrency: n }));
   app.get("/job", () => service.fetch("https://origin.example/job"));
-  return (h: ReturnType<typeof hooks>) =>
+  return (h: ReturnType<typeof background>) =>
     app.request(
       "/job",
       { headers: { "x-api-key": key } },
       { LIMITER: env.LIMITER },
       { waitUntil: h.waitUntil, passThroughOnException() {}, props: {} },
     );
-}
-
-/** The next message on `ws` (a string). */
-function nextMessage(ws: WebSocket): Promise<string> {
-  return new Promise((resolve, reject) => {
-    ws.addEventListener("message", (e) => resolve(String(e.data)), { once: true });
-    ws.addEventListener("close", () => reject(new Error("closed before a message")), { once: true });
-  });
 }
 
 /** Closes `ws` and waits for the other side's close (unless `accept`: accept it first). */

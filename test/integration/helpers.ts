@@ -147,3 +147,17 @@ export function spyLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: string[]
   } as unknown as WorkerEnv["LIMITER"];
   return { namespace, calls };
 }
+
+/** Hooks that keep the Worker's background work (refills, give-backs, a slot's release) so a test can wait for it. */
+export function background(): { waitUntil: (p: Promise<unknown>) => void; settled: () => Promise<unknown> } {
+  const pending: Promise<unknown>[] = [];
+  return { waitUntil: (p) => void pending.push(p), settled: () => Promise.all(pending) };
+}
+
+/** The next message on `ws` (a string), or a rejection when it closes first. */
+export function nextMessage(ws: WebSocket): Promise<string> {
+  return new Promise((resolve, reject) => {
+    ws.addEventListener("message", (e) => resolve(String(e.data)), { once: true });
+    ws.addEventListener("close", () => reject(new Error("closed before a message")), { once: true });
+  });
+}

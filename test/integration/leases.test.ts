@@ -3,10 +3,11 @@
 // and the deadline on object calls.
 import { describe, expect, it, vi } from "vitest";
 import type { Decision } from "../../src/core/index.ts";
-import { createProxy, type Hooks, type ProxyApp } from "../../src/proxy/app.ts";
+import { createProxy, type ProxyApp } from "../../src/proxy/app.ts";
 import { problemOf } from "../support/problem.ts";
 import {
   arrivalsFor,
+  background,
   countingLimiter,
   decision,
   envWith,
@@ -16,12 +17,6 @@ import {
   proxy,
   request,
 } from "./helpers.ts";
-
-/** Hooks that keep the Worker's background work (refills, returns) so a test can wait for it. */
-function background(): Hooks & { settled: () => Promise<unknown> } {
-  const pending: Promise<unknown>[] = [];
-  return { waitUntil: (p) => pending.push(p), settled: () => Promise.all(pending) };
-}
 
 const perMinute = (limit: number, extra: object = {}) => ({ limits: [{ limit, window: "1m" }], ...extra });
 

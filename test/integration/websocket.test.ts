@@ -8,18 +8,10 @@ import { upgradeWebSocket } from "hono/cloudflare-workers";
 import { describe, expect } from "vitest";
 import { type RateLimitVariables, rateLimit } from "../../src/hono.ts";
 import { problemOf } from "../support/problem.ts";
-import { arrivalsFor, envWith, freshKey, handle, request, workerdOnly } from "./helpers.ts";
+import { arrivalsFor, envWith, freshKey, handle, nextMessage, request, workerdOnly } from "./helpers.ts";
 
 const upgrade = (key: string, path = "/v1/stream") =>
   request(key, path, { headers: { upgrade: "websocket", "sec-websocket-version": "13" } });
-
-/** The next message on `ws` (a string), or a rejection after `ms`. */
-function nextMessage(ws: WebSocket): Promise<string> {
-  return new Promise((resolve, reject) => {
-    ws.addEventListener("message", (e) => resolve(String(e.data)), { once: true });
-    ws.addEventListener("close", () => reject(new Error("closed before a message")), { once: true });
-  });
-}
 
 describe("WebSockets through the proxy", () => {
   workerdOnly(
