@@ -203,7 +203,8 @@ export interface Limiter {
    * Decides one request of `cost` units (default 1) for `key`: grants and records it, or refuses
    * it with the exact wait. Writes a log line for a refusal, and a data point per decision when
    * `env` binds an Analytics Engine dataset as `LIMITER_ANALYTICS`. Pass the runtime's `ctx` so
-   * that lease refills and give-backs outlive the response.
+   * that lease refills and give-backs outlive the response. It takes no concurrency slot: a plan's
+   * `concurrency` applies to {@link acquire} (and the middleware) only.
    *
    * @throws HttpError 400 for a malformed key, 401 for a key that matches no plan or `key.pattern`
    * @throws RangeError for a cost that is not a whole number ≥ 1, or a route no plan has
