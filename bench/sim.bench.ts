@@ -25,6 +25,7 @@ import { resolve } from "node:path";
 import { KeyLog, type LimitSpec } from "../src/core/index.ts";
 import { startOrigin } from "../test/support/origin.ts";
 import { maxInWindow } from "../test/support/window.ts";
+import type { StorageCounts } from "./http/counts.ts";
 import { quantile } from "./http/load.ts";
 import { startRuntime } from "./http/runtime.ts";
 
@@ -198,12 +199,11 @@ async function run(urls: readonly string[], plan: readonly Planned[], random: ()
   return sent;
 }
 
-interface Stats {
-  decides: number;
-  giveBacks: number;
-  rowsWritten: number;
-  setAlarms: number;
-}
+/** What the sim reads of an object's counts (bench/http/counts.ts). */
+type Stats = Pick<
+  StorageCounts,
+  "decides" | "giveBacks" | "rowsWritten" | "setAlarms" | "leasedUnits" | "returnedUnits" | "grants"
+>;
 
 /** Each key's object counts, read at the end (objects are kept in memory for the run). */
 async function stats(url: string, keys: readonly string[]): Promise<Map<string, Stats>> {
@@ -287,6 +287,10 @@ async function main(): Promise<void> {
       errors: number;
       mismatched: number;
       byRtt: Sent[][];
+      /** Units leased to isolates, units given back (give-backs and settlements), grants the object made itself. */
+      leased: number;
+      returned: number;
+      objectGrants: number;
     }
     const classes = new Map<string, Class>();
     const classOf = (k: string, list: readonly Sent[], exact: number) => {
@@ -313,6 +317,9 @@ async function main(): Promise<void> {
           errors: 0,
           mismatched: 0,
           byRtt: RTTS.map(() => []),
+          leased: 0,
+          returned: 0,
+          objectGrants: 0,
         };
         classes.set(name, c);
       }
@@ -325,6 +332,9 @@ async function main(): Promise<void> {
       const st = counts.get(k);
       c.calls += (st?.decides ?? 0) + (st?.giveBacks ?? 0);
       c.rows += (st?.rowsWritten ?? 0) + (st?.setAlarms ?? 0);
+      c.leased += st?.leasedUnits ?? 0;
+      c.returned += st?.returnedUnits ?? 0;
+      c.objectGrants += st?.grants ?? 0;
       for (const s of grants) c.byRtt[s.isolate % RTTS.length]?.push(s);
       // Strictness at the origin: every window of real arrival times, shrunk by the largest send-to-arrival
       // time of the key's requests (an arrival is the request's use; its decision came before it).
@@ -361,6 +371,20 @@ async function main(): Promise<void> {
     console.log(
       `\nprobes (pass-through, an unlimited plan's keys) p50 / p99 ms by RTT: ${probeByRtt.map((l) => `${fmt(quantile(l, 0.5), 1)} / ${fmt(quantile(l, 0.99), 1)}`).join(", ")}`,
     );
+    // Where leased units went, per class: spent (grants not made by the object), given back, or neither — expired
+    // unused in an isolate, or stranded in one that vanished; each of those held capacity until its record left
+    // the window.
+    console.log("\n| class | units leased | spent from leases | given back | neither (expired or stranded) |");
+    console.log("| --- | ---: | ---: | ---: | ---: |");
+    for (const name of order) {
+      const c = classes.get(name);
+      if (!c || c.leased === 0) continue;
+      const spent = c.grants - c.objectGrants;
+      const share = (n: number) => `${n} (${fmt((100 * n) / c.leased, 1)}%)`;
+      console.log(
+        `| ${name} | ${c.leased} | ${share(spent)} | ${share(c.returned)} | ${share(c.leased - spent - c.returned)} |`,
+      );
+    }
     console.log(
       "rows / grant: rows the object wrote (grants, leases, give-backs, meta) plus alarms set, per grant; $ / M grants: object requests at $0.15/M and rows written at $1.00/M (duration and rows read not included)",
     );

@@ -109,6 +109,8 @@ export class CountingRateLimiter extends RateLimiter {
 
   override async take(...args: Parameters<RateLimiter["take"]>): Promise<Decision> {
     this.#started();
+    // Settlements riding on the call give units back as a settle call's do.
+    for (const x of args[1].settle ?? []) this.#counts.returnedUnits += x.unused;
     const result = await super.take(...args);
     this.#counts.decides += 1;
     if (result.allowed && result.cost > 0) this.#counts.grants += 1;
