@@ -11,7 +11,10 @@ export interface StorageCounts {
   /** `take` calls that came with a lease, and the units they leased. */
   leases: number;
   leasedUnits: number;
-  /** `giveBack` and `settle` calls (calls that decide nothing), and the units they gave back. */
+  /**
+   * `giveBack` and `settle` calls (calls that decide nothing), and the units given back: by those calls and by the
+   * settlements riding on decisions.
+   */
   giveBacks: number;
   returnedUnits: number;
   /** `sql.exec` calls that wrote (INSERT/UPDATE/DELETE), and the rows they reported written. */
