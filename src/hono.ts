@@ -70,6 +70,7 @@ export function rateLimit<E extends Env = Env>(
     if (skip && (await skip(ctx))) return next();
     const env = c.env as object;
     const ns = namespaceOf(env, binding);
+    const bg = background(c);
     let decided: Decided | null;
     try {
       decided = await pipeline.decide(env, ns, {
@@ -78,7 +79,7 @@ export function rateLimit<E extends Env = Env>(
         ...(cost === undefined ? {} : { cost: typeof cost === "number" ? cost : () => cost(ctx) }),
         method: c.req.method,
         path: () => normalized(new URL(c.req.url).pathname, config).match,
-        bg: background(c),
+        bg,
         inFlight: true,
       });
     } catch (e) {
@@ -90,7 +91,6 @@ export function rateLimit<E extends Env = Env>(
     const { result } = decided;
     c.set("rateLimit", result);
     if (!result.allowed) return handler ? handler(ctx, result) : refusal(result);
-    const bg = background(c);
     try {
       await next();
       setHeaders(c, result.headers);

@@ -23,8 +23,8 @@ interface Held {
   released: boolean;
 }
 
-/** Logs a failed or refused call about a slot (the key's name, the event, the error). */
-export type SlotLog = (event: string, name: string, e: unknown) => void;
+/** Logs a failed or refused call about a slot: the event, the key's object name, the error, the level. */
+export type SlotLog = (event: string, name: string, e: unknown, level: "warn" | "error") => void;
 
 export class InFlight {
   readonly #held = new WeakMap<RateLimitResult, Held>();
@@ -55,8 +55,9 @@ export class InFlight {
   }
 
   /**
-   * Frees `result`'s slot at the key's object (once; later calls do nothing). Resolves false when it held none;
-   * rejects when the object did not answer (the slot is then freed by its timeout).
+   * Frees `result`'s slot at the key's object (once; later calls do nothing). Resolves false when it held none, or
+   * when the object did not answer (logged as `slot_release_failed`; the object frees it after its timeout). Never
+   * rejects.
    */
   async release(result: RateLimitResult): Promise<boolean> {
     const held = this.#held.get(result);
@@ -64,8 +65,13 @@ export class InFlight {
     this.#held.delete(result);
     clearTimeout(held.timer);
     held.released = true;
-    await callObject(() => held.ns.getByName(held.name).release(held.id), this.#objectTimeoutMs);
-    return true;
+    try {
+      await callObject(() => held.ns.getByName(held.name).release(held.id), this.#objectTimeoutMs);
+      return true;
+    } catch (e) {
+      this.#log("slot_release_failed", held.name, e, "error");
+      return false;
+    }
   }
 
   /** Renews `held` a third of its timeout from now, and again after each renewal, until it is released. */
@@ -76,10 +82,10 @@ export class InFlight {
           (kept) => {
             if (held.released) return; // released while the renewal was out
             if (kept) this.#schedule(held);
-            else this.#log("slot_lapsed", held.name, new Error("the slot lapsed before it was renewed"));
+            else this.#log("slot_lapsed", held.name, new Error("the slot lapsed before it was renewed"), "warn");
           },
           (e: unknown) => {
-            this.#log("slot_renew_failed", held.name, e);
+            this.#log("slot_renew_failed", held.name, e, "warn");
             if (!held.released) this.#schedule(held);
           },
         );

@@ -79,7 +79,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   constructor(config: C, options: ClientOptions = {}) {
     this.config = config;
     this.#clock = options.clock ?? Date.now;
-    this.#inFlight = new InFlight(config.objectTimeoutMs, (event, name, e) => this.#log(event, name, e, "warn"));
+    this.#inFlight = new InFlight(config.objectTimeoutMs, (event, name, e, level) => this.#log(event, name, e, level));
   }
 
   /** The client's clock (ms). */
@@ -159,14 +159,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * Frees the concurrency slot `result` holds (once). Resolves false when it holds none, or when the key's object
    * did not answer (logged as `slot_release_failed`; the object frees it after `concurrency_timeout`). Never rejects.
    */
-  async release(result: RateLimitResult): Promise<boolean> {
-    const name = this.#grants.get(result)?.name ?? "unknown";
-    try {
-      return await this.#inFlight.release(result);
-    } catch (e) {
-      this.#log("slot_release_failed", name, e);
-      return false;
-    }
+  release(result: RateLimitResult): Promise<boolean> {
+    return this.#inFlight.release(result);
   }
 
   /** Whether `result` holds a concurrency slot not yet released. */

@@ -126,11 +126,8 @@ export class RateLimiter extends DurableObject<unknown> {
       if (route !== undefined) return this.#takeRoute(now, log, override, ask, route);
       if (this.#blockUntil !== null && this.#blockUntil > now)
         return this.#blocked(log.refuse(now, ask.cost, this.#blockUntil), override);
-      if (this.#slotsFull(now, ask, [log])) {
-        return this.#full(now, ask, log.check(now, ask.cost), override, log.idleAt, (until) =>
-          log.refuse(now, ask.cost, until),
-        );
-      }
+      const full = this.#slotsFull(now, ask, [log]);
+      if (full) return this.#full(now, ask, full, override, log.idleAt, (until) => log.refuse(now, ask.cost, until));
       const { decision, writes } = log.take(now, ask);
       this.#write(writes);
       if (decision.allowed) this.#takeSlot(now, ask);
@@ -161,10 +158,8 @@ export class RateLimiter extends DurableObject<unknown> {
       combine([log.refuse(now, ask.cost, until), routeLog.refuse(now, ask.cost, until)]);
     if (this.#blockUntil !== null && this.#blockUntil > now)
       return this.#blocked(refuseBoth(this.#blockUntil), override);
-    if (this.#slotsFull(now, ask, [log, routeLog])) {
-      const fits = combine([log.check(now, ask.cost), routeLog.check(now, ask.cost)]);
-      return this.#full(now, ask, fits, override, Math.max(log.idleAt, routeLog.idleAt), refuseBoth);
-    }
+    const full = this.#slotsFull(now, ask, [log, routeLog]);
+    if (full) return this.#full(now, ask, full, override, Math.max(log.idleAt, routeLog.idleAt), refuseBoth);
     const { decision, writes } = takeTogether([log, routeLog], now, ask.cost);
     const [own = [], routed = []] = writes;
     this.#write(own);
@@ -180,16 +175,19 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /**
-   * Whether `ask` wants a concurrency slot and every one is held by other requests, while its rate limits (all of
-   * `logs`) would grant it: such a request is refused for its concurrency alone. One the limits refuse anyway is
-   * refused by them (a rate refusal says how long to wait, and counts towards a penalty).
+   * When `ask` wants a concurrency slot and every one is held by other requests while its rate limits (all of
+   * `logs`) would grant it, what those limits say: such a request is refused for its concurrency alone. Null
+   * otherwise — one the limits refuse anyway is refused by them (a rate refusal says how long to wait, and counts
+   * towards a penalty).
    */
-  #slotsFull(now: number, ask: Ask, logs: readonly KeyLog[]): boolean {
+  #slotsFull(now: number, ask: Ask, logs: readonly KeyLog[]): Decision | null {
     const slot = ask.slot;
-    if (slot === undefined) return false;
+    if (slot === undefined) return null;
     checkSlotAsk(slot);
     this.#lapseSlots(now);
-    return !this.#slots.fits(now, slot.id, slot) && logs.every((l) => l.check(now, ask.cost).allowed);
+    if (this.#slots.fits(now, slot.id, slot)) return null;
+    const fits = combine(logs.map((l) => l.check(now, ask.cost)));
+    return fits.allowed ? fits : null;
   }
 
   /**

@@ -277,8 +277,10 @@ describe("InFlight alone", () => {
         },
       }),
     } as unknown as LimiterNamespace;
-    const events: { event: string; message: string }[] = [];
-    const slots = new InFlight(5_000, (event, _name, e) => events.push({ event, message: (e as Error).message }));
+    const events: { event: string; message: string; level: string }[] = [];
+    const slots = new InFlight(5_000, (event, _name, e, level) =>
+      events.push({ event, message: (e as Error).message, level }),
+    );
     const result = {} as RateLimitResult;
     slots.hold(ns, result, "key:a", { id: "r1", limit: 1, timeoutMs: 3_000 });
     return { calls, events, slots, result };
@@ -300,11 +302,15 @@ describe("InFlight alone", () => {
     };
     const r = rig(() => answer());
     await vi.advanceTimersByTimeAsync(1_000);
-    expect(r.events).toEqual([{ event: "slot_renew_failed", message: "object gone" }]);
+    expect(r.events).toEqual([{ event: "slot_renew_failed", message: "object gone", level: "warn" }]);
     answer = async () => false;
     await vi.advanceTimersByTimeAsync(1_000);
     expect(r.calls).toEqual(["renew", "renew"]);
-    expect(r.events[1]).toEqual({ event: "slot_lapsed", message: "the slot lapsed before it was renewed" });
+    expect(r.events[1]).toEqual({
+      event: "slot_lapsed",
+      message: "the slot lapsed before it was renewed",
+      level: "warn",
+    });
     await vi.advanceTimersByTimeAsync(5_000);
     expect(r.calls).toEqual(["renew", "renew"]);
     expect(r.slots.holds(r.result)).toBe(true);
@@ -327,6 +333,25 @@ describe("InFlight alone", () => {
       await vi.advanceTimersByTimeAsync(10_000);
       expect(r.calls).toEqual(["renew", "release"]);
     }
+  });
+
+  it("a release the object does not answer resolves false and is logged as slot_release_failed, at error", async () => {
+    const events: unknown[][] = [];
+    const slots = new InFlight(5_000, (event, name, e, level) =>
+      events.push([event, name, (e as Error).message, level]),
+    );
+    const ns = {
+      getByName: () => ({
+        release: async () => {
+          throw new Error("object gone");
+        },
+      }),
+    } as unknown as LimiterNamespace;
+    const result = {} as RateLimitResult;
+    slots.hold(ns, result, "key:a", { id: "r1", limit: 1, timeoutMs: 3_000 });
+    expect(await slots.release(result)).toBe(false);
+    expect(events).toEqual([["slot_release_failed", "key:a", "object gone", "error"]]);
+    expect(slots.holds(result)).toBe(false);
   });
 
   it("no renewal after a release", async () => {
