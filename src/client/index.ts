@@ -561,6 +561,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       cost,
       leaseUnits,
       leaseMs: want?.lifetimeMs ?? 0,
+      leaseLeadMs: want?.leadMs ?? 0,
       leaseFromLog: entry !== undefined && leaseUnits > 0 && this.leases.fromLog(entry),
       settle: entry ? this.leases.settle(entry, now) : [],
     };

@@ -10,9 +10,11 @@ import { MIN_LEASE_UNITS } from "../core/limits.ts";
 export interface LeaseAsk {
   readonly units: number;
   readonly lifetimeMs: number;
+  /** The part of the lifetime that passes before the lease arrives (the recent round trip): the rest is spent in. */
+  readonly leadMs: number;
 }
 
-export const NO_ASK: LeaseAsk = { units: 0, lifetimeMs: 0 };
+export const NO_ASK: LeaseAsk = { units: 0, lifetimeMs: 0, leadMs: 0 };
 
 /** A key's request counters here: what its rate is estimated from. */
 export interface RateCounter {
@@ -84,25 +86,26 @@ export interface AskBounds {
 
 /**
  * The lease to ask for: about what this isolate would spend at its recent rate for the key
- * ({@link ASK_SHARE} of it), whole units only, at most `maxUnits`, over a lifetime of at most
- * `lifetimeMs` and at most as long as this isolate has watched the key (at least `youngMs`): a
+ * ({@link ASK_SHARE} of it), whole units only, at most `maxUnits`, spent over at most `lifetimeMs` less the
+ * round trip it takes to arrive, and at most as long as this isolate has watched the key (at least `youngMs`): a
  * rate seen for 20 ms says little about the next 10 s. A lease capped by `maxUnits` asks for the
- * time it takes to spend them. `units` 0 (no lease) when that is under {@link MIN_LEASE_UNITS}.
- * A key without a rate here ({@link sizedByObject}) asks for `maxUnits` over `lifetimeMs`, for the
- * object to size from the key's own rate.
+ * time it takes to spend them. The lifetime asked is the round trip (`leadMs`) plus that spending time. `units` 0
+ * (no lease) when that is under {@link MIN_LEASE_UNITS}. A key without a rate here ({@link sizedByObject}) asks
+ * for `maxUnits` over `lifetimeMs`, for the object to size from the key's own rate.
  */
 export function leaseToAsk(c: RateCounter, now: number, b: AskBounds): LeaseAsk {
   const { lifetimeMs, maxUnits } = b;
   if (lifetimeMs <= 0) return NO_ASK;
   // A lease arrives a round trip into its lifetime: one that would be mostly over by then is not worth asking.
   if (lifetimeMs < RTT_LIFETIMES * b.rttMs) return NO_ASK;
-  if (sizedByObject(c)) return { units: maxUnits, lifetimeMs };
+  const leadMs = Math.ceil(b.rttMs);
+  if (sizedByObject(c)) return { units: maxUnits, lifetimeMs, leadMs };
   const perMs = ASK_SHARE * rate(c, now);
-  const life = Math.min(lifetimeMs, Math.max(b.youngMs, now - c.firstSeen));
+  const life = Math.min(lifetimeMs - leadMs, Math.max(b.youngMs, now - c.firstSeen));
   const units = Math.floor(perMs * life);
   if (units < MIN_LEASE_UNITS) return NO_ASK;
-  if (units <= maxUnits) return { units, lifetimeMs: life };
-  return { units: maxUnits, lifetimeMs: Math.min(life, Math.ceil(maxUnits / perMs)) };
+  if (units <= maxUnits) return { units, lifetimeMs: leadMs + life, leadMs };
+  return { units: maxUnits, lifetimeMs: leadMs + Math.min(life, Math.ceil(maxUnits / perMs)), leadMs };
 }
 
 /**

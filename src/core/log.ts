@@ -45,6 +45,11 @@ export interface Ask {
   /** The lease lifetime wanted (ms); the log grants at most {@link maxLeaseMs} of its limits, less near a limit. */
   readonly leaseMs?: number;
   /**
+   * The part of `leaseMs` that passes before the lease reaches the caller (its recent round trip to the object, ms;
+   * at most `leaseMs`): the rest is the time it spends the units in, which is what the log scales down.
+   */
+  readonly leaseLeadMs?: number;
+  /**
    * The caller has no rate of its own for the key (its first request here): `leaseUnits` is only a
    * cap, and the lease is sized from the key's own recent rate — what its longest window holds,
    * spread over that window, for one lifetime.
@@ -221,7 +226,8 @@ export class KeyLog {
    * together with up to `ask.leaseUnits` more units leased ahead for up to `ask.leaseMs`, sized by
    * how far the key is from each limit (docs/design.md, "Leases"): the units leased out to all
    * callers together stay within {@link LEASE_HEADROOM_SHARE} of every limit's headroom, and a
-   * lease lives its full lifetime only while at least half of every limit is free, shorter below.
+   * lease lives its full lifetime only while the key is {@link FAR_BELOW_FREE far below} every limit, and is
+   * spent over a shorter time with fewer units below that.
    * Near a limit leases shrink to nothing, and none are granted for a shortest window after a
    * refusal: then this is the per-request path.
    *
@@ -229,7 +235,7 @@ export class KeyLog {
    * @throws RangeError for a cost, lease or `now` out of range
    */
   take(now: number, ask: Ask): Outcome {
-    const { cost, leaseUnits = 0, leaseMs = 0, settle = NOTHING } = ask;
+    const { cost, leaseUnits = 0, leaseMs = 0, leaseLeadMs = 0, settle = NOTHING } = ask;
     if (!Number.isSafeInteger(cost) || cost < 0)
       throw new RangeError(`cost: expected a whole number ≥ 0, got ${describe(cost)}`);
     if (!Number.isSafeInteger(leaseUnits) || leaseUnits < 0) {
@@ -237,6 +243,9 @@ export class KeyLog {
     }
     if (!Number.isSafeInteger(leaseMs) || leaseMs < 0) {
       throw new RangeError(`leaseMs: expected whole milliseconds ≥ 0, got ${describe(leaseMs)}`);
+    }
+    if (!Number.isSafeInteger(leaseLeadMs) || leaseLeadMs < 0 || leaseLeadMs > leaseMs) {
+      throw new RangeError(`leaseLeadMs: expected whole milliseconds from 0 to leaseMs, got ${describe(leaseLeadMs)}`);
     }
     if (cost === 0 && leaseUnits === 0) throw new RangeError("cost: 0 asks for nothing; ask for a cost or lease units");
     if (!Array.isArray(settle)) throw new RangeError("settle: expected a list of lease settlements");
@@ -257,7 +266,7 @@ export class KeyLog {
     // others are waiting for, so it gets the per-request path until the pressure is gone.
     const { units: extra, lifetimeMs: lifetime } =
       leaseUnits > 0 && leaseMs > 0 && t - this.#refusedAt >= this.#shortestWindow
-        ? this.#leaseFor(t, cost, leaseUnits, Math.min(leaseMs, this.maxLeaseMs), ask.leaseFromLog === true)
+        ? this.#leaseFor(t, cost, leaseUnits, Math.min(leaseMs, this.maxLeaseMs), leaseLeadMs, ask.leaseFromLog === true)
         : NO_LEASE;
     const units = cost + extra;
     if (units === 0) return { decision: this.#decision(t, cost, true, null), writes: given };
@@ -413,21 +422,23 @@ export class KeyLog {
   }
 
   /**
-   * The lease a grant of `cost` at `t` may carry (the rings evicted to `t`, the cost fitting):
-   * at most `want` units, at most {@link maxLeaseUnits} ({@link FAR_LEASE_FACTOR} times that while the key is
+   * The lease a grant of `cost` at `t` may carry (the rings evicted to `t`, the cost fitting). The caller asked for
+   * `want` units to spend over `lifetimeMs` less `leadMs` (the round trip before the lease reaches it): at most
+   * `want` units, at most {@link maxLeaseUnits} ({@link FAR_LEASE_FACTOR} times that while the key is
    * {@link FAR_BELOW_FREE far below} every limit), and at most {@link LEASE_HEADROOM_SHARE} of each limit's headroom
-   * less what is leased out already; `lifetimeMs` while far below, scaled down with the least free share below that
-   * (none under 1/4), and in proportion when fewer units than `want` are
-   * granted (the caller asked for what it would spend in the lifetime). `fromLog` (a caller new to
-   * the key): `want` is only a cap; at most {@link FIRST_LEASE_UNITS}, and at most what the key uses
-   * in the lifetime at its fastest recent rate over its windows (units ahead of now left out), for
-   * the time the key takes to use them. Fewer than {@link MIN_LEASE_UNITS} units: no lease.
+   * less what is leased out already. Below far, the spending time and the units with it are scaled down with the
+   * least free share (none under 1/4); fewer units than `want` get a spending time in proportion, so that the caller
+   * spends them at the rate it asked at rather than giving them back. `fromLog` (a caller new to the key): `want` is
+   * only a cap; at most {@link FIRST_LEASE_UNITS}, and at most what the key uses in the spending time at its
+   * fastest recent rate over its windows (units ahead of now left out), for the time the key takes to use them.
+   * The lifetime is the lead plus the spending time. Fewer than {@link MIN_LEASE_UNITS} units: no lease.
    */
   #leaseFor(
     t: number,
     cost: number,
     want: number,
     lifetimeMs: number,
+    leadMs: number,
     fromLog: boolean,
   ): { units: number; lifetimeMs: number } {
     let units = want;
@@ -447,17 +458,21 @@ export class KeyLog {
     // Limits too small for a lease near them (under 16) get none far below them either.
     const perLease = this.maxLeaseUnits;
     units = Math.min(units, far && perLease >= MIN_LEASE_UNITS ? FAR_LEASE_FACTOR * perLease : perLease);
-    let lifetime = far ? lifetimeMs : Math.floor(lifetimeMs * Math.max(0, 2 * free - 0.5));
+    const lead = Math.min(leadMs, lifetimeMs);
+    const scale = far ? 1 : Math.max(0, 2 * free - 0.5);
+    let spend = Math.floor((lifetimeMs - lead) * scale);
     if (fromLog) {
       // A caller new to the key: a few units at most (it may see little of the key's traffic), for about
       // as long as the whole key takes to use them.
-      units = Math.min(units, FIRST_LEASE_UNITS, Math.floor(rate * lifetime));
-      if (units > 0) lifetime = Math.min(lifetime, Math.ceil(units / rate));
-    } else if (units < want) {
-      // The caller asked for what it spends in the lifetime: fewer units last it less long.
-      lifetime = Math.floor((lifetime * Math.max(0, units)) / want);
+      units = Math.min(units, FIRST_LEASE_UNITS, Math.floor(rate * spend));
+      if (units > 0) spend = Math.min(spend, Math.ceil(units / rate));
+    } else {
+      // The caller asked for what it spends in the time asked: a shorter time carries fewer units, and fewer units
+      // last it less long.
+      units = Math.min(units, Math.floor(want * scale));
+      spend = Math.floor(((lifetimeMs - lead) * Math.max(0, units)) / want);
     }
-    return units < MIN_LEASE_UNITS || lifetime < 1 ? NO_LEASE : { units, lifetimeMs: lifetime };
+    return units < MIN_LEASE_UNITS || spend < 1 ? NO_LEASE : { units, lifetimeMs: lead + spend };
   }
 
   /** Moves the clock to `now` (never back) and evicts every ring to it. */

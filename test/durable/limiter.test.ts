@@ -116,18 +116,18 @@ describe("leases", () => {
     expect((await o.take(limits, 40)).allowed).toBe(true);
     const leases = [];
     for (let i = 0; i < 4; i++) leases.push((await o.take(limits, 1, ask)).lease);
-    // 119 of 160 free after the first request's cost, a little under 3/4: lifetimes of 50 · (2 · 119/160 − 1/2)
-    // ms. All leases together stay within half of that headroom: 59 units ahead, 20 + 1 per request at a time,
-    // the third cut to 17 (for 17/20 of the lifetime), the fourth none.
+    // 119 of 160 free after the first request's cost, a little under 3/4: units and the time to spend them scaled
+    // by 2 · 119/160 − 1/2 (19 of 20 units, for 19/20 of the 50 ms). All leases together stay within half of that
+    // headroom: 59 units ahead, 19 + 1 per request at a time, the fourth none.
     expect(leases.map((l) => [l?.units ?? 0, l?.lifetimeMs ?? 0])).toEqual([
-      [20, 49],
-      [20, 49],
-      [17, 41],
+      [19, 47],
+      [19, 47],
+      [19, 47],
       [0, 0],
     ]);
     // Given back, the share is there again.
-    expect(await o.giveBack(limits, leases[0]?.recordedAt ?? [], 20)).toBe(1);
-    expect((await o.take(limits, 1, ask)).lease?.units).toBe(19);
+    expect(await o.giveBack(limits, leases[0]?.recordedAt ?? [], 19)).toBe(1);
+    expect((await o.take(limits, 1, ask)).lease?.units).toBe(18);
     // Near the limit: none.
     expect((await o.take(limits, 40)).allowed).toBe(true);
     expect((await o.take(limits, 1, ask)).lease).toBeNull();

@@ -104,7 +104,7 @@ describe("LeaseTable", () => {
     const rare = table.touch("rare", SPECS, 0, unused);
     expect(table.fromLog(rare)).toBe(true);
     // A cap: the object sizes it from the key's log.
-    expect(table.want(rare, 1000, 1000, 0)).toEqual({ units: 1000, lifetimeMs: 1000 });
+    expect(table.want(rare, 1000, 1000, 0)).toEqual({ units: 1000, lifetimeMs: 1000, leadMs: 0 });
     expect(table.want(rare, 0, 1000, 0).units).toBe(0);
     table.touch("rare", SPECS, 50_000, unused);
     expect(table.fromLog(rare)).toBe(true);
@@ -167,8 +167,8 @@ describe("LeaseTable", () => {
     let e = table.touch("k", limits, 0, []);
     for (let t = 100; t <= 60_000; t += 100) e = table.touch("k", limits, t, []);
     // 0.8 · ~10/s over the 30 s asked for; capped at max_units, for the time 100 units take at that rate.
-    expect(table.want(e, 30_000, 100, 60_000, 31)).toEqual({ units: 100, lifetimeMs: 12_563 });
-    expect(table.want(e, 30_000, 10_000, 60_000, 31)).toEqual({ units: 238, lifetimeMs: 30_000 });
+    expect(table.want(e, 30_000, 100, 60_000, 31)).toEqual({ units: 100, lifetimeMs: 12_563, leadMs: 0 });
+    expect(table.want(e, 30_000, 10_000, 60_000, 31)).toEqual({ units: 238, lifetimeMs: 30_000, leadMs: 0 });
   });
 
   it("asks for a refill when the held units or time would run out within two round trips, never with a call out", () => {
@@ -263,15 +263,19 @@ describe("LeaseTable", () => {
     expect(table.fromLog(e)).toBe(false);
     expect(MIN_LEASE_UNITS).toBe(2);
     // The burst estimate leaves out the request just counted: 1 in 100 ms.
-    expect(table.want(e, 250, 1000, 50_000)).toEqual({ units: 2, lifetimeMs: 250 });
+    expect(table.want(e, 250, 1000, 50_000)).toEqual({ units: 2, lifetimeMs: 250, leadMs: 0 });
     expect(table.want(e, 249, 1000, 50_000).units).toBe(0); // 1.99: one unit costs a call, as asking per request does
-    expect(table.want(e, 1000, 1000, 50_000)).toEqual({ units: 8, lifetimeMs: 1000 });
+    expect(table.want(e, 1000, 1000, 50_000)).toEqual({ units: 8, lifetimeMs: 1000, leadMs: 0 });
     // The isolate's bound (max_units), for the time it takes to spend it.
-    expect(table.want(e, 1000, 4, 50_000)).toEqual({ units: 4, lifetimeMs: 500 });
+    expect(table.want(e, 1000, 4, 50_000)).toEqual({ units: 4, lifetimeMs: 500, leadMs: 0 });
     // Exactly max_units: the whole lifetime (8 units in 1100 ms, though 8 would take 1000 ms at this rate).
-    expect(table.want(e, 1100, 8, 50_000)).toEqual({ units: 8, lifetimeMs: 1100 });
+    expect(table.want(e, 1100, 8, 50_000)).toEqual({ units: 8, lifetimeMs: 1100, leadMs: 0 });
     expect(table.want(e, 0, 1000, 50_000).units).toBe(0);
     expect(table.want(e, -1000, 1000, 50_000).units).toBe(0);
+    // The round trip comes first: the units are those spent in the rest of the lifetime, which is the lead plus it.
+    table.observeRtt(49.5);
+    expect(table.want(e, 1000, 1000, 50_000)).toEqual({ units: 7, lifetimeMs: 950 + 50, leadMs: 50 });
+    expect(table.want(e, 1000, 4, 50_000)).toEqual({ units: 4, lifetimeMs: 50 + 500, leadMs: 50 });
   });
 
   it("refills two round trips (at least 5 ms each) before the held units or time run out, counting only leases not yet expired", () => {

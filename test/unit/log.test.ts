@@ -43,6 +43,8 @@ const stepArb = fc.record({
         units: fc.integer({ min: 1, max: 40 }),
         // Lifetimes from a few ms to longer than any window (the log caps them at the longest).
         ms: fc.oneof(fc.integer({ min: 1, max: 40 }), fc.integer({ min: 1, max: 600 })),
+        // The part of it before the lease reaches the caller (at most the lifetime asked).
+        lead: fc.integer({ min: 0, max: 60 }),
         // No rate of the caller's own: sized from the key's log.
         fromLog: fc.boolean(),
         // Give back an expired lease's unused units with this call.
@@ -116,9 +118,18 @@ function run(limits: readonly LimitSpec[], steps: readonly Step[], start: number
         const sentAt = real;
         const i = action.give ? held.findIndex((h) => real >= h.expiresAt && h.left > 0) : -1;
         const settle = i === -1 ? [] : held.splice(i, 1).map((h) => given(h));
-        const ask = { cost: action.cost, leaseUnits: action.units, leaseMs: action.ms, leaseFromLog: action.fromLog };
+        const lead = Math.min(action.lead, action.ms);
+        const ask = {
+          cost: action.cost,
+          leaseUnits: action.units,
+          leaseMs: action.ms,
+          leaseLeadMs: lead,
+          leaseFromLog: action.fromLog,
+        };
         const out = log.take(real, { ...ask, settle });
-        expect(out.decision).toEqual(model.take(real, action.cost, action.units, action.ms, action.fromLog, settle));
+        expect(out.decision).toEqual(
+          model.take(real, action.cost, action.units, action.ms, action.fromLog, settle, lead),
+        );
         store.apply(out.writes);
         const d = out.decision;
         if (d.allowed && action.cost > 0) uses.push({ t: real, cost: action.cost });
@@ -347,18 +358,24 @@ describe("KeyLog edge cases", () => {
     expect(short.take(0, { cost: 1, leaseUnits: 10, leaseMs: 10_000 }).decision.lease?.lifetimeMs).toBe(500);
   });
 
-  it("shortens lifetimes below three quarters of a limit free, none below a quarter, and leases nothing under two units", () => {
-    const lifetimeAfter = (used: number) => {
-      const log = new KeyLog([{ limit: 100, windowMs: 1000 }]);
+  it("shortens leases below three quarters of a limit free, none below a quarter, and leases nothing under two units", () => {
+    const leaseAfter = (used: number, leaseLeadMs = 0) => {
+      const log = new KeyLog([{ limit: 1000, windowMs: 1000 }]);
       log.take(0, { cost: used });
-      return log.take(1, { cost: 1, leaseUnits: 5, leaseMs: 1000 }).decision.lease?.lifetimeMs ?? 0;
+      const lease = log.take(1, { cost: 1, leaseUnits: 100, leaseMs: 1000, leaseLeadMs }).decision.lease;
+      return lease ? [lease.units, lease.lifetimeMs] : null;
     };
-    // Free after the request: 75 of 100, the whole lifetime; then 1000 · (2 · free − 1/2), down to none at 1/4.
-    expect(lifetimeAfter(24)).toBe(1000);
-    expect(lifetimeAfter(25)).toBe(980);
-    expect(lifetimeAfter(39)).toBe(700);
-    expect(lifetimeAfter(73)).toBe(20);
-    expect(lifetimeAfter(74)).toBe(0);
+    // Free after the request: 759 of 1000, all asked for the whole lifetime; then units and the time to spend them
+    // scaled by 2 · free − 1/2 (floored units, the time in proportion to them), down to none at 1/4.
+    expect(leaseAfter(240)).toEqual([100, 1000]);
+    expect(leaseAfter(250)).toEqual([99, 990]);
+    expect(leaseAfter(390)).toEqual([71, 710]);
+    expect(leaseAfter(730)).toEqual([3, 30]);
+    expect(leaseAfter(740)).toBeNull();
+    // The lead (the round trip before the lease arrives) is not scaled: only the time the units are spent in.
+    expect(leaseAfter(240, 200)).toEqual([100, 1000]);
+    expect(leaseAfter(390, 200)).toEqual([71, 200 + 568]);
+    expect(leaseAfter(730, 200)).toEqual([3, 200 + 24]);
     expect(
       new KeyLog([{ limit: 4, windowMs: 1000 }]).take(0, { cost: 1, leaseUnits: 5, leaseMs: 50 }).decision.lease,
     ).toBeNull();
@@ -775,10 +792,15 @@ describe("restore: stored rows as the object finds them", () => {
 });
 
 describe("KeyLog: asks at their edges", () => {
-  it("rejects negative costs and lease lifetimes, and give-backs of no or part units", () => {
+  it("rejects negative costs, lease lifetimes and leads longer than them, and give-backs of no or part units", () => {
     const log = new KeyLog([{ limit: 64, windowMs: 1000 }]);
     expect(() => log.take(0, { cost: -1 })).toThrow(/^cost: expected a whole number ≥ 0, got -1$/);
     expect(() => log.take(0, { cost: 1, leaseUnits: 1, leaseMs: -1 })).toThrow(/^leaseMs: .*got -1$/);
+    expect(() => log.take(0, { cost: 1, leaseUnits: 1, leaseMs: 10, leaseLeadMs: 11 })).toThrow(
+      /^leaseLeadMs: expected whole milliseconds from 0 to leaseMs, got 11$/,
+    );
+    expect(() => log.take(0, { cost: 1, leaseUnits: 1, leaseMs: 10, leaseLeadMs: 0.5 })).toThrow(/^leaseLeadMs: .*0.5$/);
+    expect(log.take(0, { cost: 1, leaseUnits: 8, leaseMs: 10, leaseLeadMs: 10 }).decision.lease).toBeNull();
     expect(() => log.giveBack([0], 0)).toThrow(/^units: expected a positive integer, got 0$/);
     expect(() => log.giveBack([0], 1.5)).toThrow(/^units: .*got 1.5$/);
   });

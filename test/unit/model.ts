@@ -88,6 +88,7 @@ export class Model {
     leaseMs = 0,
     fromLog = false,
     settle: readonly Settlement[] = [],
+    leadMs = 0,
   ): Decision {
     const t = Math.max(Math.floor(now), this.clock);
     this.clock = t;
@@ -118,14 +119,20 @@ export class Model {
         // One lease: 1/8 of the smallest limit, twice that while at least 3/4 of every limit is free.
         const perLease = Math.floor(Math.min(...this.limits.map((l) => l.limit)) / LEASE_LIMIT_DIVISOR);
         extra = Math.min(extra, free >= 0.75 && perLease >= MIN_LEASE_UNITS ? 2 * perLease : perLease);
-        lifetime = free >= 0.75 ? L : Math.floor(L * Math.max(0, 2 * free - 0.5));
+        // The caller spends the lease over the lifetime less the lead; below 3/4 free that time and the units
+        // shrink together with the free share, and fewer units than asked last it proportionally less long.
+        const lead = Math.min(leadMs, L);
+        const scale = free >= 0.75 ? 1 : Math.max(0, 2 * free - 0.5);
+        let spend = Math.floor((L - lead) * scale);
         if (fromLog) {
-          extra = Math.min(extra, FIRST_LEASE_UNITS, Math.floor(rate * lifetime));
-          if (extra > 0) lifetime = Math.min(lifetime, Math.ceil(extra / rate));
-        } else if (extra < leaseUnits) {
-          lifetime = Math.floor((lifetime * Math.max(0, extra)) / leaseUnits);
+          extra = Math.min(extra, FIRST_LEASE_UNITS, Math.floor(rate * spend));
+          if (extra > 0) spend = Math.min(spend, Math.ceil(extra / rate));
+        } else {
+          extra = Math.min(extra, Math.floor(leaseUnits * scale));
+          spend = Math.floor(((L - lead) * Math.max(0, extra)) / leaseUnits);
         }
-        if (extra < MIN_LEASE_UNITS || lifetime < 1) [extra, lifetime] = [0, 0];
+        lifetime = lead + spend;
+        if (extra < MIN_LEASE_UNITS || spend < 1) [extra, lifetime] = [0, 0];
       }
       const units = cost + extra;
       if (units > 0) {
