@@ -18,6 +18,7 @@ export {
   MIN_LEASE_UNITS,
   maxLeaseMs,
   maxLeaseUnits,
+  NEAR_SPEND_DIVISOR,
   normalizeLimits,
   RING_SLACK_DIVISOR,
   type RingLayout,

@@ -71,6 +71,14 @@ export const FAR_BELOW_FREE = 3 / 4;
 export const FAR_LEASE_FACTOR = 2;
 
 /**
+ * Below {@link FAR_BELOW_FREE} of a limit free, a lease is spent within this fraction of that limit's window. Units
+ * spent over a time `s` and settled at the last use hold their window's capacity up to `s` longer than per-request
+ * grants would, and units held unspent are missing elsewhere for as long: near a limit, where the key's other
+ * requests need that capacity, `s` stays a small part of the window.
+ */
+export const NEAR_SPEND_DIVISOR = 8;
+
+/**
  * The clock-rate margin on a lease (ms): an isolate stops spending it this long before `sentAt + lifetimeMs`, and a
  * settled unit is recorded this long after `issuedAt + lastUseMs`. It covers the isolate's and the object's clocks
  * running at rates up to 2 % apart (their offsets never matter).

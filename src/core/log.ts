@@ -21,6 +21,7 @@ import {
   type LimitSpec,
   leaseMargin,
   MIN_LEASE_UNITS,
+  NEAR_SPEND_DIVISOR,
   maxLeaseMs,
   maxLeaseUnits,
   normalizeLimits,
@@ -445,6 +446,8 @@ export class KeyLog {
     let free = 1;
     /** The key's fastest recent rate (units per ms) over its limits' windows, units ahead of now left out. */
     let rate = 0;
+    /** The longest time the units may be spent over (ms): {@link NEAR_SPEND_DIVISOR}. */
+    let most = Number.POSITIVE_INFINITY;
     this.#places.forEach((p, i) => {
       const ahead = p.ring.ahead(t);
       const left = p.ring.remaining(p.j) - cost;
@@ -452,6 +455,8 @@ export class KeyLog {
       const limit = this.limits[i] as Limit;
       units = Math.min(units, left, Math.floor(headroom * LEASE_HEADROOM_SHARE) - ahead);
       free = Math.min(free, headroom / limit.limit);
+      // A lease spent over a longer time holds more of a limit's window: near a limit, a short part of it.
+      if (headroom < FAR_BELOW_FREE * limit.limit) most = Math.min(most, Math.floor(limit.windowMs / NEAR_SPEND_DIVISOR));
       rate = Math.max(rate, (limit.limit - p.ring.remaining(p.j) - ahead) / limit.windowMs);
     });
     const far = free >= FAR_BELOW_FREE;
@@ -471,6 +476,10 @@ export class KeyLog {
       // last it less long.
       units = Math.min(units, Math.floor(want * scale));
       spend = Math.floor(((lifetimeMs - lead) * Math.max(0, units)) / want);
+    }
+    if (spend > most) {
+      units = Math.floor((units * most) / spend);
+      spend = most;
     }
     return units < MIN_LEASE_UNITS || spend < 1 ? NO_LEASE : { units, lifetimeMs: lead + spend };
   }

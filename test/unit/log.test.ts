@@ -359,8 +359,8 @@ describe("KeyLog edge cases", () => {
   });
 
   it("shortens leases below three quarters of a limit free, none below a quarter, and leases nothing under two units", () => {
-    const leaseAfter = (used: number, leaseLeadMs = 0) => {
-      const log = new KeyLog([{ limit: 1000, windowMs: 1000 }]);
+    const leaseAfter = (used: number, leaseLeadMs = 0, windowMs = 16_000) => {
+      const log = new KeyLog([{ limit: 1000, windowMs }]);
       log.take(0, { cost: used });
       const lease = log.take(1, { cost: 1, leaseUnits: 100, leaseMs: 1000, leaseLeadMs }).decision.lease;
       return lease ? [lease.units, lease.lifetimeMs] : null;
@@ -376,6 +376,11 @@ describe("KeyLog edge cases", () => {
     expect(leaseAfter(240, 200)).toEqual([100, 1000]);
     expect(leaseAfter(390, 200)).toEqual([71, 200 + 568]);
     expect(leaseAfter(730, 200)).toEqual([3, 200 + 24]);
+    // Below 3/4 free, the units are spent within 1/8 of the limit's window, fewer of them in proportion: 125 ms of a
+    // second's window instead of 710 (or 568 after a lead); far below, the whole lifetime.
+    expect(leaseAfter(390, 0, 1000)).toEqual([12, 125]);
+    expect(leaseAfter(390, 200, 1000)).toEqual([15, 200 + 125]);
+    expect(leaseAfter(240, 0, 1000)).toEqual([100, 1000]);
     expect(
       new KeyLog([{ limit: 4, windowMs: 1000 }]).take(0, { cost: 1, leaseUnits: 5, leaseMs: 50 }).decision.lease,
     ).toBeNull();
@@ -402,9 +407,18 @@ describe("KeyLog edge cases", () => {
     // One a second: 59 units in the minute before 60 s, its fastest rate; 4 units last the key 4068 ms.
     for (let t = 1000; t < 60_000; t += 1000) log.take(t, { cost: 1 });
     expect(log.take(60_000, ask).decision.lease).toEqual({ units: 4, lifetimeMs: 4068, recordedAt: [64_068] });
-    // 30 in its last second as well: the per-second window's rate, 30 a second, sets the lifetime: 4 / 0.03 ms.
+    // 30 in its last second as well: the per-second window's rate, 30 a second, sets the time: 4 / 0.03 ms; but
+    // with 69 of 100 free, under 3/4, a lease there is spent within 1/8 of the second: 3 units for 125 ms.
     log.take(60_500, { cost: 30 });
-    expect(log.take(60_600, ask).decision.lease).toMatchObject({ units: 4, lifetimeMs: 134 });
+    expect(log.take(60_600, ask).decision.lease).toMatchObject({ units: 3, lifetimeMs: 125 });
+    // 20 instead: 79 of 100 free, far below; the whole 4 / 0.02 ms.
+    const far = new KeyLog([
+      { limit: 100, windowMs: 1000 },
+      { limit: 1000, windowMs: 60_000 },
+    ]);
+    for (let t = 1000; t < 60_000; t += 1000) far.take(t, { cost: 1 });
+    far.take(60_500, { cost: 20 });
+    expect(far.take(60_600, ask).decision.lease).toMatchObject({ units: 4, lifetimeMs: 200 });
   });
 
   it("grants no lease for a shortest window after a refusal: a key at its limit gets the per-request path", () => {

@@ -107,12 +107,15 @@ export class Model {
         extra = leaseUnits;
         let free = 1;
         let rate = 0;
+        /** Below 3/4 of a limit free, a lease is spent within 1/8 of its window. */
+        let most = Number.POSITIVE_INFINITY;
         for (const l of this.limits) {
           const left = Math.max(0, l.limit - this.#used(l, t)) - cost;
           const ahead = countedAt(this.records.get(l.tickMs) as Grant[], 0, t);
           const headroom = left + ahead;
           extra = Math.min(extra, left, Math.floor(headroom * LEASE_HEADROOM_SHARE) - ahead);
           free = Math.min(free, headroom / l.limit);
+          if (headroom / l.limit < 0.75) most = Math.min(most, Math.floor(l.windowMs / 8));
           // The key's rate over this window: what it used before now.
           rate = Math.max(rate, (this.#used(l, t) - ahead) / l.windowMs);
         }
@@ -131,6 +134,7 @@ export class Model {
           extra = Math.min(extra, Math.floor(leaseUnits * scale));
           spend = Math.floor(((L - lead) * Math.max(0, extra)) / leaseUnits);
         }
+        if (spend > most) [extra, spend] = [Math.floor((extra * most) / spend), most];
         lifetime = lead + spend;
         if (extra < MIN_LEASE_UNITS || spend < 1) [extra, lifetime] = [0, 0];
       }
