@@ -21,9 +21,9 @@ import {
   type LimitSpec,
   leaseMargin,
   MIN_LEASE_UNITS,
-  NEAR_SPEND_DIVISOR,
   maxLeaseMs,
   maxLeaseUnits,
+  NEAR_SPEND_DIVISOR,
   normalizeLimits,
   ringLayout,
 } from "./limits.ts";
@@ -267,7 +267,14 @@ export class KeyLog {
     // others are waiting for, so it gets the per-request path until the pressure is gone.
     const { units: extra, lifetimeMs: lifetime } =
       leaseUnits > 0 && leaseMs > 0 && t - this.#refusedAt >= this.#shortestWindow
-        ? this.#leaseFor(t, cost, leaseUnits, Math.min(leaseMs, this.maxLeaseMs), leaseLeadMs, ask.leaseFromLog === true)
+        ? this.#leaseFor(
+            t,
+            cost,
+            leaseUnits,
+            Math.min(leaseMs, this.maxLeaseMs),
+            leaseLeadMs,
+            ask.leaseFromLog === true,
+          )
         : NO_LEASE;
     const units = cost + extra;
     if (units === 0) return { decision: this.#decision(t, cost, true, null), writes: given };
@@ -456,7 +463,8 @@ export class KeyLog {
       units = Math.min(units, left, Math.floor(headroom * LEASE_HEADROOM_SHARE) - ahead);
       free = Math.min(free, headroom / limit.limit);
       // A lease spent over a longer time holds more of a limit's window: near a limit, a short part of it.
-      if (headroom < FAR_BELOW_FREE * limit.limit) most = Math.min(most, Math.floor(limit.windowMs / NEAR_SPEND_DIVISOR));
+      if (headroom < FAR_BELOW_FREE * limit.limit)
+        most = Math.min(most, Math.floor(limit.windowMs / NEAR_SPEND_DIVISOR));
       rate = Math.max(rate, (limit.limit - p.ring.remaining(p.j) - ahead) / limit.windowMs);
     });
     const far = free >= FAR_BELOW_FREE;

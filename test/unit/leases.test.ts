@@ -12,7 +12,7 @@ const SPECS = [{ limit: 1000, windowMs: 1000 }];
 const ROOMY = [{ limit: 1_000_000, windowMs: 1000 }];
 
 /** A lease ask of `units` (for needsRefill, which only asks whether there is one). */
-const ask = (units: number) => ({ units, lifetimeMs: 100 });
+const ask = (units: number) => ({ units, lifetimeMs: 100, leadMs: 0 });
 
 function lease(units: number, lifetimeMs = 100, recordedAt: number[] = [1100]): Lease {
   return { units, lifetimeMs, recordedAt };

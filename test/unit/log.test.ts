@@ -813,7 +813,9 @@ describe("KeyLog: asks at their edges", () => {
     expect(() => log.take(0, { cost: 1, leaseUnits: 1, leaseMs: 10, leaseLeadMs: 11 })).toThrow(
       /^leaseLeadMs: expected whole milliseconds from 0 to leaseMs, got 11$/,
     );
-    expect(() => log.take(0, { cost: 1, leaseUnits: 1, leaseMs: 10, leaseLeadMs: 0.5 })).toThrow(/^leaseLeadMs: .*0.5$/);
+    expect(() => log.take(0, { cost: 1, leaseUnits: 1, leaseMs: 10, leaseLeadMs: 0.5 })).toThrow(
+      /^leaseLeadMs: .*0.5$/,
+    );
     expect(log.take(0, { cost: 1, leaseUnits: 8, leaseMs: 10, leaseLeadMs: 10 }).decision.lease).toBeNull();
     expect(() => log.giveBack([0], 0)).toThrow(/^units: expected a positive integer, got 0$/);
     expect(() => log.giveBack([0], 1.5)).toThrow(/^units: .*got 1.5$/);
