@@ -151,8 +151,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       });
     }
     const slot = inFlight && plan.concurrency ? this.#inFlight.ask(plan.concurrency) : undefined;
-    if (route) return this.#decideRoute(ns, name, plan, limits, route, cost, bg, slot);
-    return this.#decide(ns, name, plan, limits, cost, bg, slot);
+    return this.#decide(ns, name, plan, limits, cost, bg, slot, route);
   }
 
   /**
@@ -260,82 +259,6 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     this.#settleElsewhere(ns, out, bg);
   }
 
-  /**
-   * A request of a route with its own budget: per request at the key's object, which checks the
-   * key's limits and the route's together and records in both or neither. It never spends or asks
-   * for leases (a lease counts only in the key's budget); its deny cache entry is the route's own.
-   */
-  async #decideRoute(
-    ns: LimiterNamespace,
-    name: string,
-    plan: Plan,
-    limits: readonly Limit[],
-    route: Route,
-    cost: number,
-    bg: Background,
-    slot: SlotAsk | undefined,
-  ): Promise<RateLimitResult> {
-    const now = this.now();
-    const cached = routeEntry(name, route);
-    if (!this.config.shadow) {
-      const blocked = this.denyCache.get(cached, now);
-      const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
-      if (blocked && retryAt !== undefined) {
-        this.#refusedHere(name, plan, blocked, now);
-        return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now, route);
-      }
-    }
-    let d: Decision;
-    try {
-      const ask = this.#penalized(name, plan, slot ? { cost, slot } : { cost });
-      d = await this.#call(ns, name, limits, ask, routeBudget(route));
-    } catch (e) {
-      return this.#failed(plan, cost, e, route);
-    }
-    this.#remember(cached, d, cost, now);
-    this.#observe(ns, name, d, bg);
-    const shown = this.#shown(limits, d.limitsOverride, route);
-    if (!d.allowed) {
-      const reason = refusalReason(d);
-      const exceeded = d.limits.map((l) => l.exceeded);
-      return this.#result({
-        plan,
-        shown,
-        cost,
-        reason,
-        fits: false,
-        states: d.limits,
-        exceeded,
-        retryAfterMs: d.retryAfterMs,
-        at: d.now,
-        route,
-      });
-    }
-    const result = this.#result({
-      plan,
-      shown,
-      cost,
-      reason: "granted",
-      fits: true,
-      states: d.limits,
-      at: d.now,
-      route,
-    });
-    if (slot) this.#inFlight.hold(ns, result, name, slot);
-    if (d.recordedAt) {
-      this.#grants.set(result, {
-        name,
-        limits,
-        recordedAt: d.recordedAt,
-        units: cost,
-        held: null,
-        entry: null,
-        route: routeBudget(route),
-      });
-    }
-    return result;
-  }
-
   async #decide(
     ns: LimiterNamespace,
     name: string,
@@ -344,11 +267,15 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     cost: number,
     bg: Background,
     slot: SlotAsk | undefined,
+    route: Route | null,
   ): Promise<RateLimitResult> {
     let now = this.now();
     const elsewhere: KeySettlements[] = [];
-    // A request taking a concurrency slot is decided at the key's object: a lease holds no slots.
-    const entry = plan.leaseMs > 0 && !slot ? this.leases.touch(name, limits, now, elsewhere) : undefined;
+    // A request taking a concurrency slot is decided at the key's object: a lease holds no slots. Nor does a route
+    // with its own budget, checked at the object with the key's limits (a lease counts only in the key's budget);
+    // its deny cache entry is the route's own.
+    const entry = plan.leaseMs > 0 && !slot && !route ? this.leases.touch(name, limits, now, elsewhere) : undefined;
+    const cached = route ? routeEntry(name, route) : name;
     if (now >= this.#idleCheckAt) {
       this.#idleCheckAt = now + IDLE_RETURN_MS;
       this.leases.idle(now, elsewhere);
@@ -368,11 +295,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         }
       }
       if (!this.config.shadow) {
-        const blocked = this.denyCache.get(name, now);
+        const blocked = this.denyCache.get(cached, now);
         const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
         if (blocked && retryAt !== undefined) {
           this.#refusedHere(name, plan, blocked, now);
-          return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now);
+          return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now, route);
         }
       }
       if (waits === 0 && entry) joined = this.leases.join(entry, cost, now);
@@ -391,16 +318,16 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const call = entry && ask.leaseUnits ? this.leases.calling(entry, ask.leaseUnits, now) : null;
     let d: Decision;
     try {
-      d = await this.#call(ns, name, limits, this.#penalized(name, plan, ask));
+      d = await this.#call(ns, name, limits, this.#penalized(name, plan, ask), route ? routeBudget(route) : undefined);
     } catch (e) {
       if (entry && call) this.leases.answered(entry, call);
-      return this.#failed(plan, cost, e);
+      return this.#failed(plan, cost, e, route);
     }
     const lease = entry ? this.#keep(entry, d, sentAt, ask) : null;
     if (entry && call) this.leases.answered(entry, call);
-    this.#remember(name, d, cost, sentAt);
+    this.#remember(cached, d, cost, sentAt);
     this.#observe(ns, name, d, bg);
-    const shown = this.#shown(limits, d.limitsOverride);
+    const shown = this.#shown(limits, d.limitsOverride, route);
     if (!d.allowed) {
       const reason = refusalReason(d);
       const exceeded = d.limits.map((l) => l.exceeded);
@@ -414,17 +341,19 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         exceeded,
         retryAfterMs: d.retryAfterMs,
         at: d.now,
+        route,
       });
     }
     // What the object has left, plus every unit this isolate holds (the new lease's included).
     const units = entry ? this.leases.holding(entry, this.now(), d.limitsOverride ?? null) : 0;
     const states = d.limits.map((l) => withLease(l, units));
-    const result = this.#result({ plan, shown, cost, reason: "granted", fits: true, states, at: d.now });
+    const result = this.#result({ plan, shown, cost, reason: "granted", fits: true, states, at: d.now, route });
     if (slot) this.#inFlight.hold(ns, result, name, slot);
     if (d.recordedAt) {
       // Recorded with a lease, the cost is refunded through it (it may be settled by then).
       const via = lease && entry ? { held: lease, entry } : { held: null, entry: null };
-      this.#grants.set(result, { name, limits, recordedAt: d.recordedAt, units: cost, ...via });
+      const budget = route ? { route: routeBudget(route) } : {};
+      this.#grants.set(result, { name, limits, recordedAt: d.recordedAt, units: cost, ...via, ...budget });
     }
     return result;
   }
