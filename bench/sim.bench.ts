@@ -18,6 +18,9 @@
  *   SIM_SECONDS=30 npm run bench:sim    # shorter, for trying things
  *   SIM_LEASES=off | SIM_AFFINITY=1 | SIM_CHURN_MS=0 | SIM_RATE=500   # the per-request path; keys that
  *                                       # stay on one isolate; no churn; another load
+ *   SIM_TRACE=/tmp/trace.json npm run bench:sim   # also every object call of the burst keys, to a file, and
+ *                                       # the units their leases held at each burst's first refusal
+
  */
 
 import { cpus } from "node:os";
@@ -67,6 +70,66 @@ const RATE_LIMIT = {
   plans: [{ name: "probe", key_prefix: "free_", unlimited: true }],
   leases: LEASES,
 };
+
+/** A burst key's object call as the bench Worker traced it (bench/http/worker.mts, `TracedCall`), with its isolate. */
+interface Traced {
+  readonly key: string;
+  readonly rttMs: number;
+  readonly sentAt: number;
+  readonly fromLog: boolean;
+  readonly allowed: boolean;
+  readonly cost: number;
+  readonly units: number;
+  readonly lifetimeMs: number;
+  readonly remaining: readonly number[];
+  isolate: number;
+}
+
+/**
+ * `SIM_TRACE`: writes the burst keys' object calls and requests to `file`, and prints what their leases held at each
+ * burst's first refusal by the object — units an isolate held unspent, or spent and not yet settled, while the
+ * burst's other requests were refused: the home isolate's and the others', first leases (sized from the key's log)
+ * and leases sized by the isolate's own rate.
+ */
+async function trace(file: string, urls: Record<string, string>, sent: readonly Sent[]): Promise<void> {
+  const calls: Traced[] = [];
+  for (const [w, worker] of WORKERS.entries()) {
+    const list = (await (await fetch(`${urls[worker]}/__sim/trace`)).json()) as Traced[];
+    for (const c of list) calls.push({ ...c, isolate: w * RTTS.length + RTTS.indexOf(c.rttMs) });
+  }
+  const requests = sent.filter((s) => s.key.startsWith("b_"));
+  const { writeFileSync } = await import("node:fs");
+  writeFileSync(file, JSON.stringify({ calls, requests }));
+  const held = { home: { first: 0, sized: 0 }, other: { first: 0, sized: 0 } };
+  let bursts = 0;
+  for (let b = 0; b < BURST_KEYS; b++) {
+    const key = `b_${b}`;
+    const mine = requests.filter((s) => s.key === key);
+    const counts = new Map<number, number>();
+    for (const s of mine) counts.set(s.isolate, (counts.get(s.isolate) ?? 0) + 1);
+    const home = [...counts.entries()].sort((x, y) => y[1] - x[1])[0]?.[0];
+    const own = calls.filter((c) => c.key === `key:${key}`).sort((x, y) => x.sentAt - y.sentAt);
+    let last = Number.NEGATIVE_INFINITY;
+    let refusedThisBurst = true;
+    for (const c of own) {
+      // A burst starts after a quiet spell longer than any lease here.
+      if (c.sentAt - last > BURST.quietMinMs / 2) refusedThisBurst = false;
+      last = c.sentAt;
+      if (refusedThisBurst || c.allowed || c.cost === 0 || c.remaining[0] !== 0) continue;
+      refusedThisBurst = true;
+      bursts++;
+      for (const l of own) {
+        if (l.units === 0 || l.sentAt > c.sentAt || l.sentAt + l.lifetimeMs <= c.sentAt) continue;
+        held[l.isolate === home ? "home" : "other"][l.fromLog ? "first" : "sized"] += l.units;
+      }
+    }
+  }
+  const per = (n: number) => fmt(n / Math.max(1, bursts), 1);
+  console.log(
+    `
+SIM_TRACE: ${calls.length} object calls of burst keys written to ${file}. At each of ${bursts} bursts' first refusal by the object, units in leases still alive, per burst: home isolate ${per(held.home.first)} (first leases) + ${per(held.home.sized)} (sized here); other isolates ${per(held.other.first)} + ${per(held.other.sized)}`,
+  );
+}
 
 /** A deterministic PRNG (mulberry32), so that runs are comparable. */
 function rng(seed: number): () => number {
@@ -259,6 +322,7 @@ async function main(): Promise<void> {
     }
     const limited = [...byKey.keys()].filter((k) => !k.startsWith("free_"));
     const counts = await stats(rt.urls.sim, limited);
+    if (process.env.SIM_TRACE) await trace(process.env.SIM_TRACE, rt.urls, sent);
     const arrivals = new Map<string, number[]>();
     const arrivedIds = new Set<number>();
     for (const a of origin.arrivals) {

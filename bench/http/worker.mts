@@ -33,7 +33,7 @@
  * native binding `NATIVE_CHART`), other keys a limit high enough that everything passes.
  */
 
-import type { Decision } from "../../src/core/index.ts";
+import type { Ask, Decision } from "../../src/core/index.ts";
 import { RateLimiter } from "../../src/object/index.ts";
 import { createProxy, type Hooks, type WorkerEnv } from "../../src/proxy/app.ts";
 import { forward as proxy } from "../../src/proxy/forward.ts";
@@ -193,10 +193,12 @@ function distant(ns: WorkerEnv["LIMITER"], rttMs: number): WorkerEnv["LIMITER"] 
       return {
         async take(...args: Parameters<RateLimiter["take"]>): Promise<Decision> {
           far.take += 1;
+          const sentAt = Date.now();
           await sleep(half);
-          const d = await stub.take(...args);
+          const d = (await stub.take(...args)) as Decision;
           await sleep(half);
-          return d as Decision;
+          if (name.startsWith(TRACED)) traceTake(name, rttMs, sentAt, args[1], d);
+          return d;
         },
         async giveBack(...args: Parameters<RateLimiter["giveBack"]>): Promise<number> {
           far.giveBack += 1;
@@ -229,6 +231,58 @@ function distant(ns: WorkerEnv["LIMITER"], rttMs: number): WorkerEnv["LIMITER"] 
       };
     },
   } as unknown as WorkerEnv["LIMITER"];
+}
+
+/** Object names whose calls the `sim` role records (`SIM_TRACE`): the burst keys'. */
+const TRACED = "key:b_";
+
+/** One call of a traced key to its object, as the simulated isolate (by its round trip) made it. */
+interface TracedCall {
+  readonly key: string;
+  readonly rttMs: number;
+  /** Wall clock when the isolate sent it. */
+  readonly sentAt: number;
+  readonly cost: number;
+  readonly leaseUnits: number;
+  readonly leaseMs: number;
+  readonly fromLog: boolean;
+  /** Units its settlements reported used, and given back unused. */
+  readonly settledUsed: number;
+  readonly settledUnused: number;
+  readonly allowed: boolean;
+  /** The lease granted (units 0: none). */
+  readonly units: number;
+  readonly lifetimeMs: number;
+  /** Each limit's remaining after the decision. */
+  readonly remaining: readonly number[];
+}
+
+/** Traced calls in this isolate since the last read (bounded: a long run keeps its first 200,000). */
+const traced: TracedCall[] = [];
+
+function traceTake(key: string, rttMs: number, sentAt: number, ask: Ask, d: Decision): void {
+  if (traced.length >= 200_000) return;
+  let settledUsed = 0;
+  let settledUnused = 0;
+  for (const x of ask.settle ?? []) {
+    settledUsed += x.used;
+    settledUnused += x.unused;
+  }
+  traced.push({
+    key,
+    rttMs,
+    sentAt,
+    cost: ask.cost,
+    leaseUnits: ask.leaseUnits ?? 0,
+    leaseMs: ask.leaseMs ?? 0,
+    fromLog: ask.leaseFromLog === true,
+    settledUsed,
+    settledUnused,
+    allowed: d.allowed,
+    units: d.lease?.units ?? 0,
+    lifetimeMs: d.lease?.lifetimeMs ?? 0,
+    remaining: d.limits.map((l) => l.remaining),
+  });
 }
 
 /** Envs with the delayed namespace, one per env and round trip (made once: spreading env is not the Worker's work). */
@@ -317,6 +371,7 @@ export default {
     if (role === "sim") {
       const url = new URL(request.url);
       if (url.pathname === "/__bench/stats") return objectStats(env, url);
+      if (url.pathname === "/__sim/trace") return Response.json(traced.splice(0));
       if (url.pathname === "/__sim/churn") {
         sims.delete(Number(url.searchParams.get("i")));
         return new Response(null, { status: 204 });
