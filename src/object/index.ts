@@ -100,10 +100,15 @@ export class RateLimiter extends DurableObject<unknown> {
     // Read the stored alarm once per instance (a read is ~free; each setAlarm is billed as a row
     // written), so a grant after a restart does not set an alarm that is already set.
     void ctx.blockConcurrencyWhile(async () => {
+      // One look at the schema: a key's state, and its concurrency slots' table (made by its first slot).
       const tables = this.#sql
-        .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('grants', 'slots')")
-        .toArray();
-      if (tables.length > 0) {
+        .exec<{ name: string }>(
+          "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('grants', 'slots', 'inflight')",
+        )
+        .toArray()
+        .map((t) => t.name);
+      this.#slotTable = tables.includes("inflight");
+      if (tables.some((t) => t !== "inflight")) {
         this.#createTables();
         this.#loadControls();
       }
@@ -528,8 +533,6 @@ export class RateLimiter extends DurableObject<unknown> {
       else if (k === "penalty") this.#penalty = JSON.parse(v) as PenaltyState & { withinMs?: number };
       else this.#override = JSON.parse(v) as Override;
     }
-    this.#slotTable =
-      this.#sql.exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'inflight'").toArray().length > 0;
     if (!this.#slotTable) return;
     const slots = this.#sql.exec<{ id: string; expires: number }>("SELECT id, expires FROM inflight").toArray();
     this.#slots = new Slots(slots.map((r) => [r.id, r.expires] as const));
