@@ -436,8 +436,8 @@ export class KeyLog {
    * {@link FAR_BELOW_FREE far below} every limit), and at most {@link LEASE_HEADROOM_SHARE} of each limit's headroom
    * less what is leased out already. Below far, the spending time and the units with it are scaled down with the
    * least free share (none under 1/4); fewer units than `want` get a spending time in proportion, so that the caller
-   * spends them at the rate it asked at rather than giving them back. `fromLog` (a caller new to the key): `want` is
-   * only a cap; at most {@link FIRST_LEASE_UNITS}, and at most what the key uses in the spending time at its
+   * spends them at the rate it asked at rather than giving them back. `fromLog` (a caller new to the key): none below
+   * far; else `want` is only a cap; at most {@link FIRST_LEASE_UNITS}, and at most what the key uses in the spending time at its
    * fastest recent rate over its windows (units ahead of now left out), for the time the key takes to use them.
    * The lifetime is the lead plus the spending time. Fewer than {@link MIN_LEASE_UNITS} units: no lease.
    */
@@ -476,7 +476,9 @@ export class KeyLog {
     let spend = Math.floor((lifetimeMs - lead) * scale);
     if (fromLog) {
       // A caller new to the key: a few units at most (it may see little of the key's traffic), for about
-      // as long as the whole key takes to use them.
+      // as long as the whole key takes to use them; none near a limit, where units it leaves unused (or takes away
+      // when it vanishes) are missing from the key's budget for as long as they are held.
+      if (!far) return NO_LEASE;
       units = Math.min(units, FIRST_LEASE_UNITS, Math.floor(rate * spend));
       if (units > 0) spend = Math.min(spend, Math.ceil(units / rate));
     } else {

@@ -396,7 +396,7 @@ describe("KeyLog edge cases", () => {
     ).toBeNull();
   });
 
-  it("sizes the first lease of a caller new to the key from the key's fastest recent rate, a few units at most", () => {
+  it("sizes the first lease of a caller new to the key from the key's fastest recent rate, a few units at most, none near a limit", () => {
     const log = new KeyLog([
       { limit: 100, windowMs: 1000 },
       { limit: 1000, windowMs: 60_000 },
@@ -407,10 +407,12 @@ describe("KeyLog edge cases", () => {
     // One a second: 59 units in the minute before 60 s, its fastest rate; 4 units last the key 4068 ms.
     for (let t = 1000; t < 60_000; t += 1000) log.take(t, { cost: 1 });
     expect(log.take(60_000, ask).decision.lease).toEqual({ units: 4, lifetimeMs: 4068, recordedAt: [64_068] });
-    // 30 in its last second as well: the per-second window's rate, 30 a second, sets the time: 4 / 0.03 ms; but
-    // with 69 of 100 free, under 3/4, a lease there is spent within 1/8 of the second: 3 units for 125 ms.
+    // 30 in its last second as well: 69 of 100 free, under 3/4: near a limit a caller new to the key gets no lease
+    // (what it would leave unused would be missing from the key's budget), while one with a rate of its own does.
     log.take(60_500, { cost: 30 });
-    expect(log.take(60_600, ask).decision.lease).toMatchObject({ units: 3, lifetimeMs: 125 });
+    expect(log.take(60_600, ask).decision.lease).toBeNull();
+    const own = { ...ask, leaseFromLog: false, leaseUnits: 8, leaseMs: 250 };
+    expect(log.take(60_601, own).decision.lease).toMatchObject({ units: 4, lifetimeMs: 125 });
     // 20 instead: 79 of 100 free, far below; the whole 4 / 0.02 ms.
     const far = new KeyLog([
       { limit: 100, windowMs: 1000 },

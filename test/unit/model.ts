@@ -128,7 +128,8 @@ export class Model {
         const scale = free >= 0.75 ? 1 : Math.max(0, 2 * free - 0.5);
         let spend = Math.floor((L - lead) * scale);
         if (fromLog) {
-          extra = Math.min(extra, FIRST_LEASE_UNITS, Math.floor(rate * spend));
+          // A first lease only far below every limit.
+          extra = free >= 0.75 ? Math.min(extra, FIRST_LEASE_UNITS, Math.floor(rate * spend)) : 0;
           if (extra > 0) spend = Math.min(spend, Math.ceil(extra / rate));
         } else {
           extra = Math.min(extra, Math.floor(leaseUnits * scale));
