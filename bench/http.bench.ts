@@ -37,7 +37,7 @@ const KEYS = 1000;
  * only when `count` is among them.
  */
 const ONLY = process.env.BENCH_ONLY?.split(",") ?? null;
-/** `BENCH_BASELINE=<git rev> npm run bench`: the product as of that revision too, side by side ("before"). */
+/** `BENCH_BASELINE=<git rev> npm run bench`: the product as of that revision too, side by side ("before", "beforehot", and its own pass-through "beforepass"). */
 const BASELINE = process.env.BENCH_BASELINE || undefined;
 const CHART = { limit: 100, windowMs: 10_000, rate: 200, durationMs: QUICK ? 12_000 : 25_000, binMs: 100 };
 /** Steady overload for utilisation: 2× the limit rate (leases as the product sizes them). */
@@ -318,6 +318,14 @@ async function main(): Promise<void> {
           key: "hot",
           expect: 200,
         },
+        {
+          // The baseline's own pass-through: its hot key's ratio, measured in the same run.
+          id: "beforepass",
+          label: `(2) pass-through at ${BASELINE}`,
+          url: () => at,
+          key: manyKeys("free_"),
+          expect: 200,
+        },
       );
     }
     const targets = ONLY ? all.filter((t) => t.id === "pass" || ONLY.includes(t.id)) : all;
@@ -353,6 +361,7 @@ async function main(): Promise<void> {
       ["(3) allowed / no-op object call, hot key", "hot", "floorhot"],
       ["(3) allowed now / at BENCH_BASELINE, 1000 keys", "allowed", "before"],
       ["(3) allowed now / at BENCH_BASELINE, hot key", "hot", "beforehot"],
+      ["(3) at BENCH_BASELINE, hot key / its pass-through", "beforehot", "beforepass"],
     ] as const;
     const ratios = new Map<string, number[]>();
     /** Per target, responses with another status than expected (and connection errors) over the saturating runs. */
@@ -424,6 +433,20 @@ async function main(): Promise<void> {
     console.log(`\nratios (median of per-round ratios):`);
     for (const [label, xs] of ratios) {
       console.log(`  ${`${label}:`.padEnd(50)} ${fmt(median(xs), 2)}   [${xs.map((x) => fmt(x, 2)).join(", ")}]`);
+    }
+    // By workerd CPU, round by round: the two targets of a round are measured minutes apart at most, so the VM's
+    // slower and faster spells cancel better than in the ratio of the medians. The baseline's targets are compared
+    // with the baseline's own pass-through.
+    console.log(`\nworkerd CPU per request, pass-through's ÷ the target's (median of per-round ratios):`);
+    for (const t of targets) {
+      const ref = t.id.startsWith("before") ? "beforepass" : "pass";
+      const passCpu = cpu.get(ref) ?? [];
+      const mine = cpu.get(t.id);
+      if (t.id === ref || !mine || mine.length !== passCpu.length) continue;
+      const xs = mine.map((c, i) => (passCpu[i] as number) / c);
+      console.log(
+        `  ${`${t.id} ÷ ${ref}:`.padEnd(24)} ${fmt(median(xs), 2)}   [${xs.map((x) => fmt(x, 2)).join(", ")}]`,
+      );
     }
     if (ONLY) {
       if (ONLY.includes("count")) await countStorage(u);
