@@ -9,6 +9,7 @@
  *
  *   npm run bench:limit                  # ~6 min
  *   LIMIT_RTTS=80 LIMIT_SHAPES=loop,burst npm run bench:limit    # one round trip class, two shapes
+ *   LIMIT_SLOWEST=1 npm run bench:limit  # and each row's slowest requests (send time, status, latency)
  */
 
 import { cpus } from "node:os";
@@ -21,6 +22,8 @@ import { startRuntime } from "./http/runtime.ts";
 const RTTS = (process.env.LIMIT_RTTS ?? "0,20,80").split(",").map(Number);
 /** `LIMIT_SHAPES=loop,burst`: only the shapes on these plans. */
 const ONLY = process.env.LIMIT_SHAPES?.split(",");
+/** `LIMIT_SLOWEST=1`: each row's slowest requests too (what its p99 is made of: in a 120-request shape, the 2nd). */
+const SLOWEST = process.env.LIMIT_SLOWEST === "1";
 
 /** The shapes' plans, by key prefix. */
 const PLANS = {
@@ -60,6 +63,17 @@ interface Sent {
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** The eight slowest of `sent`: `#index@ms-from-the-first-send status latency`. */
+function slowest(sent: readonly Sent[]): string {
+  const t0 = Math.min(...sent.map((s) => s.at));
+  return sent
+    .map((s, i) => ({ s, i }))
+    .sort((a, b) => b.s.latencyMs - a.s.latencyMs)
+    .slice(0, 8)
+    .map(({ s, i }) => `#${i}@${s.at - t0} ${s.status} ${s.latencyMs.toFixed(0)} ms`)
+    .join(", ");
+}
 
 /** One request; its send time (wall clock, for the exact limiter), latency and status. */
 async function send(url: string, key: string, rtt: number): Promise<Sent> {
@@ -197,6 +211,7 @@ async function main(): Promise<void> {
           const failed = sent.filter((s) => s.status !== 200 && s.status !== 429).length;
           const lat = sent.map((s) => s.latencyMs).sort((a, b) => a - b);
           const p99 = quantile(lat, 0.99) - quantile(pass, 0.99);
+          if (SLOWEST) console.log(`  slowest (leases ${mode}): ${slowest(sent)}`);
           if (p99 > 2 * rtt + 25) over++;
           const row = [
             shape.name.padEnd(21),

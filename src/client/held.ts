@@ -4,7 +4,7 @@
  */
 
 import type { LimitStatus, NamedLimit } from "../core/decision.ts";
-import type { LimitSpec } from "../core/limits.ts";
+import { FAR_BELOW_FREE, type LimitSpec, NO_LEASE_BELOW_FREE } from "../core/limits.ts";
 import type { CallSlot } from "./lease-calls.ts";
 import type { RateCounter } from "./lease-sizing.ts";
 
@@ -80,4 +80,25 @@ export function expire(e: KeyLeases, now: number): void {
     const gone = e.held.shift() as HeldLease;
     if (gone.left > 0 || gone.used > 0) e.expired.push(gone);
   }
+}
+
+/**
+ * The share of a lease ask the key's object is expected to grant, from its latest answer about the key (units held
+ * here counted as free): all of it while at least {@link FAR_BELOW_FREE} of every limit is free, none under
+ * {@link NO_LEASE_BELOW_FREE}, in proportion between (the object's own rule, src/core/log.ts). No lease is asked
+ * for at 0, and a request waits for a lease call only for the units expected to come. A wrong guess costs a round
+ * trip, never a unit. Each call refreshes the answer.
+ */
+export function leaseShare(e: KeyLeases, now: number): number {
+  const view = e.view;
+  if (view === null) return 1;
+  const limits = view.applied ?? e.limits;
+  const held = unitsHeld(e, now, view.applied);
+  let free = 1;
+  view.limits.forEach((l, i) => {
+    const limit = limits[i]?.limit ?? 0;
+    if (limit > 0) free = Math.min(free, (l.remaining + held) / limit);
+  });
+  if (free >= FAR_BELOW_FREE) return 1;
+  return Math.max(0, (free - NO_LEASE_BELOW_FREE) / (FAR_BELOW_FREE - NO_LEASE_BELOW_FREE));
 }

@@ -28,12 +28,18 @@ export interface CallSlot {
 const MIN_WAIT_MS = 5;
 
 /**
- * Marks a lease call for `units` as out for the key at `now`, expected a round trip (`rttMs`, at
- * least {@link MIN_WAIT_MS}) later and late after two. Cleared with {@link answered}.
+ * Marks a lease call for `units` as out for the key at `now`, expected a recent round trip (`rttMs`, at least
+ * {@link MIN_WAIT_MS}) later, and late once four of the round trips' recent deviations (`devMs`) have passed after
+ * that — at least {@link MIN_WAIT_MS}, at most another round trip: an answer seldom comes later, and one that does
+ * is waited for no longer. (Late after two round trips always, an answer a few milliseconds past the mean — half of
+ * them — kept the requests waiting for it a second round trip before they asked for themselves, three in all.)
+ * Cleared with {@link answered}.
  */
-export function callOut(slot: CallSlot, units: number, now: number, rttMs: number): LeaseCall {
+export function callOut(slot: CallSlot, units: number, now: number, rttMs: number, devMs: number): LeaseCall {
   const rtt = Math.max(rttMs, MIN_WAIT_MS);
-  const call: LeaseCall = { spare: units, dueAt: now + Math.ceil(rtt), until: now + 2 * rtt, done: false };
+  const dueAt = now + Math.ceil(rtt);
+  const until = dueAt + Math.min(Math.max(4 * devMs, MIN_WAIT_MS), rtt);
+  const call: LeaseCall = { spare: units, dueAt, until, done: false };
   slot.call = call;
   return call;
 }

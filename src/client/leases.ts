@@ -15,7 +15,7 @@
 import type { Lease, LimitStatus, NamedLimit } from "../core/decision.ts";
 import { type LimitSpec, leaseMargin } from "../core/limits.ts";
 import type { Settlement } from "../core/log.ts";
-import { expire, type HeldLease, type KeyLeases, sameOverride, unitsHeld, type View } from "./held.ts";
+import { expire, type HeldLease, type KeyLeases, leaseShare, sameOverride, unitsHeld, type View } from "./held.ts";
 import { answered, callOut, join, type LeaseCall } from "./lease-calls.ts";
 import { countRequest, type LeaseAsk, leaseToAsk, NO_ASK, refillDue, sizedByObject } from "./lease-sizing.ts";
 import { giveUp, IDLE_RETURN_MS, type KeySettlements, settleForCall, settleIdle } from "./settlement.ts";
@@ -29,6 +29,8 @@ export class LeaseTable {
   readonly #entries = new Map<string, KeyLeases>();
   readonly #max: number;
   #rttMs = 0;
+  /** The mean deviation of recent round trips from {@link rttMs} (ms). */
+  #rttDevMs = 0;
 
   constructor(max = 10_000) {
     this.#max = max;
@@ -153,10 +155,10 @@ export class LeaseTable {
 
   /**
    * The lease to ask for (lease-sizing.ts, {@link leaseToAsk}), at this isolate's recent round trip; none while
-   * the object had none to give.
+   * the object had none to give, or while its latest answer says it would have none ({@link leaseShare}).
    */
   want(e: KeyLeases, lifetimeMs: number, maxUnits: number, now: number, youngMs = 0): LeaseAsk {
-    if (now < e.quietUntil) return NO_ASK;
+    if (now < e.quietUntil || leaseShare(e, now) === 0) return NO_ASK;
     return leaseToAsk(e, now, { lifetimeMs, maxUnits, youngMs, rttMs: this.#rttMs });
   }
 
@@ -165,9 +167,18 @@ export class LeaseTable {
     return sizedByObject(e);
   }
 
-  /** Records how long an object call took (ms): a moving average over recent calls. */
+  /**
+   * Records how long an object call took (ms): a moving average over recent calls, and of their deviation from it
+   * (as TCP keeps its round-trip time and variation, RFC 6298).
+   */
   observeRtt(ms: number): void {
-    this.#rttMs = this.#rttMs === 0 ? ms : this.#rttMs + (ms - this.#rttMs) / 8;
+    if (this.#rttMs === 0) {
+      this.#rttMs = ms;
+      this.#rttDevMs = ms / 2;
+      return;
+    }
+    this.#rttDevMs += (Math.abs(ms - this.#rttMs) - this.#rttDevMs) / 4;
+    this.#rttMs += (ms - this.#rttMs) / 8;
   }
 
   /** The recent object round trip from this isolate (ms). */
@@ -188,9 +199,12 @@ export class LeaseTable {
     return refillDue(e, now, { left, until }, this.#rttMs);
   }
 
-  /** Marks a lease call for `units` as out for the key at `now` (lease-calls.ts, {@link callOut}). */
+  /**
+   * Marks a lease call for `units` as out for the key at `now` (lease-calls.ts, {@link callOut}): requests may wait
+   * for the units the object is expected to grant of them ({@link leaseShare}).
+   */
   calling(e: KeyLeases, units: number, now: number): LeaseCall {
-    return callOut(e, units, now, this.#rttMs);
+    return callOut(e, Math.floor(units * leaseShare(e, now)), now, this.#rttMs, this.#rttDevMs);
   }
 
   /** The key's lease call a request of `cost` may wait for, its units promised to it (lease-calls.ts, {@link join}). */

@@ -19,6 +19,7 @@ export {
   maxLeaseMs,
   maxLeaseUnits,
   NEAR_SPEND_DIVISOR,
+  NO_LEASE_BELOW_FREE,
   normalizeLimits,
   RING_SLACK_DIVISOR,
   type RingLayout,

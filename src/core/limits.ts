@@ -64,6 +64,12 @@ export const LEASE_LIMIT_DIVISOR = 8;
 export const FAR_BELOW_FREE = 3 / 4;
 
 /**
+ * Below this share of some limit's headroom free, the object grants no lease: between it and {@link FAR_BELOW_FREE}
+ * a lease's spending time and units shrink in proportion to the free share, to nothing here.
+ */
+export const NO_LEASE_BELOW_FREE = 1 / 4;
+
+/**
  * How many times {@link maxLeaseUnits} a lease may carry while the key is far below every limit:
  * an ordinary key then spends a lease over seconds (a call per ~20 grants instead of ~10), and the
  * headroom share still bounds what all isolates hold together.

@@ -24,6 +24,7 @@ import {
   maxLeaseMs,
   maxLeaseUnits,
   NEAR_SPEND_DIVISOR,
+  NO_LEASE_BELOW_FREE,
   normalizeLimits,
   ringLayout,
 } from "./limits.ts";
@@ -472,7 +473,7 @@ export class KeyLog {
     const perLease = this.maxLeaseUnits;
     units = Math.min(units, far && perLease >= MIN_LEASE_UNITS ? FAR_LEASE_FACTOR * perLease : perLease);
     const lead = Math.min(leadMs, lifetimeMs);
-    const scale = far ? 1 : Math.max(0, 2 * free - 0.5);
+    const scale = far ? 1 : Math.max(0, (free - NO_LEASE_BELOW_FREE) / (FAR_BELOW_FREE - NO_LEASE_BELOW_FREE));
     let spend = Math.floor((lifetimeMs - lead) * scale);
     if (fromLog) {
       // A caller new to the key: a few units at most (it may see little of the key's traffic), for about

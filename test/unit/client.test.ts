@@ -4,7 +4,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type Background, LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
-import type { HeldLease, LeaseCall } from "../../src/client/leases.ts";
+import type { HeldLease, KeyLeases, LeaseCall } from "../../src/client/leases.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
 import {
@@ -626,6 +626,32 @@ describe("no waiting behind other requests", () => {
         .slice(-2)
         .map((c) => c.ask?.leaseUnits),
     ).toEqual([0, 0]);
+  });
+
+  it("under 1/4 of a limit free in the object's latest answer, requests ask for no lease and so wait for no call", async () => {
+    const t = await busyKey(); // 100 a minute
+    t.client.leases.observeRtt(50);
+    const e = t.client.leases.get("key:a") as KeyLeases;
+    const latest = e.view?.decidedAt ?? 0;
+    // The latest answer: 24 of 100 left (no unit held here). The object would grant no lease.
+    t.client.leases.saw(e, {
+      limits: [{ remaining: 24, resetMs: 60_000, exceeded: false }],
+      decidedAt: latest,
+      sentAt: latest,
+      applied: null,
+    });
+    const { slow, gate } = gated(t.ns, () => true);
+    const all = Array.from({ length: 3 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    await flush();
+    expect(gate.takes).toBe(3); // each asked at once
+    gate.release();
+    expect((await Promise.all(all)).map((r) => r.reason)).toEqual(["granted", "granted", "granted"]);
+    const takes = t.store.calls.filter((c) => c.method === "take").slice(-3);
+    expect(takes.map((c) => [c.ask?.cost, c.ask?.leaseUnits])).toEqual([
+      [1, 0],
+      [1, 0],
+      [1, 0],
+    ]);
   });
 
   it("a lease call whose answer is late: the requests waiting for it ask for themselves after its round trip", async () => {

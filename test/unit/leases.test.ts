@@ -2,7 +2,7 @@
 
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { sameOverride } from "../../src/client/held.ts";
+import { leaseShare, sameOverride } from "../../src/client/held.ts";
 import { IDLE_RETURN_MS, type KeySettlements, LeaseTable } from "../../src/client/leases.ts";
 import { type Lease, type LimitStatus, leaseMargin, MIN_LEASE_UNITS, type NamedLimit } from "../../src/core/index.ts";
 
@@ -67,7 +67,7 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
     expect(table.join(e, 1, 0)).toBeNull(); // no call out
-    const call = table.calling(e, 3, 100); // two round trips of at least 5 ms: until 110
+    const call = table.calling(e, 3, 100); // due after at least 5 ms, late at least 5 ms after that: until 110
     expect(call.until).toBe(110);
     expect(table.join(e, 2, 100)).toBe(call);
     expect(table.join(e, 2, 101)).toBeNull(); // one unit left unpromised
@@ -75,15 +75,25 @@ describe("LeaseTable", () => {
     expect(call.spare).toBe(0);
     call.spare = 5;
     expect(table.join(e, 1, 110)).toBeNull(); // late: its answer may never come
+    // The first round trip seen: 40 ms, deviating by half of it (RFC 6298's start): due at 40, late at most a round
+    // trip later (4 × 20 would be 80).
     table.observeRtt(40);
     expect(table.calling(e, 3, 200).until).toBe(280);
-    // Due a round trip after it went out, late after two.
+    // Steady round trips of 40 ms: the deviation shrinks by a quarter each time, and a call is late soon after due.
+    for (let i = 0; i < 20; i++) table.observeRtt(40);
     const out = table.calling(e, 3, 300);
-    expect([out.dueAt, out.until, out.done]).toEqual([340, 380, false]);
+    expect([out.dueAt, out.until, out.done]).toEqual([340, 345, false]);
     table.answered(e, call); // an older call's answer clears nothing of the newer one
     expect([e.call, call.done]).toEqual([out, true]);
     table.answered(e, out);
     expect([e.call, out.done]).toEqual([null, true]);
+    // Round trips of 30 and 50 ms by turns: late about four deviations (~10.7 ms each) after due.
+    for (let i = 0; i < 40; i++) table.observeRtt(i % 2 === 0 ? 30 : 50);
+    const varied = table.calling(e, 3, 400);
+    expect(varied.dueAt - 400).toBeGreaterThanOrEqual(40);
+    expect(varied.dueAt - 400).toBeLessThanOrEqual(42);
+    expect(varied.until - varied.dueAt).toBeGreaterThan(38);
+    expect(varied.until - varied.dueAt).toBeLessThanOrEqual(41); // a round trip at most
   });
 
   it("never spends more than a lease holds, and uses the lease that expires first", () => {
@@ -128,6 +138,31 @@ describe("LeaseTable", () => {
     hot.quietUntil = 10_500;
     expect(table.want(hot, 1000, 10_000, 10_499).units).toBe(0);
     expect(table.want(hot, 1000, 10_000, 10_500).units).toBeGreaterThan(0);
+  });
+
+  it("expects the object's share of a lease from its latest answer: none under 1/4 of a limit free, all from 3/4", () => {
+    const table = new LeaseTable();
+    let e = table.touch("k", SPECS, 0, []);
+    for (let t = 10; t <= 1000; t += 10) e = table.touch("k", SPECS, t, []); // 100 a second, watched for 1 s
+    const answer = (remaining: number, decidedAt: number) => ({
+      limits: [{ remaining, resetMs: 500, exceeded: false }],
+      decidedAt,
+      sentAt: decidedAt - 5,
+      applied: null,
+    });
+    expect(leaseShare(e, 1000)).toBe(1); // no answer yet
+    expect(table.want(e, 1000, 1000, 1000).units).toBeGreaterThan(0);
+    table.saw(e, answer(250, 1000)); // a quarter of 1000 left: the object grants no lease
+    expect(leaseShare(e, 1000)).toBe(0);
+    expect(table.want(e, 1000, 1000, 1000)).toEqual({ units: 0, lifetimeMs: 0, leadMs: 0 });
+    // 250 more held here count as free: half of the limit, half way from 1/4 to 3/4.
+    table.add(e, lease(250, 500, [1500]), 1000, 1000, LIMITS);
+    expect(leaseShare(e, 1001)).toBe(0.5);
+    expect(table.want(e, 1000, 1000, 1001).units).toBeGreaterThan(0);
+    // Requests may wait for the share of a call's units the object is expected to grant.
+    expect(table.calling(e, 10, 1001).spare).toBe(5);
+    table.saw(e, answer(750, 1010));
+    expect(leaseShare(e, 1010)).toBe(1);
   });
 
   it("asks for no longer than it has watched the key (at least youngMs): a burst's rate says little about the next 10 s", () => {
