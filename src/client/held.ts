@@ -4,7 +4,7 @@
  */
 
 import type { LimitStatus, NamedLimit } from "../core/decision.ts";
-import { FAR_BELOW_FREE, type LimitSpec, NO_LEASE_BELOW_FREE } from "../core/limits.ts";
+import { type LimitSpec, leaseScale } from "../core/limits.ts";
 import type { CallSlot } from "./lease-calls.ts";
 import type { RateCounter } from "./lease-sizing.ts";
 
@@ -83,11 +83,10 @@ export function expire(e: KeyLeases, now: number): void {
 }
 
 /**
- * The share of a lease ask the key's object is expected to grant, from its latest answer about the key (units held
- * here counted as free): all of it while at least {@link FAR_BELOW_FREE} of every limit is free, none under
- * {@link NO_LEASE_BELOW_FREE}, in proportion between (the object's own rule, src/core/log.ts). No lease is asked
- * for at 0, and a request waits for a lease call only for the units expected to come. A wrong guess costs a round
- * trip, never a unit. Each call refreshes the answer.
+ * The share of a lease ask the key's object is expected to grant, by its own rule ({@link leaseScale}) applied to
+ * its latest answer about the key (units held here counted as free). No lease is asked for at 0, and a request waits
+ * for a lease call only for the units expected to come. A wrong guess costs a round trip, never a unit. Each call
+ * refreshes the answer.
  */
 export function leaseShare(e: KeyLeases, now: number): number {
   const view = e.view;
@@ -99,6 +98,5 @@ export function leaseShare(e: KeyLeases, now: number): number {
     const limit = limits[i]?.limit ?? 0;
     if (limit > 0) free = Math.min(free, (l.remaining + held) / limit);
   });
-  if (free >= FAR_BELOW_FREE) return 1;
-  return Math.max(0, (free - NO_LEASE_BELOW_FREE) / (FAR_BELOW_FREE - NO_LEASE_BELOW_FREE));
+  return leaseScale(free);
 }

@@ -12,6 +12,7 @@ export {
   type Limit,
   type LimitSpec,
   leaseMargin,
+  leaseScale,
   MAX_KEY_SLOTS,
   MAX_LEASE_MS,
   MAX_RING_SLOTS,

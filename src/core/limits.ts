@@ -70,6 +70,17 @@ export const FAR_BELOW_FREE = 3 / 4;
 export const NO_LEASE_BELOW_FREE = 1 / 4;
 
 /**
+ * The share of the spending time (and the units) asked for that a lease gets when `free` is the least share of a
+ * limit's headroom free: all of it {@link FAR_BELOW_FREE far below} every limit, none under
+ * {@link NO_LEASE_BELOW_FREE}, in proportion between. The object sizes leases by it; an isolate reads from it what a
+ * lease call will bring.
+ */
+export function leaseScale(free: number): number {
+  if (free >= FAR_BELOW_FREE) return 1;
+  return Math.max(0, (free - NO_LEASE_BELOW_FREE) / (FAR_BELOW_FREE - NO_LEASE_BELOW_FREE));
+}
+
+/**
  * How many times {@link maxLeaseUnits} a lease may carry while the key is far below every limit:
  * an ordinary key then spends a lease over seconds (a call per ~20 grants instead of ~10), and the
  * headroom share still bounds what all isolates hold together.

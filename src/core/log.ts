@@ -20,11 +20,11 @@ import {
   type Limit,
   type LimitSpec,
   leaseMargin,
+  leaseScale,
   MIN_LEASE_UNITS,
   maxLeaseMs,
   maxLeaseUnits,
   NEAR_SPEND_DIVISOR,
-  NO_LEASE_BELOW_FREE,
   normalizeLimits,
   ringLayout,
 } from "./limits.ts";
@@ -436,10 +436,11 @@ export class KeyLog {
    * `want` units, at most {@link maxLeaseUnits} ({@link FAR_LEASE_FACTOR} times that while the key is
    * {@link FAR_BELOW_FREE far below} every limit), and at most {@link LEASE_HEADROOM_SHARE} of each limit's headroom
    * less what is leased out already. Below far, the spending time and the units with it are scaled down with the
-   * least free share (none under 1/4); fewer units than `want` get a spending time in proportion, so that the caller
+   * least free share ({@link leaseScale}: none under 1/4); fewer units than `want` get a spending time in proportion, so that the caller
    * spends them at the rate it asked at rather than giving them back. `fromLog` (a caller new to the key): none below
-   * far; else `want` is only a cap; at most {@link FIRST_LEASE_UNITS}, and at most what the key uses in the spending time at its
-   * fastest recent rate over its windows (units ahead of now left out), for the time the key takes to use them.
+   * far; else `want` is only a cap; at most {@link FIRST_LEASE_UNITS}, and at most what the key uses in the spending
+   * time at its fastest recent rate over its windows (units ahead of now left out), for the time the key takes to
+   * use them.
    * The lifetime is the lead plus the spending time. Fewer than {@link MIN_LEASE_UNITS} units: no lease.
    */
   #leaseFor(
@@ -473,7 +474,7 @@ export class KeyLog {
     const perLease = this.maxLeaseUnits;
     units = Math.min(units, far && perLease >= MIN_LEASE_UNITS ? FAR_LEASE_FACTOR * perLease : perLease);
     const lead = Math.min(leadMs, lifetimeMs);
-    const scale = far ? 1 : Math.max(0, (free - NO_LEASE_BELOW_FREE) / (FAR_BELOW_FREE - NO_LEASE_BELOW_FREE));
+    const scale = leaseScale(free);
     let spend = Math.floor((lifetimeMs - lead) * scale);
     if (fromLog) {
       // A caller new to the key: a few units at most (it may see little of the key's traffic), for about

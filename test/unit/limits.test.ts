@@ -5,6 +5,7 @@ import {
   defaultTickMs,
   KeyLog,
   type LimitSpec,
+  leaseScale,
   MAX_DURATION_MS,
   maxLeaseMs,
   normalizeLimits,
@@ -151,5 +152,17 @@ describe("ringLayout", () => {
     ];
     expect([maxLeaseMs(specs), ringSlackMs(specs)]).toEqual([60_000, 31]);
     expect(maxLeaseMs([{ limit: 5, windowMs: 1000 }])).toBe(1000);
+  });
+});
+
+describe("leaseScale", () => {
+  it("grants the whole spending time far below every limit, none under a quarter free, in proportion between", () => {
+    expect(leaseScale(1)).toBe(1);
+    expect(leaseScale(0.75)).toBe(1);
+    expect(leaseScale(0.5)).toBe(0.5);
+    expect(leaseScale(0.375)).toBe(0.25);
+    expect(leaseScale(0.25)).toBe(0);
+    expect(leaseScale(0.1)).toBe(0);
+    expect(leaseScale(-1)).toBe(0);
   });
 });
