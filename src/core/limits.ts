@@ -76,8 +76,7 @@ export const NO_LEASE_BELOW_FREE = 1 / 4;
  * lease call will bring.
  */
 export function leaseScale(free: number): number {
-  if (free >= FAR_BELOW_FREE) return 1;
-  return Math.max(0, (free - NO_LEASE_BELOW_FREE) / (FAR_BELOW_FREE - NO_LEASE_BELOW_FREE));
+  return Math.min(1, Math.max(0, (free - NO_LEASE_BELOW_FREE) / (FAR_BELOW_FREE - NO_LEASE_BELOW_FREE)));
 }
 
 /**
