@@ -281,10 +281,10 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       this.leases.idle(now, elsewhere);
     }
     this.#settleElsewhere(ns, elsewhere, bg);
-    // A request waits for no other request's call, except a lease call out that asked for enough units to cover it,
-    // and for no longer than that call's round trip (docs/design.md, "No waiting behind other requests"). It waits on
-    // its own timers, until the answer is due and at most until it is late: workerd runs a request's code only in
-    // that request's context, so an answer that arrives in another request may not wake it.
+    // A request waits for no other request's call, except a lease call out that will bring enough units to cover it
+    // (leases.ts, `calling`), and for no longer than that call's round trip (docs/design.md, "No waiting behind other
+    // requests"). It waits on its own timers, until the answer is due and at most until it is late: workerd runs a
+    // request's code only in that request's context, so an answer that arrives in another request may not wake it.
     let joined: LeaseCall | null = null;
     for (let waits = 0; ; waits++) {
       if (entry) {
