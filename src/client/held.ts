@@ -74,6 +74,17 @@ export function unitsHeld(e: KeyLeases, now: number, applied: readonly NamedLimi
   return units;
 }
 
+/**
+ * The unused units of the key's leases expired at `now` under `applied` limits, not yet given back: the key's next call
+ * gives them back before its decision, so with the units held they are what that call finds (`RateLimit`'s `r`).
+ */
+export function unitsReturning(e: KeyLeases, now: number, applied: readonly NamedLimit[] | null): number {
+  let units = 0;
+  for (const h of e.expired) if (sameOverride(h.applied, applied)) units += h.left;
+  for (const h of e.held) if (now >= h.expiresAt && sameOverride(h.applied, applied)) units += h.left;
+  return units;
+}
+
 /** Moves the key's leases expired at `now` out of `held`, keeping those with anything to settle in `expired`. */
 export function expire(e: KeyLeases, now: number): void {
   while (e.held.length > 0 && now >= (e.held[0] as HeldLease).expiresAt) {

@@ -199,7 +199,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     // Units this isolate holds on lease count as remaining, for the key's own limits (route requests never lease).
     const entry = route ? undefined : this.leases.get(name);
     const held =
-      entry && d.blockedBy === undefined ? this.leases.holding(entry, this.now(), d.limitsOverride ?? null) : 0;
+      entry && d.blockedBy === undefined ? this.leases.spare(entry, this.now(), d.limitsOverride ?? null) : 0;
     const states = d.limits.map((l) => withLease(l, held));
     if (d.allowed || held >= cost)
       return this.#result({ plan, shown, cost, reason: "peek", fits: true, states, at: d.now, route });
@@ -328,6 +328,12 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     this.#remember(cached, d, cost, sentAt);
     this.#observe(ns, name, d, bg);
     const shown = this.#shown(limits, d.limitsOverride, route);
+    if (!d.allowed && entry && d.blockedBy === undefined && !d.concurrencyFull) {
+      // No refusal while a unit is at hand (docs/design.md, "What real clients do"): units a lease call of this
+      // isolate brought while this request's call was out, or brings within its round trip, are this request's.
+      const held = await this.#unitAtHand(entry, cost);
+      if (held) return this.#leased(plan, name, cost, entry, held, this.now());
+    }
     if (!d.allowed) {
       const reason = refusalReason(d);
       const exceeded = d.limits.map((l) => l.exceeded);
@@ -345,7 +351,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       });
     }
     // What the object has left, plus every unit this isolate holds (the new lease's included).
-    const units = entry ? this.leases.holding(entry, this.now(), d.limitsOverride ?? null) : 0;
+    const units = entry ? this.leases.spare(entry, this.now(), d.limitsOverride ?? null) : 0;
     const states = d.limits.map((l) => withLease(l, units));
     const result = this.#result({ plan, shown, cost, reason: "granted", fits: true, states, at: d.now, route });
     if (slot) this.#inFlight.hold(ns, result, name, slot);
@@ -359,11 +365,28 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
+   * A unit for a request of `cost` the key's object refused: one this isolate holds now, or one the key's lease call
+   * out brings, waited for until that call is due and at most until it is late (on this request's own timers, as in
+   * {@link #decide}). Null when none comes.
+   */
+  async #unitAtHand(entry: KeyLeases, cost: number): Promise<HeldLease | null> {
+    for (let waits = 0; ; waits++) {
+      const now = this.now();
+      const held = this.leases.spend(entry, cost, now);
+      if (held) return held;
+      const call = entry.call;
+      if (call === null || call.done || now >= call.until || waits === 2) return null;
+      const at = now < call.dueAt ? call.dueAt : call.until;
+      await new Promise((resolve) => setTimeout(resolve, Math.max(1, at - now)));
+    }
+  }
+
+  /**
    * A request served from a lease: the object's latest answer about the key, plus every unit this isolate still
    * holds (exact with one isolate, as of that answer).
    */
   #leased(plan: Plan, name: string, cost: number, entry: KeyLeases, held: HeldLease, now: number): RateLimitResult {
-    const units = this.leases.holding(entry, now, held.applied);
+    const units = this.leases.spare(entry, now, held.applied);
     const seen = entry.view;
     const view = seen && sameOverride(seen.applied, held.applied) ? seen : held;
     const elapsed = now - view.sentAt;
@@ -492,7 +515,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       leaseMs: want?.lifetimeMs ?? 0,
       leaseLeadMs: want?.leadMs ?? 0,
       leaseFromLog: entry !== undefined && leaseUnits > 0 && this.leases.fromLog(entry),
-      settle: entry ? this.leases.settle(entry, now) : [],
+      settle: entry ? this.leases.settle(entry, now, cost > 0) : [],
     };
   }
 

@@ -15,7 +15,16 @@
 import type { Lease, LimitStatus, NamedLimit } from "../core/decision.ts";
 import { type LimitSpec, leaseMargin } from "../core/limits.ts";
 import type { Settlement } from "../core/log.ts";
-import { expire, type HeldLease, type KeyLeases, leaseShare, sameOverride, unitsHeld, type View } from "./held.ts";
+import {
+  expire,
+  type HeldLease,
+  type KeyLeases,
+  leaseShare,
+  sameOverride,
+  unitsHeld,
+  unitsReturning,
+  type View,
+} from "./held.ts";
 import { answered, callOut, join, type LeaseCall } from "./lease-calls.ts";
 import { countRequest, type LeaseAsk, leaseToAsk, NO_ASK, refillDue, sizedByObject } from "./lease-sizing.ts";
 import { giveUp, IDLE_RETURN_MS, type KeySettlements, settleForCall, settleIdle } from "./settlement.ts";
@@ -134,14 +143,32 @@ export class LeaseTable {
     return unitsHeld(e, now, applied);
   }
 
+  /**
+   * The units the key's object would find free for this isolate's next call beyond what it last said: the units held
+   * here and the unused ones of expired leases that call gives back first (exact with one isolate after any pause).
+   */
+  spare(e: KeyLeases, now: number, applied: readonly NamedLimit[] | null): number {
+    return unitsHeld(e, now, applied) + unitsReturning(e, now, applied);
+  }
+
   /** Keeps the object's answer about the key when it is the latest decided (answers may arrive out of order). */
   saw(e: KeyLeases, view: View): void {
     if (e.view === null || view.decidedAt >= e.view.decidedAt) e.view = view;
   }
 
-  /** The key's settlements for a call about to go out (settlement.ts, {@link settleForCall}). */
-  settle(e: KeyLeases, now: number): Settlement[] {
-    return settleForCall(e, now);
+  /**
+   * The key's settlements for a call about to go out, `deciding` a request or not (settlement.ts,
+   * {@link settleForCall}).
+   */
+  settle(e: KeyLeases, now: number, deciding = false): Settlement[] {
+    // The unused units given back count as free in the key's latest answer from now on: this isolate's requests
+    // before that call's answer show them in `r`, as the object will once it takes them back.
+    const view = e.view;
+    const back = view ? unitsReturning(e, now, view.applied) : 0;
+    const out = settleForCall(e, now, deciding);
+    if (view && back > 0)
+      e.view = { ...view, limits: view.limits.map((l) => ({ ...l, remaining: l.remaining + back })) };
+    return out;
   }
 
   /** Settlements of keys not seen here for {@link IDLE_RETURN_MS}, for calls of their own (settlement.ts, {@link settleIdle}). */

@@ -2,8 +2,10 @@
  * @module What an isolate reports about its leases (docs/design.md, "Settled leases"): per lease,
  * the units used since its last report and the offset of the last use from the lease's `sentAt`
  * (the object moves them from `issuedAt + L` to `issuedAt +` that offset), and the unused units of
- * leases given up. Used units are re-dated only near a limit: far from every limit nobody needs the
- * capacity they hold until their record, and re-dating would cost rows for nothing.
+ * leases given up. Used units are re-dated near a limit, and on every call that decides a request (the isolate
+ * had no unit for it: the capacity they hold may be what that request needs). Far from every limit, on a
+ * background refill, nobody needs the capacity they hold until their record, and re-dating would cost rows for
+ * nothing.
  */
 
 import type { LimitSpec } from "../core/limits.ts";
@@ -25,12 +27,13 @@ export const IDLE_RETURN_MS = 1_000;
 
 /**
  * The key's settlements for a call about to go out: every lease with units used since its last
- * settlement (near a limit), and every expired one (its unused units given back). They count as
- * settled from now on: a call that fails leaves them where the object recorded them, which is later (safe).
+ * settlement (near a limit, or when the call decides a request: `deciding`), and every expired one (its unused
+ * units given back). They count as settled from now on: a call that fails leaves them where the object recorded
+ * them, which is later (safe).
  */
-export function settleForCall(e: KeyLeases, now: number): Settlement[] {
+export function settleForCall(e: KeyLeases, now: number, deciding = false): Settlement[] {
   expire(e, now);
-  const near = nearLimitNow(e, now);
+  const near = deciding || nearLimitNow(e, now);
   const out: Settlement[] = [];
   for (const h of e.expired) if (h.left > 0 || near) out.push(settlement(h, h.left, near));
   e.expired = [];

@@ -476,6 +476,60 @@ describe("RateLimit's remaining with one isolate", () => {
   });
 });
 
+describe("RateLimit's remaining after a pause", () => {
+  it("three bursts of 40 a 1.3 s pause apart: every response's r is what is left (the first after a pause too)", async () => {
+    // Within an hour nothing leaves the window: what is left is the limit less what was granted.
+    const t = setup({ limits: [{ limit: 200, window: "1h" }] });
+    let granted = 0;
+    const wrong: string[] = [];
+    for (let burst = 0; burst < 3; burst++) {
+      for (let i = 0; i < 40; i++) {
+        const r = await t.limit();
+        await t.settle();
+        if (r.allowed) granted++;
+        const shown = r.limits[0]?.remaining;
+        if (shown !== 200 - granted) wrong.push(`burst ${burst} #${i}: r=${shown}, ${200 - granted} left`);
+        t.advance(2);
+      }
+      t.advance(1300);
+    }
+    expect(granted).toBe(120);
+    expect(wrong).toEqual([]);
+  });
+
+  it("property: with one isolate, r is exact on every response, whatever the pauses and costs", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        // Bursts of requests a few ms apart, each after a pause.
+        fc.array(
+          fc.record({
+            pause: fc.oneof(fc.integer({ min: 300, max: 5_000 }), fc.integer({ min: 20_000, max: 40_000 })),
+            requests: fc.integer({ min: 1, max: 40 }),
+            gap: fc.integer({ min: 1, max: 20 }),
+            cost: fc.integer({ min: 1, max: 3 }),
+          }),
+          { minLength: 1, maxLength: 6 },
+        ),
+        async (bursts) => {
+          const t = setup({ limits: [{ limit: 150, window: "1h" }] });
+          let granted = 0;
+          for (const { pause, requests, gap, cost } of bursts) {
+            t.advance(pause);
+            for (let i = 0; i < requests; i++) {
+              const r = await t.limit("key:a", cost);
+              await t.settle();
+              if (r.allowed) granted += cost;
+              if (r.allowed) expect(r.limits[0]?.remaining).toBe(150 - granted);
+              t.advance(gap);
+            }
+          }
+        },
+      ),
+      { numRuns: 150 },
+    );
+  });
+});
+
 describe("what a result says", () => {
   it("a cost above one limit blames only that limit", async () => {
     const t = setup({
@@ -513,7 +567,7 @@ describe("what a result says", () => {
     );
   });
 
-  it("peek counts units held here only while their lease lasts", async () => {
+  it("peek counts units held here, and an expired lease's unused units until they are given back or dropped", async () => {
     const t = setup();
     for (let i = 0; i < 5; i++) {
       await t.limit();
@@ -523,7 +577,12 @@ describe("what a result says", () => {
     expect(held).toBeGreaterThan(0);
     const atObject = 100 - 5 - held;
     expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject + held);
-    t.advance(11_000); // expired, not given back yet (no request has seen it)
+    t.advance(11_000); // expired, not given back yet (no request has seen it): the key's next call gives them back
+    expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject + held);
+    // Far from every limit, an idle key's expired units are not given back (no call for them): no longer counted.
+    await t.client.limit(t.ns, "key:b", t.plan, 1, t.bg);
+    await t.settle();
+    expect(t.store.count("settle")).toBe(0);
     expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject);
   });
 });

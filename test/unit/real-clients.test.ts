@@ -1,0 +1,250 @@
+// Traffic as real clients send it (docs/design.md, "What real clients do"), against the client with one isolate and
+// an in-memory object on the real core whose every call takes a round trip R (half before it decides, half after),
+// on fake timers: parallel bursts (`Promise.all`), a burst after a quiet spell, clients in loops, paced arrivals and a
+// ramp, at R = 0, 20 and 80 ms, leases on and off. Each run is judged against an exact limiter deciding each request
+// at its send time, and no window of the grants' answer times (their use) may hold more than N.
+import fc from "fast-check";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
+import { parseLimiterConfig } from "../../src/config/parse.ts";
+import type { LimiterConfig, Plan } from "../../src/config/types.ts";
+import { type Ask, KeyLog, type LimitSpec, type Settlement } from "../../src/core/index.ts";
+import { maxInWindow } from "../support/window.ts";
+
+const T0 = 1_800_000_000_000;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** One key's object in memory: each call waits R/2, decides at that moment, and answers R/2 later. */
+function remoteObject(rtt: number) {
+  let log: KeyLog | null = null;
+  const of = (limits: readonly LimitSpec[]) => {
+    log ??= new KeyLog(limits);
+    return log;
+  };
+  const remote = async <T>(decide: () => T): Promise<T> => {
+    await sleep(rtt / 2);
+    const out = decide();
+    await sleep(rtt / 2);
+    return out;
+  };
+  const calls = { n: 0 };
+  const stub = {
+    take: (limits: readonly LimitSpec[], ask: Ask) => {
+      calls.n++;
+      return remote(() => of(limits).take(Date.now(), ask).decision);
+    },
+    giveBack: (limits: readonly LimitSpec[], recordedAt: readonly number[], units: number) => {
+      calls.n++;
+      return remote(() => of(limits).giveBack(recordedAt, units).length);
+    },
+    settle: (limits: readonly LimitSpec[], settle: readonly Settlement[]) => {
+      calls.n++;
+      return remote(() => settle.flatMap((s) => of(limits).settle(Date.now(), s)).length);
+    },
+  };
+  return { ns: { getByName: () => stub } as unknown as LimiterNamespace, calls };
+}
+
+interface Sent {
+  readonly at: number;
+  answeredAt: number;
+  allowed: boolean;
+  reason: string;
+}
+
+type Send = () => Promise<Sent>;
+
+/** A shape: its limits and how its clients send. */
+interface Shape {
+  readonly limits: readonly { limit: number; window: number }[];
+  readonly run: (send: Send) => Promise<Sent[]>;
+}
+
+/** `n` requests sent at once, as `Promise.all` sends them. */
+const atOnce = (send: Send, n: number) => Promise.all(Array.from({ length: n }, send));
+
+/** Open-loop arrivals at `offsets` (ms from now), answered or not. */
+async function arrivals(send: Send, offsets: readonly number[]): Promise<Sent[]> {
+  const start = Date.now();
+  const pending: Promise<Sent>[] = [];
+  for (const o of offsets) {
+    const wait = start + o - Date.now();
+    if (wait > 0) await sleep(wait);
+    pending.push(send());
+  }
+  return Promise.all(pending);
+}
+
+/** `clients` in closed loops for `ms`: each sends its next request 1 ms after its last answer. */
+async function loops(send: Send, clients: number, ms: number): Promise<Sent[]> {
+  const out: Sent[] = [];
+  const end = Date.now() + ms;
+  await Promise.all(
+    Array.from({ length: clients }, async () => {
+      while (Date.now() < end) {
+        out.push(await send());
+        await sleep(1);
+      }
+    }),
+  );
+  return out;
+}
+
+const SHAPES: Record<string, Shape> = {
+  // 2/s for 6 s, quiet 2 s, then two bursts of 90 sent at once, 1.2 s apart.
+  "parallel bursts of 90 after quiet": {
+    limits: [
+      { limit: 30, window: 1000 },
+      { limit: 300, window: 60_000 },
+    ],
+    run: async (send) => {
+      const out = await arrivals(
+        send,
+        Array.from({ length: 12 }, (_, i) => i * 500),
+      );
+      await sleep(2000);
+      out.push(...(await atOnce(send, 90)));
+      await sleep(1200);
+      out.push(...(await atOnce(send, 90)));
+      return out;
+    },
+  },
+  "60 at once on a fresh key": {
+    limits: [
+      { limit: 20, window: 1000 },
+      { limit: 10_000_000, window: 86_400_000 },
+    ],
+    run: (send) => atOnce(send, 60),
+  },
+  "a burst of 90 after quiet, 2 ms apart": {
+    limits: [
+      { limit: 30, window: 1000 },
+      { limit: 300, window: 60_000 },
+    ],
+    run: (send) => {
+      const offsets = Array.from({ length: 12 }, (_, i) => i * 500);
+      for (const b of [8000, 9000]) for (let i = 0; i < 90; i++) offsets.push(b + i * 2);
+      return arrivals(send, offsets);
+    },
+  },
+  "paced at 2x": {
+    limits: [{ limit: 20, window: 1000 }],
+    run: (send) =>
+      arrivals(
+        send,
+        Array.from({ length: 120 }, (_, i) => i * 25),
+      ),
+  },
+  "ramp 2 to 60/s": {
+    limits: [{ limit: 25, window: 1000 }],
+    run: (send) => {
+      const offsets: number[] = [];
+      for (let t = 0; t < 4000; ) {
+        offsets.push(t);
+        t += 1000 / (2 + (58 * t) / 4000);
+      }
+      return arrivals(send, offsets);
+    },
+  },
+  "1 client in a loop": {
+    limits: [
+      { limit: 20, window: 1000 },
+      { limit: 60, window: 60_000 },
+    ],
+    run: (send) => loops(send, 1, 3300),
+  },
+  "8 clients in loops": { limits: [{ limit: 25, window: 1000 }], run: (send) => loops(send, 8, 3000) },
+};
+
+/** What an exact limiter deciding each request at its send time grants for these arrivals. */
+function exact(limits: readonly LimitSpec[], sent: readonly Sent[]): number {
+  const log = new KeyLog(limits);
+  let n = 0;
+  for (const s of [...sent].sort((a, b) => a.at - b.at)) if (log.take(s.at, { cost: 1 }).decision.allowed) n++;
+  return n;
+}
+
+/** One shape through one client: what it granted, what exact grants, and the fullest window of its answer times. */
+async function drive(shape: Shape, rtt: number, leases: boolean) {
+  const config = parseLimiterConfig({ limits: shape.limits, leases }, "test") as LimiterConfig;
+  const client = new LimiterClient(config);
+  const { ns, calls } = remoteObject(rtt);
+  const plan = config.defaultPlan as Plan;
+  const send: Send = async () => {
+    const at = Date.now();
+    const r = await client.limit(ns, "key:a", plan, 1, {});
+    return { at, answeredAt: Date.now(), allowed: r.allowed, reason: r.reason };
+  };
+  const running = shape.run(send);
+  await vi.runAllTimersAsync();
+  const sent = await running;
+  const specs = shape.limits.map((l) => ({ limit: l.limit, windowMs: l.window }));
+  const granted = sent.filter((s) => s.allowed);
+  const fullest = specs.map(
+    (l) =>
+      maxInWindow(
+        granted.map((s) => s.answeredAt),
+        l.windowMs,
+      ) - l.limit,
+  );
+  return { granted: granted.length, exact: exact(specs, sent), over: Math.max(...fullest), calls: calls.n, sent };
+}
+
+beforeEach(() => {
+  vi.useFakeTimers({ now: T0, toFake: ["setTimeout", "clearTimeout", "Date"], loopLimit: 1_000_000 });
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe("one isolate, real clients: no refusal while a unit is at hand", () => {
+  for (const rtt of [0, 20, 80]) {
+    for (const [name, shape] of Object.entries(SHAPES)) {
+      it(`${name}, R = ${rtt} ms: leases on grant what exact grants (at most one fewer), never a window over N`, async () => {
+        const on = await drive(shape, rtt, true);
+        const off = await drive(shape, rtt, false);
+        expect(on.over).toBeLessThanOrEqual(0);
+        expect(off.over).toBeLessThanOrEqual(0);
+        // Open-loop shapes send the same arrivals both ways: leases on grant at least what leases off grant.
+        if (!name.includes("loop")) expect(on.granted).toBeGreaterThanOrEqual(off.granted - 1);
+        expect(on.granted).toBeGreaterThanOrEqual(Math.min(on.exact - 1, Math.ceil(0.97 * on.exact)));
+      });
+    }
+  }
+});
+
+describe("property: many requests at once, a lease call in flight, refusals racing its return", () => {
+  it("with one isolate, leases on grant what leases off grant, and no window of answer times is over N", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.record({
+          rtt: fc.constantFrom(0, 4, 20, 80),
+          limit: fc.integer({ min: 1, max: 40 }),
+          // Waves of requests sent at once, a gap apart: some gaps inside a round trip, some past the window.
+          waves: fc.array(fc.record({ n: fc.integer({ min: 1, max: 60 }), gap: fc.nat(1500) }), {
+            minLength: 1,
+            maxLength: 5,
+          }),
+        }),
+        async ({ rtt, limit, waves }) => {
+          const shape: Shape = {
+            limits: [{ limit, window: 1000 }],
+            run: async (send) => {
+              const pending: Promise<Sent[]>[] = [];
+              for (const w of waves) {
+                pending.push(atOnce(send, w.n));
+                await sleep(w.gap);
+              }
+              return (await Promise.all(pending)).flat();
+            },
+          };
+          const on = await drive(shape, rtt, true);
+          const off = await drive(shape, rtt, false);
+          expect(on.over).toBeLessThanOrEqual(0);
+          expect(on.granted).toBeGreaterThanOrEqual(off.granted);
+        },
+      ),
+      { numRuns: 60 },
+    );
+  });
+});
