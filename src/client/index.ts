@@ -315,7 +315,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         : undefined;
     const sentAt = now;
     const ask = slot ? { ...this.#ask(entry, want, cost, now), slot } : this.#ask(entry, want, cost, now);
-    const call = entry && ask.leaseUnits ? this.leases.calling(entry, ask.leaseUnits, now) : null;
+    const call = entry && ask.leaseUnits ? this.leases.calling(entry, ask.leaseUnits, now, ask.leaseFromLog) : null;
     let d: Decision;
     try {
       d = await this.#call(ns, name, limits, this.#penalized(name, plan, ask), route ? routeBudget(route) : undefined);

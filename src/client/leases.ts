@@ -13,7 +13,7 @@
  */
 
 import type { Lease, LimitStatus, NamedLimit } from "../core/decision.ts";
-import { type LimitSpec, leaseMargin } from "../core/limits.ts";
+import { FIRST_LEASE_UNITS, type LimitSpec, leaseMargin } from "../core/limits.ts";
 import type { Settlement } from "../core/log.ts";
 import {
   expire,
@@ -228,10 +228,13 @@ export class LeaseTable {
 
   /**
    * Marks a lease call for `units` as out for the key at `now` (lease-calls.ts, {@link callOut}): requests may wait
-   * for the units the object is expected to grant of them ({@link leaseShare}).
+   * for the units the object is expected to grant of them ({@link leaseShare}). A first lease (`fromLog`: sized by the
+   * object from the key's log) is granted only far below every limit, and then at most {@link FIRST_LEASE_UNITS}.
    */
-  calling(e: KeyLeases, units: number, now: number): LeaseCall {
-    return callOut(e, Math.floor(units * leaseShare(e, now)), now, this.#rttMs, this.#rttDevMs);
+  calling(e: KeyLeases, units: number, now: number, fromLog = false): LeaseCall {
+    const share = leaseShare(e, now);
+    const expected = fromLog ? (share < 1 ? 0 : Math.min(units, FIRST_LEASE_UNITS)) : Math.floor(units * share);
+    return callOut(e, expected, now, this.#rttMs, this.#rttDevMs);
   }
 
   /** The key's lease call a request of `cost` may wait for, its units promised to it (lease-calls.ts, {@link join}). */

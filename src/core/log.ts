@@ -290,8 +290,8 @@ export class KeyLog {
   /**
    * Settles one lease at `now` (see {@link Settlement}): moves its used units to `issuedAt + lastUseMs` plus the
    * margin, when that is earlier than their record, and takes back its unused units. Never earlier than a use;
-   * a settled unit's record is kept inside every window of its ring (a unit whose use has left a window already
-   * counts there for at most a millisecond more). A lease recorded under other limits (other rings) is not here:
+   * a settled unit's record is kept inside every window of its ring (a unit whose use has left a shorter window of
+   * it already counts there for at most a millisecond more), and taken out once its use has left every window. A lease recorded under other limits (other rings) is not here:
    * its units stay where they are and expire.
    *
    * @returns the rows to write, in order
@@ -316,7 +316,12 @@ export class KeyLog {
     const writes: SlotRow[] = [];
     this.rings.forEach((ring, r) => {
       const from = s.recordedAt[r] as number;
-      if (used > 0) writes.push(...ring.move(from, Math.max(at, t - shortestWindow(ring, this) + 1), used));
+      // Used units whose use has left every window of the ring count nowhere any more: taken out, not moved (moved
+      // to the oldest time inside the shortest window, they would count there for a millisecond more).
+      if (used > 0 && at <= t - longestWindow(ring, this)) {
+        const row = ring.giveBack(from, used);
+        if (row) writes.push(row);
+      } else if (used > 0) writes.push(...ring.move(from, Math.max(at, t - shortestWindow(ring, this) + 1), used));
       const row = unused > 0 ? ring.giveBack(from, unused) : null;
       if (row) writes.push(row);
     });

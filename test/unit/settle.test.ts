@@ -192,4 +192,23 @@ describe("settled leases, property: never a record earlier than a use", () => {
     expect(log.peek(1011).limits[0]?.remaining).toBe(28);
     expect(log.peek(1012).limits[0]?.remaining).toBe(32);
   });
+
+  it("settled after its use has left every window, a used unit counts nowhere (not a millisecond more at the edge)", () => {
+    const log = new KeyLog([{ limit: 32, windowMs: 1000 }]);
+    const d = log.take(0, { cost: 1, leaseUnits: 3, leaseMs: 500 }).decision;
+    expect(d.lease).toMatchObject({ units: 3, recordedAt: [500] });
+    // All four used by 10 ms after the ask, reported at 1.2 s (their record at 500 still counts): their use left the
+    // window at 1012.
+    const settle = [{ recordedAt: [500], issuedAt: d.now, used: 4, lastUseMs: 10, unused: 0 }];
+    expect(log.take(1200, { cost: 32, settle }).decision.allowed).toBe(true);
+    // With two windows in one ring, a unit whose use left only the shorter one is kept inside the longer one.
+    const two = new KeyLog([
+      { limit: 32, windowMs: 1000 },
+      { limit: 64, windowMs: 10_000 },
+    ]);
+    expect(two.rings).toHaveLength(1);
+    const e = two.take(0, { cost: 1, leaseUnits: 3, leaseMs: 500 }).decision;
+    two.settle(1200, { recordedAt: e.lease?.recordedAt ?? [], issuedAt: e.now, used: 4, lastUseMs: 10, unused: 0 });
+    expect(two.peek(1202).limits.map((l) => l.remaining)).toEqual([32, 60]);
+  });
 });
