@@ -16,7 +16,7 @@ import type { Context, Env, MiddlewareHandler } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { Background } from "./client/index.ts";
 import type { RateLimitResult } from "./client/result.ts";
-import { copyHeaders, HttpError, normalized, refusal } from "./http.ts";
+import { clientSignal, copyHeaders, HttpError, normalized, refusal } from "./http.ts";
 import { createLimiter, type Limiter, type LimiterOptions } from "./index.ts";
 import { readKey } from "./key.ts";
 import { type Decided, namespaceOf } from "./pipeline.ts";
@@ -91,6 +91,8 @@ export function rateLimit<E extends Env = Env>(
     const { result } = decided;
     c.set("rateLimit", result);
     if (!result.allowed) return handler ? handler(ctx, result) : refusal(result);
+    // A client that goes away frees its slot at once (workerd's `request.signal`, flag `enable_request_signal`).
+    pipeline.releaseOnAbort(result, clientSignal(c.req.raw), bg);
     try {
       await next();
       setHeaders(c, result.headers);

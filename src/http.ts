@@ -112,3 +112,11 @@ export function normalized(pathname: string, config: LimiterConfig): NormalPath 
     throw e;
   }
 }
+
+/**
+ * The signal that aborts when the client of `request` goes away: workerd's `request.signal` under the compatibility
+ * flag `enable_request_signal` (without it, or outside workerd, a signal that never aborts, or none).
+ */
+export function clientSignal(request: Request): AbortSignal | null {
+  return (request as { signal?: AbortSignal | null }).signal ?? null;
+}

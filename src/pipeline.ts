@@ -179,6 +179,22 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     return untilEnd(response, () => this.client.release(holder), bg);
   }
 
+  /**
+   * Frees the concurrency slot `result` holds as soon as `signal` aborts (the client went away: docs/design.md, "What
+   * real clients do"), whatever the origin or the handler is still doing; its renewals stop with it. Releasing twice
+   * does nothing, so the response's end may release it too.
+   */
+  releaseOnAbort(result: RateLimitResult, signal: AbortSignal | null, bg: Background = {}): void {
+    const holder = this.#slotHolder.get(result) ?? result;
+    if (signal === null || !this.client.holdsSlot(holder)) return;
+    const release = () => {
+      const done = this.client.release(holder);
+      bg.waitUntil?.(done);
+    };
+    if (signal.aborted) release();
+    else signal.addEventListener("abort", release, { once: true });
+  }
+
   /** Frees the concurrency slot a request holds, when it ends without a response to send (an error). Never rejects. */
   release(result: RateLimitResult): Promise<boolean> {
     return this.client.release(this.#slotHolder.get(result) ?? result);

@@ -71,6 +71,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   readonly #views = new Map<string, readonly Limit[]>();
   /** Per key: refusals answered from the deny cache since its last call, sent with the next (a penalty counts them). */
   readonly #refusals = new Map<string, number>();
+  /** Per key: the refusals its object had counted towards the plan's penalty at its latest answer. */
+  readonly #seen = new Map<string, number>();
   /** When this client next looks for idle keys' expired units to give back (its clock, ms). */
   #idleCheckAt = 0;
   /** Concurrency slots held by granted requests, until released. */
@@ -103,6 +105,23 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     if (!plan.penalty || (blocked.blockedBy !== undefined && now < blocked.blockedBy)) return;
     if (this.#refusals.size >= 10_000 && !this.#refusals.has(name)) this.#refusals.clear();
     this.#refusals.set(name, (this.#refusals.get(name) ?? 0) + 1);
+  }
+
+  /**
+   * Whether a refusal of the key answered here could complete its plan's penalty (docs/design.md, "What real clients
+   * do"): the object's count at its latest answer, the refusals answered here since, and this one. Such a refusal goes
+   * to the object, which counts them all before deciding and answers with the block.
+   */
+  #completesPenalty(name: string, plan: Plan, blocked: Blocked, now: number): boolean {
+    if (!plan.penalty || (blocked.blockedBy !== undefined && now < blocked.blockedBy)) return false;
+    return (this.#seen.get(name) ?? 0) + (this.#refusals.get(name) ?? 0) + 1 >= plan.penalty.after;
+  }
+
+  /** Keeps the object's count of the key's refusals from its answer, when the call carried the penalty. */
+  #sawRefusals(name: string, d: Decision): void {
+    if (d.refusalsSeen === undefined) return;
+    if (this.#seen.size >= 10_000 && !this.#seen.has(name)) this.#seen.clear();
+    this.#seen.set(name, d.refusalsSeen);
   }
 
   /** The result value of an outcome, shaped by this client's settings (result.ts, {@link resultOf}). */
@@ -297,7 +316,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       if (!this.config.shadow) {
         const blocked = this.denyCache.get(cached, now);
         const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
-        if (blocked && retryAt !== undefined) {
+        if (blocked && retryAt !== undefined && !this.#completesPenalty(name, plan, blocked, now)) {
           this.#refusedHere(name, plan, blocked, now);
           return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now, route);
         }
@@ -325,6 +344,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     }
     const lease = entry ? this.#keep(entry, d, sentAt, ask) : null;
     if (entry && call) this.leases.answered(entry, call);
+    this.#sawRefusals(name, d);
     this.#remember(cached, d, cost, sentAt);
     this.#observe(ns, name, d, bg);
     const shown = this.#shown(limits, d.limitsOverride, route);
@@ -547,6 +567,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       (d) => {
         this.#keep(entry, d, now, ask);
         this.leases.answered(entry, call);
+        this.#sawRefusals(name, d);
         this.#remember(name, d, 1, now, true);
         this.#observe(ns, name, d, bg);
       },
@@ -592,8 +613,10 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       if (!leaseOnly) this.denyCache.delete(name);
       return;
     }
-    // The object decided after `sentAt`, so sentAt + its durations never runs past its own times.
-    const entry: Blocked = this.denyCache.get(name, sentAt) ?? {
+    // The object decided after `sentAt`, so sentAt + its durations never runs past its own times. An entry kept for
+    // the limits is kept (with what it learnt of other costs) unless a block now refuses the key.
+    const kept = this.denyCache.get(name, sentAt);
+    const entry: Blocked = (kept && d.blockedBy === undefined && kept.blockedBy === undefined ? kept : null) ?? {
       until: sentAt + blockedForMs,
       freeAt: d.limits.map((l) => (l.remaining === 0 ? sentAt + l.resetMs : 0)),
       retryAt: new Map(),

@@ -67,6 +67,12 @@ export interface Decision {
    * request was refused at once and nothing recorded, though its rate limits (reported in `limits`) would fit it.
    */
   readonly concurrencyFull?: true;
+  /**
+   * Present when the request was sent with a penalty (docs/configuration.md, "Penalties"): the refusals the object
+   * has counted towards it, still within its span (0 right after a block began). An isolate answers refusals from its
+   * deny cache only while they cannot complete the count.
+   */
+  readonly refusalsSeen?: number;
   /** `"penalty"` when the block refusing the request is a penalty for repeated refusals (docs/configuration.md, "Penalties"), not an operator's. */
   readonly blockCause?: "penalty";
   /**

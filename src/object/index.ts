@@ -11,7 +11,7 @@ import { combine, type RouteBudget, takeTogether } from "../core/budgets.ts";
 import type { Decision, NamedLimit } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
 import { type Ask, type History, KeyLog, type Settlement } from "../core/log.ts";
-import { NO_PENALTY, type PenaltyState, refused } from "../core/penalty.ts";
+import { NO_PENALTY, type PenaltySpec, type PenaltyState, refused } from "../core/penalty.ts";
 import type { SlotRow } from "../core/ring.ts";
 import { checkSlotAsk, checkSlotTimeout, Slots } from "../core/slots.ts";
 
@@ -126,25 +126,65 @@ export class RateLimiter extends DurableObject<unknown> {
   take(limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Decision | Promise<Decision> {
     try {
       const now = this.clock();
-      const override = this.#activeOverride(now);
-      const log = this.#logFor(override?.limits ?? limits);
-      if (route !== undefined) return this.#takeRoute(now, log, override, ask, route);
-      if (this.#blockUntil !== null && this.#blockUntil > now)
-        return this.#blocked(log.refuse(now, ask.cost, this.#blockUntil), override);
-      const full = this.#slotsFull(now, ask, [log]);
-      if (full) return this.#full(now, ask, full, override, log.idleAt, (until) => log.refuse(now, ask.cost, until));
-      const { decision, writes } = log.take(now, ask);
-      this.#write(writes);
-      if (decision.allowed) this.#takeSlot(now, ask);
-      const penalized = this.#countRefusals(now, ask, decision);
-      if (penalized !== null) {
-        const out = decision.allowed ? decision : log.refuse(now, ask.cost, penalized);
-        return this.#armAfter(true, log.idleAt, this.#blocked(out, override, decision.allowed));
-      }
-      return this.#armAfter(writes.length > 0, log.idleAt, withOverride(decision, override));
+      return this.#seen(now, ask, this.#take(now, limits, ask, route));
     } catch (e) {
       return Promise.reject(e); // as from an async method: invalid input is a rejection
     }
+  }
+
+  /** {@link take} at `now`. Settlements sent with a request the key's block refuses stay where they are (later: safe). */
+  #take(now: number, limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Decision | Promise<Decision> {
+    const override = this.#activeOverride(now);
+    const log = this.#logFor(override?.limits ?? limits);
+    // The refusals the caller answered from its deny cache count first: when they complete a penalty, this request
+    // is decided under the block they start (docs/design.md, "What real clients do").
+    const reported = this.#countReported(now, ask);
+    if (reported !== null) {
+      const refuse = (until: number) => log.refuse(now, ask.cost, until);
+      const both =
+        route === undefined
+          ? refuse
+          : (until: number) => combine([refuse(until), this.#routeLogFor(route).refuse(now, ask.cost, until)]);
+      return this.#armAfter(true, this.#idleAt(), this.#blocked(both(reported), override));
+    }
+    const own = { ...ask, refused: 0 };
+    if (route !== undefined) return this.#takeRoute(now, log, override, own, route);
+    if (this.#blockUntil !== null && this.#blockUntil > now)
+      return this.#blocked(log.refuse(now, ask.cost, this.#blockUntil), override);
+    const full = this.#slotsFull(now, own, [log]);
+    if (full) return this.#full(now, own, full, override, log.idleAt, (until) => log.refuse(now, ask.cost, until));
+    const { decision, writes } = log.take(now, own);
+    this.#write(writes);
+    if (decision.allowed) this.#takeSlot(now, own);
+    const penalized = this.#countRefusals(now, own, decision);
+    if (penalized !== null) {
+      const out = decision.allowed ? decision : log.refuse(now, ask.cost, penalized);
+      return this.#armAfter(true, log.idleAt, this.#blocked(out, override, decision.allowed));
+    }
+    return this.#armAfter(writes.length > 0, log.idleAt, withOverride(decision, override));
+  }
+
+  /**
+   * Counts the refusals the caller reports from its deny cache (`ask.refused`) towards the plan's penalty, before
+   * the request is decided: the block's end when they complete it (it starts now, for this request too), else null.
+   */
+  #countReported(now: number, ask: Ask): number | null {
+    const local = ask.refused;
+    if (ask.penalty === undefined || !Number.isSafeInteger(local) || (local as number) <= 0) return null;
+    if (this.#blockUntil !== null && this.#blockUntil > now) return null; // refusals under a block never count
+    return this.#penalize(now, ask.penalty, local as number, now);
+  }
+
+  /** `out` with the refusals counted towards the penalty the request was sent with (none: as it is). */
+  #seen(now: number, ask: Ask, out: Decision | Promise<Decision>): Decision | Promise<Decision> {
+    if (ask.penalty === undefined) return out;
+    const add = (d: Decision): Decision => ({ ...d, refusalsSeen: this.#refusalsWithin(now) });
+    return out instanceof Promise ? out.then(add) : add(out);
+  }
+
+  /** The refusals counted towards a penalty still within its span at `now`. */
+  #refusalsWithin(now: number): number {
+    return this.#penalty.refusals.filter((t) => t > now - (this.#penalty.withinMs ?? 0)).length;
   }
 
   /**
@@ -287,7 +327,12 @@ export class RateLimiter extends DurableObject<unknown> {
       (decision.allowed || decision.neverAllowed || decision.concurrencyFull ? 0 : 1) +
       (Number.isSafeInteger(local) ? (local as number) : 0);
     if (count === 0) return null;
-    const { state, blockUntil } = refused(this.#penalty, spec, now, count, now + decision.retryAfterMs);
+    return this.#penalize(now, spec, count, now + decision.retryAfterMs);
+  }
+
+  /** Counts `count` refusals at `now`; when they complete the penalty, blocks the key (until `earliest` at least). */
+  #penalize(now: number, spec: PenaltySpec, count: number, earliest: number): number | null {
+    const { state, blockUntil } = refused(this.#penalty, spec, now, count, earliest);
     this.#penalty = { ...state, withinMs: spec.withinMs };
     // Refusals are counted in memory (a refusal writes no row); only a block, and the length a repeat doubles, are
     // stored. An object evicted while idle (~10 s without calls) forgets refusals not yet a block: nobody hammered.

@@ -8,7 +8,7 @@ import { type Background, type ClientOptions, LimiterClient } from "../client/in
 import { errorName } from "../client/policy.ts";
 import { parseConfig } from "../config/parse.ts";
 import { type Config, ConfigError } from "../config/types.ts";
-import { copyHeaders, HttpError, normalized, problem, refusal } from "../http.ts";
+import { clientSignal, copyHeaders, HttpError, normalized, problem, refusal } from "../http.ts";
 import { readKey } from "../key.ts";
 import type { RateLimiter } from "../object/index.ts";
 import type { NormalPath } from "../path.ts";
@@ -159,6 +159,7 @@ async function limitAndForward(
   if (!decided) return answer(await forward(request, config, send, url, path.path), false);
   const { result } = decided;
   if (!result.allowed) return answer(refusal(result), true);
+  pipeline.releaseOnAbort(result, clientSignal(request), hooks);
   let response: Response;
   try {
     response = await forward(request, config, send, url, path.path);

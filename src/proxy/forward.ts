@@ -6,7 +6,7 @@
 
 import { errorName, withDeadline } from "../client/policy.ts";
 import type { Config } from "../config/types.ts";
-import { problem } from "../http.ts";
+import { clientSignal, problem } from "../http.ts";
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded in either direction. */
 const HOP_BY_HOP = [
@@ -72,6 +72,9 @@ export async function forward(
   headers.set("x-forwarded-host", incoming.host);
 
   const abort = new AbortController();
+  // The client's cancellation (workerd's `request.signal`, compatibility flag `enable_request_signal`) stops the
+  // origin's request too: its response, and the request's concurrency slot, end when the client goes away.
+  const left = clientSignal(request);
   let response: Response;
   try {
     const outgoing = new Request(target, {
@@ -80,7 +83,7 @@ export async function forward(
       // A GET or HEAD here carries no body (the app refused one): drop an empty one too.
       body: request.method === "GET" || request.method === "HEAD" ? null : request.body,
       redirect: "manual",
-      signal: abort.signal,
+      signal: left ? AbortSignal.any([abort.signal, left]) : abort.signal,
     });
     // The signal asks the fetch to give up; the deadline holds even when the fetcher (an
     // ORIGIN_SERVICE binding's Worker, a test double) ignores the signal.
@@ -89,6 +92,7 @@ export async function forward(
       return abort.signal.reason;
     });
   } catch (e) {
+    if (left?.aborted) return problem(499, "Client Closed Request", "The client went away before the origin answered.");
     if (abort.signal.aborted) {
       return problem(504, "Gateway Timeout", `The origin sent no response within ${config.originTimeoutMs} ms.`);
     }

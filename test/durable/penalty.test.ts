@@ -53,6 +53,19 @@ describe("penalty", () => {
     expect(reported).toMatchObject({ allowed: false, blockCause: "penalty" });
   });
 
+  it("reported refusals are counted before the decision: when they complete the count, the request that carries them is decided under the block; every answer says the count", async () => {
+    const o = await object();
+    // No grant yet: the request fits its limits, but the three refusals reported with it complete the penalty.
+    const carried = await o.take(perSecond, 1, { penalty, refused: 3 });
+    expect(carried).toMatchObject({ allowed: false, blockCause: "penalty", blockedBy: T0 + 60_000, refusalsSeen: 0 });
+    expect(await o.rows()).toEqual([]); // nothing recorded
+    expect((await o.stored()).alarm).toBe(T0 + 60_000 + penalty.withinMs); // the block's end, and its span after
+    // Under the count the request is decided as usual, and the answer says how many refusals the object has seen.
+    const p = await object();
+    expect(await p.take(perSecond, 1, { penalty, refused: 1 })).toMatchObject({ allowed: true, refusalsSeen: 1 });
+    expect((await p.take(perSecond, 1)).refusalsSeen).toBeUndefined();
+  });
+
   it("a block is never shorter than the window's own wait", async () => {
     const o = await object();
     const long = [{ limit: 1, windowMs: 600_000, tickMs: 1 }];

@@ -105,6 +105,29 @@ describe("concurrency through the proxy (a real, slow, streaming origin)", () =>
     await fetch(`${originUrl}/__special/release/${g}`);
   });
 
+  it("a client that goes away before the origin answers: the origin request is cancelled, the slots freed at once", async () => {
+    const e = envWith(config(2, { concurrency_timeout: "3s" }));
+    const key = freshKey();
+    const h = background();
+    const clients = [new AbortController(), new AbortController()];
+    const decided: string[] = [];
+    // The origin never answers these two (`hang`): only the clients' leaving ends them.
+    const pending = clients.map((c) =>
+      handle(request(key, "/__special/hang", { signal: c.signal }), e, {
+        ...h,
+        onDecision: (r) => decided.push(r.reason),
+      }),
+    );
+    while (decided.length < 2 || (await inFlight(key)) < 2) await new Promise((r) => setTimeout(r, 5));
+    expect((await problemOf(await handle(request(key), e), 429)).reason).toBe("concurrency");
+    for (const c of clients) c.abort(new Error("the client went away"));
+    // The proxy's own answers, which no client reads: the origin's request was cancelled with them.
+    expect((await Promise.all(pending)).map((r) => r.status)).toEqual([499, 499]);
+    await h.settled();
+    expect(await inFlight(key)).toBe(0);
+    expect((await handle(request(key), e)).status).toBe(200);
+  });
+
   it("an origin that fails (unreachable, or dropping the body) frees the slot", async () => {
     const e = envWith(config(1));
     const key = freshKey();
@@ -188,6 +211,37 @@ describe("concurrency behind the hono middleware", () => {
     await boom.text();
     await Promise.all(pending);
     expect((await get("/fast")).status).toBe(200);
+  });
+
+  it("a client that goes away while the handler still works frees its slot at once", async () => {
+    const app = new Hono<{ Variables: RateLimitVariables }>();
+    app.use("*", rateLimit({ limits: [{ limit: 100, window: "1m" }], concurrency: 1, name: "mw-gone" }));
+    let finish: () => void = () => {};
+    const started = new Promise<void>((ready) => {
+      app.get("/slow", async (c) => {
+        ready();
+        await new Promise<void>((r) => {
+          finish = r;
+        });
+        return c.text("late");
+      });
+    });
+    app.get("/fast", (c) => c.text("ok"));
+    const key = freshKey();
+    const pending: Promise<unknown>[] = [];
+    const ctx = { waitUntil: (p: Promise<unknown>) => void pending.push(p), passThroughOnException() {}, props: {} };
+    const client = new AbortController();
+    const get = (path: string, signal?: AbortSignal) =>
+      app.request(path, { headers: { "x-api-key": key }, signal }, { LIMITER: env.LIMITER }, ctx);
+    const slow = get("/slow", client.signal);
+    await started;
+    expect((await problemOf(await get("/fast"), 429)).reason).toBe("concurrency");
+    client.abort();
+    await Promise.all(pending);
+    expect(await inFlight(`mw-gone/key:${key}`)).toBe(0);
+    expect(await (await get("/fast")).text()).toBe("ok");
+    finish();
+    await (await slow).text();
   });
 
   workerdOnly("a WebSocket holds its slot until it closes", async () => {

@@ -1,14 +1,18 @@
-// Penalties through the proxy: a key that keeps hammering after its 429s is blocked for `block`, counting the
-// refusals its isolate answered from the deny cache too (reported with the key's next call to its object); the
-// penalty is answered from the deny cache while it lasts; operators see and lift it.
+// Penalties through the proxy and the middleware: a key that keeps hammering after its 429s is blocked for `block`
+// from the refusal that completes the count, counting the refusals its isolate answered from the deny cache too (the
+// refusal that could complete it goes to the object, carrying them); the penalty is answered from the deny cache while
+// it lasts; operators see and lift it.
+import { env } from "cloudflare:workers";
+import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
+import { rateLimit } from "../../src/hono.ts";
 import { createProxy } from "../../src/proxy/app.ts";
 import { problemOf } from "../support/problem.ts";
-import { envWith, freshKey, request } from "./helpers.ts";
+import { envWith, freshKey, handle, request } from "./helpers.ts";
 
 describe("penalty", () => {
   it("refusals answered here and at the object add up; the block is a 429 with reason penalty, from the cache too", async () => {
-    let now = Date.now();
+    const now = Date.now();
     const proxy = createProxy({ clock: () => now });
     const TOKEN = "penalty-token";
     const e = envWith(
@@ -29,9 +33,8 @@ describe("penalty", () => {
     // The grant said nothing is left: the next requests are refused here, from the deny cache.
     for (let i = 0; i < 3; i++) expect((await problemOf(await send(), 429)).reason).toBe("cached_denial");
     expect(reasons).toEqual(["granted", "cached_denial", "cached_denial", "cached_denial"]);
-    // The cached denial is re-checked after a second: that call reports the three refusals answered here, and
-    // with its own refusal they are four.
-    now += 1_001;
+    // The fourth refusal would complete the count: it goes to the object with the three answered here, and with
+    // its own refusal they are four. The block starts with it, not with the next call a second later.
     const blocked = await send();
     const body = await problemOf(blocked, 429);
     expect(body).toMatchObject({ reason: "penalty" });
@@ -55,6 +58,49 @@ describe("penalty", () => {
     expect((await admin("unblock")).status).toBe(200);
     const lifted = (await (await admin("status")).json()) as { block: unknown };
     expect(lifted.block).toBeNull();
+  });
+
+  it("the refusal that completes the count starts the block, leases on, through the proxy and the middleware", async () => {
+    const settings = {
+      limits: [{ limit: 3, window: "2s" as const }],
+      penalty: { after: 2, within: "1m" as const, block: "6s" as const },
+    };
+    const e = envWith(settings);
+    const key = freshKey();
+    const statuses: (string | number)[] = [];
+    for (let i = 0; i < 3; i++) statuses.push((await handle(request(key), e)).status);
+    // The first refusal: at the object, or from the deny cache the last grant filled; the second completes the count.
+    for (let i = 0; i < 3; i++) {
+      const res = await handle(request(key), e);
+      const body = await problemOf(res, 429);
+      statuses.push(`${body.reason} ${res.headers.get("Retry-After")}`);
+    }
+    expect(statuses).toEqual([
+      200,
+      200,
+      200,
+      expect.stringMatching(/^(over_limit|cached_denial) 2$/),
+      "penalty 6",
+      "penalty 6",
+    ]);
+
+    const app = new Hono<{ Bindings: { LIMITER: typeof env.LIMITER } }>();
+    app.use("/api/*", rateLimit(settings));
+    app.get("/api/hello", (c) => c.text("hello"));
+    const other = freshKey();
+    const got: (string | number)[] = [];
+    for (let i = 0; i < 6; i++) {
+      const res = await app.request("/api/hello", { headers: { "x-api-key": other } }, { LIMITER: env.LIMITER });
+      got.push(res.status === 200 ? 200 : `${(await problemOf(res, 429)).reason} ${res.headers.get("Retry-After")}`);
+    }
+    expect(got).toEqual([
+      200,
+      200,
+      200,
+      expect.stringMatching(/^(over_limit|cached_denial) 2$/),
+      "penalty 6",
+      "penalty 6",
+    ]);
   });
 
   it("a plan with penalty = false is never penalised", async () => {

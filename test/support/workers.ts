@@ -27,6 +27,8 @@ export interface Bundle {
   readonly script: string;
   /** From the wrangler config. */
   readonly compatibilityDate: string;
+  /** From the wrangler config (`compatibility_flags`, one line). */
+  readonly compatibilityFlags: readonly string[];
   /** The Durable Object class bound as `LIMITER`, from the wrangler config. */
   readonly className: string;
   cleanup(): Promise<void>;
@@ -37,6 +39,8 @@ export async function buildBundle(config = "wrangler.toml"): Promise<Bundle> {
   const path = resolve(ROOT, config);
   const toml = await readFile(path, "utf8");
   const compatibilityDate = /^compatibility_date\s*=\s*"([^"]+)"/m.exec(toml)?.[1];
+  const flags = /^compatibility_flags\s*=\s*\[([^\]]*)\]/m.exec(toml)?.[1] ?? "";
+  const compatibilityFlags = [...flags.matchAll(/"([^"]+)"/g)].map((m) => m[1] as string);
   const className = /name\s*=\s*"LIMITER"\s*\n\s*class_name\s*=\s*"([^"]+)"/.exec(toml)?.[1];
   if (!compatibilityDate || !className) throw new Error(`${config}: no compatibility_date or LIMITER class`);
   const out = await tempDir("limiter-bundle-");
@@ -47,7 +51,7 @@ export async function buildBundle(config = "wrangler.toml"): Promise<Bundle> {
     });
     const entry = (await readdir(out.path)).find((f) => f.endsWith(".js"));
     if (!entry) throw new Error(`wrangler built no .js for ${config}`);
-    return { script: join(out.path, entry), compatibilityDate, className, cleanup: out.cleanup };
+    return { script: join(out.path, entry), compatibilityDate, compatibilityFlags, className, cleanup: out.cleanup };
   } catch (e) {
     await out.cleanup();
     throw e;
@@ -107,6 +111,7 @@ export async function startWorkers(o: WorkersOptions): Promise<Workers> {
         scriptPath: bundle.script,
         modulesRoot: join(bundle.script, ".."),
         compatibilityDate: bundle.compatibilityDate,
+        compatibilityFlags: [...bundle.compatibilityFlags],
         bindings: { ORIGIN: o.origin, RATE_LIMIT: JSON.stringify(o.rateLimit) },
         durableObjects: {
           LIMITER:
