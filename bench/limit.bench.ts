@@ -38,6 +38,14 @@ const PLANS = {
     { limit: 30, windowMs: 1000 },
     { limit: 300, windowMs: 60_000 },
   ],
+  parallel: [
+    { limit: 30, windowMs: 1000 },
+    { limit: 300, windowMs: 60_000 },
+  ],
+  fresh: [
+    { limit: 20, windowMs: 1000 },
+    { limit: 10_000_000, windowMs: 86_400_000 },
+  ],
 } satisfies Record<string, LimitSpec[]>;
 type Plan = keyof typeof PLANS;
 
@@ -114,6 +122,10 @@ async function at(url: string, key: string, rtt: number, offsets: readonly numbe
   return Promise.all(pending);
 }
 
+/** `n` requests sent at once, as `Promise.all` sends them. */
+const atOnce = (url: string, key: string, rtt: number, n: number) =>
+  Promise.all(Array.from({ length: n }, () => send(url, key, rtt)));
+
 /** The shapes: how each sends its requests. */
 const SHAPES: { name: string; plan: Plan; run: (url: string, key: string, rtt: number) => Promise<Sent[]> }[] = [
   { name: "1 client in a loop", plan: "loop", run: (u, k, r) => loops(u, k, r, 1, 2600) },
@@ -153,6 +165,25 @@ const SHAPES: { name: string; plan: Plan; run: (url: string, key: string, rtt: n
       return at(u, k, r, offsets);
     },
   },
+  {
+    // The same, each burst sent at once (Promise.all), 1.2 s apart: what real clients send.
+    name: "90 at once after quiet",
+    plan: "parallel",
+    run: async (u, k, r) => {
+      const out = await at(
+        u,
+        k,
+        r,
+        Array.from({ length: 12 }, (_, i) => i * 500),
+      );
+      await sleep(2000);
+      out.push(...(await atOnce(u, k, r, 90)));
+      await sleep(1200);
+      out.push(...(await atOnce(u, k, r, 90)));
+      return out;
+    },
+  },
+  { name: "60 at once, fresh key", plan: "fresh", run: (u, k, r) => atOnce(u, k, r, 60) },
 ];
 
 /** What an exact limiter deciding each request at its send time grants for these arrivals. */
@@ -191,7 +222,7 @@ async function main(): Promise<void> {
   let over = 0;
   try {
     const header =
-      "shape                 R ms  leases  util    granted/exact  calls/req  +p50 ms  +p99 ms  p99 bound (2R+25)";
+      "shape                  R ms  leases  util    granted/exact  calls/req  +p50 ms  +p99 ms  p99 bound (2R+25)";
     const rows: string[] = [];
     for (const rtt of RTTS) {
       for (const shape of SHAPES.filter((s) => !ONLY || ONLY.includes(s.plan))) {
@@ -212,9 +243,11 @@ async function main(): Promise<void> {
           const lat = sent.map((s) => s.latencyMs).sort((a, b) => a - b);
           const p99 = quantile(lat, 0.99) - quantile(pass, 0.99);
           if (SLOWEST) console.log(`  slowest (leases ${mode}): ${slowest(sent)}`);
-          if (p99 > 2 * rtt + 25) over++;
+          // Requests sent at once queue at the object behind each other: the bound is for every other shape.
+          const bounded = !shape.name.includes("at once");
+          if (bounded && p99 > 2 * rtt + 25) over++;
           const row = [
-            shape.name.padEnd(21),
+            shape.name.padEnd(22),
             String(rtt).padStart(4),
             mode.padStart(7),
             `${fmt((100 * granted) / best)}%`.padStart(6),
@@ -222,7 +255,7 @@ async function main(): Promise<void> {
             fmt(callsOf(far) / sent.length, 2).padStart(10),
             fmt(quantile(lat, 0.5) - quantile(pass, 0.5)).padStart(8),
             fmt(p99).padStart(8),
-            `${p99 <= 2 * rtt + 25 ? "within" : "OVER"} ${2 * rtt + 25}`.padStart(18),
+            (bounded ? `${p99 <= 2 * rtt + 25 ? "within" : "OVER"} ${2 * rtt + 25}` : "(sent at once)").padStart(18),
             failed > 0 ? `  ${failed} failed` : "",
           ].join(" ");
           rows.push(row);
