@@ -803,6 +803,43 @@ describe("penalties (the client's part)", () => {
     expect(t.store.count("take")).toBe(1);
   });
 
+  it("answers from the deny cache only refusals that cannot complete the count; the one that could goes to the object", async () => {
+    const t = setup({
+      limits: [{ limit: 1, window: "1m" }],
+      leases: { enabled: false },
+      penalty: { ...penalty, after: 3 },
+    });
+    // The object's count of refusals, as it says with every answer to a call with a penalty.
+    let seen = 0;
+    const counting = {
+      getByName: (name: string) => {
+        const stub = t.ns.getByName(name);
+        return {
+          ...stub,
+          take: async (...args: Parameters<typeof stub.take>) => {
+            const d = await stub.take(...args);
+            seen += (args[1].refused ?? 0) + (d.allowed ? 0 : 1);
+            return { ...d, refusalsSeen: seen };
+          },
+        };
+      },
+    } as unknown as LimiterNamespace;
+    const limit = () => t.client.limit(counting, "key:a", t.plan, 1, t.bg);
+    expect((await limit()).reason).toBe("granted"); // the object has seen no refusal
+    expect((await limit()).reason).toBe("cached_denial"); // 0 + 0 + 1 < 3
+    expect((await limit()).reason).toBe("cached_denial"); // 0 + 1 + 1 < 3
+    expect(t.store.count("take")).toBe(1);
+    // 0 + 2 + 1 = 3: this refusal could complete the count, so it goes to the object with the two answered here.
+    expect((await limit()).reason).toBe("over_limit");
+    expect(t.store.calls.filter((c) => c.method === "take").at(-1)?.ask).toMatchObject({ refused: 2 });
+    expect(seen).toBe(3);
+    // Without a penalty, a cached denial never goes to the object.
+    const free = setup({ limits: [{ limit: 1, window: "1m" }], leases: { enabled: false } });
+    await free.limit();
+    for (let i = 0; i < 5; i++) expect((await free.limit()).reason).toBe("cached_denial");
+    expect(free.store.count("take")).toBe(1);
+  });
+
   it("a retried call carries no refusal count (the first try may have counted them)", async () => {
     const t = setup({ limits: [{ limit: 1, window: "1m" }], leases: { enabled: false }, penalty });
     await t.limit();

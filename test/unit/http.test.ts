@@ -2,7 +2,7 @@
 // unavailable), the 401 challenge, and copying a decision's headers.
 import { describe, expect, it } from "vitest";
 import type { LimitResult, RateLimitResult } from "../../src/client/result.ts";
-import { copyHeaders, HttpError, problem, refusal, unauthorized } from "../../src/http.ts";
+import { clientSignal, copyHeaders, HttpError, problem, refusal, unauthorized } from "../../src/http.ts";
 
 const limit = (over: Partial<LimitResult> = {}): LimitResult => ({
   name: "per-minute",
@@ -130,5 +130,17 @@ describe("unauthorized / copyHeaders", () => {
     const to = new Headers({ ratelimit: "old", "x-keep": "1" });
     copyHeaders(new Headers({ RateLimit: "new", "RateLimit-Policy": "p" }), to);
     expect(Object.fromEntries(to)).toEqual({ ratelimit: "new", "ratelimit-policy": "p", "x-keep": "1" });
+  });
+});
+
+describe("clientSignal", () => {
+  it("is the request's own signal (workerd aborts it when the client goes away), or null without one", () => {
+    const client = new AbortController();
+    const request = new Request("https://api.example/x", { signal: client.signal });
+    const signal = clientSignal(request);
+    expect(signal?.aborted).toBe(false);
+    client.abort();
+    expect(signal?.aborted).toBe(true);
+    expect(clientSignal({} as Request)).toBeNull();
   });
 });
