@@ -16,6 +16,12 @@ export interface HeldLease {
   used: number;
   /** Local time of the last of those uses. */
   lastUseAt: number;
+  /**
+   * Units spent before a pause in the lease's use (at least 1/8 of the key's shortest window), not yet settled, and
+   * the last of them: settled apart, at their own last use, not at the later uses' (a unit used before a quiet spell
+   * would otherwise count as used at the burst after it).
+   */
+  earlier?: { used: number; lastUseAt: number } | null;
   /** Local time from which the lease may no longer be spent. */
   readonly expiresAt: number;
   /** Where the object recorded it. */
@@ -89,7 +95,7 @@ export function unitsReturning(e: KeyLeases, now: number, applied: readonly Name
 export function expire(e: KeyLeases, now: number): void {
   while (e.held.length > 0 && now >= (e.held[0] as HeldLease).expiresAt) {
     const gone = e.held.shift() as HeldLease;
-    if (gone.left > 0 || gone.used > 0) e.expired.push(gone);
+    if (gone.left > 0 || unsettled(gone) > 0) e.expired.push(gone);
   }
 }
 
@@ -110,4 +116,23 @@ export function leaseShare(e: KeyLeases, now: number): number {
     if (limit > 0) free = Math.min(free, (l.remaining + held) / limit);
   });
   return leaseScale(free);
+}
+
+/** The units spent from `h` and not yet settled: since its last use's pause, and before it. */
+export function unsettled(h: HeldLease): number {
+  return h.used + (h.earlier?.used ?? 0);
+}
+
+/**
+ * Counts `cost` units spent from `h` at `now`. Uses after a pause of `gapMs` or more start a new group: the ones
+ * before it are kept apart (merged with any earlier ones, dated at their latest use: later is safe).
+ */
+export function spendFrom(h: HeldLease, cost: number, now: number, gapMs: number): void {
+  if (h.used > 0 && now - h.lastUseAt >= gapMs) {
+    h.earlier = { used: (h.earlier?.used ?? 0) + h.used, lastUseAt: h.lastUseAt };
+    h.used = 0;
+  }
+  h.left -= cost;
+  h.used += cost;
+  h.lastUseAt = now;
 }

@@ -21,10 +21,16 @@ import {
   type KeyLeases,
   leaseShare,
   sameOverride,
+  spendFrom,
   unitsHeld,
   unitsReturning,
+  unsettled,
   type View,
 } from "./held.ts";
+
+/** A lease's uses this far apart (a fraction of the key's shortest window) are settled apart (held.ts, `earlier`). */
+const PAUSE_DIVISOR = 8;
+
 import { answered, callOut, join, type LeaseCall } from "./lease-calls.ts";
 import { countRequest, type LeaseAsk, leaseToAsk, NO_ASK, refillDue, sizedByObject } from "./lease-sizing.ts";
 import { giveUp, IDLE_RETURN_MS, type KeySettlements, settleForCall, settleIdle } from "./settlement.ts";
@@ -115,9 +121,7 @@ export class LeaseTable {
     // `held` is sorted by expiry and the expired ones are gone: every lease left is valid at `now`.
     for (const h of e.held) {
       if (h.left >= cost) {
-        h.left -= cost;
-        h.used += cost;
-        h.lastUseAt = now;
+        spendFrom(h, cost, now, Math.min(...e.limits.map((l) => l.windowMs)) / PAUSE_DIVISOR);
         return h;
       }
     }
@@ -130,10 +134,13 @@ export class LeaseTable {
    * unit's record was moved to its use: it stays counted (spent again later, it would be used after its record).
    */
   unspend(e: KeyLeases, h: HeldLease, units: number): boolean {
-    if (this.#entries.get(e.name) !== e || h.used < units || !(e.held.includes(h) || e.expired.includes(h))) {
+    if (this.#entries.get(e.name) !== e || unsettled(h) < units || !(e.held.includes(h) || e.expired.includes(h))) {
       return false;
     }
-    h.used -= units;
+    // The latest uses first; what is left of the refund comes off the earlier ones.
+    const fromLatest = Math.min(units, h.used);
+    h.used -= fromLatest;
+    if (h.earlier && units > fromLatest) h.earlier.used -= units - fromLatest;
     h.left += units;
     return true;
   }

@@ -17,6 +17,7 @@ export {
   MAX_LEASE_MS,
   MAX_RING_SLOTS,
   MIN_LEASE_UNITS,
+  MIN_SPEND_MS,
   maxLeaseMs,
   maxLeaseUnits,
   NEAR_SPEND_DIVISOR,

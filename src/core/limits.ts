@@ -117,6 +117,13 @@ export function maxLeaseUnits(limits: readonly LimitSpec[]): number {
 export const FIRST_LEASE_UNITS = 4;
 
 /**
+ * The least time a lease's units may be spent over (ms), however few units and however fast the key's requests
+ * come: a few milliseconds is less than an isolate under a burst takes to hand them out (docs/design.md, "What real
+ * clients do").
+ */
+export const MIN_SPEND_MS = 50;
+
+/**
  * The fewest units worth a lease. A lease costs a call and a row: one unit saves nothing over
  * asking per request.
  */

@@ -22,6 +22,7 @@ import {
   leaseMargin,
   leaseScale,
   MIN_LEASE_UNITS,
+  MIN_SPEND_MS,
   maxLeaseMs,
   maxLeaseUnits,
   NEAR_SPEND_DIVISOR,
@@ -498,6 +499,11 @@ export class KeyLog {
       units = Math.floor((units * most) / spend);
       spend = most;
     }
+    // A lease cut to a few units at a burst's rate would be spent over a few milliseconds: it would expire while the
+    // requests it is for are still on their way back from the object, refused, and hold its units for nothing. Its
+    // spending time is at least MIN_SPEND_MS (within what was asked): units used are settled at their use, and units
+    // left go back with the next call.
+    spend = Math.max(spend, Math.min(MIN_SPEND_MS, lifetimeMs - lead, most));
     return units < MIN_LEASE_UNITS || spend < 1 ? NO_LEASE : { units, lifetimeMs: lead + spend };
   }
 

@@ -116,13 +116,13 @@ describe("leases", () => {
     expect((await o.take(limits, 40)).allowed).toBe(true);
     const leases = [];
     for (let i = 0; i < 4; i++) leases.push((await o.take(limits, 1, ask)).lease);
-    // 119 of 160 free after the first request's cost, a little under 3/4: units and the time to spend them scaled
-    // by 2 · 119/160 − 1/2 (19 of 20 units, for 19/20 of the 50 ms). All leases together stay within half of that
-    // headroom: 59 units ahead, 19 + 1 per request at a time, the fourth none.
+    // 119 of 160 free after the first request's cost, a little under 3/4: units scaled by 2 · 119/160 − 1/2 (19 of
+    // 20), the time to spend them too but never under 50 ms (here the whole lifetime asked). All leases together stay
+    // within half of that headroom: 59 units ahead, 19 + 1 per request at a time, the fourth none.
     expect(leases.map((l) => [l?.units ?? 0, l?.lifetimeMs ?? 0])).toEqual([
-      [19, 47],
-      [19, 47],
-      [19, 47],
+      [19, 50],
+      [19, 50],
+      [19, 50],
       [0, 0],
     ]);
     // Given back, the share is there again.

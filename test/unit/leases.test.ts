@@ -37,6 +37,28 @@ describe("LeaseTable", () => {
     expect(unused).toEqual([]);
   });
 
+  it("settles a lease's uses before a pause apart, at their own last use, not at the uses after it", () => {
+    const table = new LeaseTable();
+    const e = table.touch("k", SPECS, 0, []); // a 1 s window: uses 125 ms apart or more are apart
+    table.add(e, lease(10, 5000, [5000]), 0, 0, LIMITS, null, 1); // the request's own unit, used at 0
+    table.spend(e, 1, 100);
+    table.spend(e, 1, 200); // 100 ms after the last use: the same group
+    table.spend(e, 1, 2000); // after a pause
+    table.spend(e, 1, 2010);
+    expect(table.settle(e, 2020, true)).toEqual([
+      { recordedAt: [5000], issuedAt: 0, used: 3, lastUseMs: 200, unused: 0 },
+      { recordedAt: [5000], issuedAt: 0, used: 2, lastUseMs: 2010, unused: 0 },
+    ]);
+    expect(table.settle(e, 2030, true)).toEqual([]);
+    // A refund takes from the latest uses first, then from the earlier ones.
+    const h = table.spend(e, 1, 3000);
+    table.spend(e, 1, 4000);
+    expect(h && table.unspend(e, h, 2)).toBe(true);
+    expect(h?.used).toBe(0);
+    expect(h?.earlier?.used).toBe(0);
+    expect(h && table.unspend(e, h, 1)).toBe(false);
+  });
+
   it("re-dates used units only near a limit: far from every limit a settlement gives back unused units alone", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);

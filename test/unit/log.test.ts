@@ -370,12 +370,13 @@ describe("KeyLog edge cases", () => {
     expect(leaseAfter(240)).toEqual([100, 1000]);
     expect(leaseAfter(250)).toEqual([99, 990]);
     expect(leaseAfter(390)).toEqual([71, 710]);
-    expect(leaseAfter(730)).toEqual([3, 30]);
+    // A few units still get MIN_SPEND_MS (50 ms) to be spent in: spent faster, they are settled at their use.
+    expect(leaseAfter(730)).toEqual([3, 50]);
     expect(leaseAfter(740)).toBeNull();
     // The lead (the round trip before the lease arrives) is not scaled: only the time the units are spent in.
     expect(leaseAfter(240, 200)).toEqual([100, 1000]);
     expect(leaseAfter(390, 200)).toEqual([71, 200 + 568]);
-    expect(leaseAfter(730, 200)).toEqual([3, 200 + 24]);
+    expect(leaseAfter(730, 200)).toEqual([3, 200 + 50]);
     // Below 3/4 free, the units are spent within 1/8 of the limit's window, fewer of them in proportion: 125 ms of a
     // second's window instead of 710 (or 568 after a lead); far below, the whole lifetime.
     expect(leaseAfter(390, 0, 1000)).toEqual([12, 125]);

@@ -11,6 +11,7 @@ import {
   LEASE_LIMIT_DIVISOR,
   leaseMargin,
   MIN_LEASE_UNITS,
+  MIN_SPEND_MS,
   maxLeaseMs,
   normalizeLimits,
   ringLayout,
@@ -136,6 +137,8 @@ export class Model {
           spend = Math.floor(((L - lead) * Math.max(0, extra)) / leaseUnits);
         }
         if (spend > most) [extra, spend] = [Math.floor((extra * most) / spend), most];
+        // At least MIN_SPEND_MS to spend the units in, within what was asked and the near-limit cap.
+        spend = Math.max(spend, Math.min(MIN_SPEND_MS, L - lead, most));
         lifetime = lead + spend;
         if (extra < MIN_LEASE_UNITS || spend < 1) [extra, lifetime] = [0, 0];
       }
