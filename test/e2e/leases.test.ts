@@ -20,12 +20,11 @@
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { KeyLog } from "../../src/core/index.ts";
 import { tempDir } from "../support/harness.ts";
 import type { KeyReport } from "../support/lease-report.ts";
-import { arrivalsOf as arrivalsAt, burst, granted, load, type Sent, send } from "../support/load.ts";
+import { arrivalsOf as arrivalsAt, burst, granted, load, send } from "../support/load.ts";
 import { type Origin, startOrigin } from "../support/origin.ts";
-import { judgeWindows, unjustifiedDenials } from "../support/window.ts";
+import { exactGrants, judgeWindows, unjustifiedDenials } from "../support/window.ts";
 import { type Bundle, buildBundle, startWorkers, type Workers } from "../support/workers.ts";
 
 const LEASES_CONFIG = "test/e2e/worker/wrangler.leases.toml";
@@ -128,15 +127,6 @@ function totals(reports: readonly KeyReport[]) {
   return { reasons, takes, giveBacks, leases, largestLease };
 }
 
-/** Grants an exact per-request limiter (KeyLog, no leases) gives for the same send times. */
-function exactGrants(sent: readonly Sent[], specs: readonly Spec[]): number {
-  const exact = new KeyLog(specs);
-  let n = 0;
-  for (const s of [...sent].sort((a, b) => a.sentAt - b.sentAt))
-    if (exact.take(s.sentAt, { cost: 1 }).decision.allowed) n++;
-  return n;
-}
-
 /**
  * Sustained overload on one key: strict at the origin, only 200 and 429, the origin saw exactly the grants, the
  * accounting identity holds, and leases carried grants until the key reached its limit (then the object grants
@@ -207,7 +197,10 @@ describe("one isolate", () => {
     const sent = await load([limiter.url], k, 8, 5000);
     const grants = granted(sent);
     const { jitter, windows } = judgeWindows(sent, arrivalsOf(k), STEADY);
-    const exact = exactGrants(sent, STEADY);
+    const exact = exactGrants(
+      sent.map((s) => s.sentAt),
+      STEADY,
+    );
     // For reference only: denials no timing could justify (window.ts), without and with one lease lifetime of
     // slack. Not asserted: a lease that expires unused while the isolate stalls for longer than its 31 ms lifetime
     // (common on this shared machine) still counts at the object until its units are given back, and a denial

@@ -20,12 +20,11 @@
 // the traffic, and a sequence that needs to fit in a window is repeated when a stall made it not fit.
 import { type ClientRequest, get as httpGet, type IncomingMessage } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { KeyLog } from "../../src/core/index.ts";
 import { type Limiter, startLimiter, tempDir } from "../support/harness.ts";
 import { arrivalsOf, granted, load, type Sent, send } from "../support/load.ts";
 import { type Origin, startOrigin } from "../support/origin.ts";
 import { problemOf } from "../support/problem.ts";
-import { judgeWindows } from "../support/window.ts";
+import { exactGrants, judgeWindows } from "../support/window.ts";
 import { buildBundle, startWorkers, type Workers } from "../support/workers.ts";
 
 type Spec = { limit: number; windowMs: number };
@@ -131,15 +130,6 @@ afterAll(async () => {
 const key = (prefix: string) => `${prefix}_${crypto.randomUUID()}`;
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-/** Grants an exact limiter deciding each request at its send time gives for these requests. */
-function exactGrants(sent: readonly Sent[], specs: readonly Spec[]): number {
-  const exact = new KeyLog(specs);
-  let n = 0;
-  for (const s of [...sent].sort((a, b) => a.sentAt - b.sentAt))
-    if (exact.take(s.sentAt, { cost: 1 }).decision.allowed) n++;
-  return n;
-}
-
 /** Ids far above those load.ts gives, so that its `send` and {@link sendNoting} can share a key. */
 let nextId = 1_000_000_000;
 
@@ -168,7 +158,17 @@ function reasonsOf(sent: readonly { reason: string | null }[]): Record<string, n
 function judge(k: string, sent: readonly Sent[], specs: readonly Spec[]) {
   const arrivals = arrivalsOf(origin, k);
   const { jitter, windows } = judgeWindows(sent, arrivals, specs);
-  return { requests: sent.length, granted: granted(sent), exact: exactGrants(sent, specs), arrivals, jitter, windows };
+  return {
+    requests: sent.length,
+    granted: granted(sent),
+    exact: exactGrants(
+      sent.map((s) => s.sentAt),
+      specs,
+    ),
+    arrivals,
+    jitter,
+    windows,
+  };
 }
 
 /** What every judged run must show: only 200 and 429, the origin saw exactly the grants, no window over N. */

@@ -7,7 +7,7 @@
  * decided inside one window of length W: at most N of them, if the limiter is exact.
  */
 
-import type { LimitSpec } from "../../src/core/index.ts";
+import { KeyLog, type LimitSpec } from "../../src/core/index.ts";
 
 /** Sliding-window check of times `ts` (ms, any order): the largest count in any window `(t − w, t]`. */
 export function maxInWindow(ts: readonly number[], w: number): number {
@@ -132,4 +132,15 @@ export function sweepViolation(uses: readonly Grant[], limits: readonly LimitSpe
     }
   }
   return null;
+}
+
+/**
+ * What an exact limiter deciding each request at its send time grants for requests of cost 1 sent at `sentAt`
+ * (any order): the reference utilisation is judged against (KeyLog, no leases).
+ */
+export function exactGrants(sentAt: readonly number[], limits: readonly LimitSpec[]): number {
+  const log = new KeyLog(limits);
+  let n = 0;
+  for (const t of [...sentAt].sort((a, b) => a - b)) if (log.take(t, { cost: 1 }).decision.allowed) n++;
+  return n;
 }

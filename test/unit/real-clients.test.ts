@@ -9,7 +9,7 @@ import { LimiterClient, type LimiterNamespace } from "../../src/client/index.ts"
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
 import { type Ask, KeyLog, type LimitSpec, leaseMargin, type Settlement } from "../../src/core/index.ts";
-import { maxInWindow } from "../support/window.ts";
+import { exactGrants, maxInWindow } from "../support/window.ts";
 
 const T0 = 1_800_000_000_000;
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -117,42 +117,32 @@ async function loops(send: Send, clients: number, ms: number): Promise<Sent[]> {
   return out;
 }
 
+const BURST_LIMITS = [
+  { limit: 30, window: 1000 },
+  { limit: 300, window: 60_000 },
+];
+
+/** `paced` requests 500 ms apart, quiet for `quietMs`, then two bursts of 90 sent at once, 1.2 s apart. */
+async function burstsAfterPacing(send: Send, paced: number, quietMs: number): Promise<Sent[]> {
+  const out = await arrivals(
+    send,
+    Array.from({ length: paced }, (_, i) => i * 500),
+  );
+  await sleep(quietMs);
+  out.push(...(await atOnce(send, 90)));
+  await sleep(1200);
+  out.push(...(await atOnce(send, 90)));
+  return out;
+}
+
 const SHAPES: Record<string, Shape> = {
   // 2/s for 6 s, quiet 2 s, then two bursts of 90 sent at once, 1.2 s apart.
-  "parallel bursts of 90 after quiet": {
-    limits: [
-      { limit: 30, window: 1000 },
-      { limit: 300, window: 60_000 },
-    ],
-    run: async (send) => {
-      const out = await arrivals(
-        send,
-        Array.from({ length: 12 }, (_, i) => i * 500),
-      );
-      await sleep(2000);
-      out.push(...(await atOnce(send, 90)));
-      await sleep(1200);
-      out.push(...(await atOnce(send, 90)));
-      return out;
-    },
-  },
+  // 2/s for 6 s, quiet 2 s, then two bursts of 90 sent at once, 1.2 s apart.
+  "parallel bursts of 90 after quiet": { limits: BURST_LIMITS, run: (send) => burstsAfterPacing(send, 12, 2000) },
   // The same after only 3 s of pacing: a lease granted then is still held, partly spent, when the first burst comes.
   "parallel bursts of 90 after 3 s of pacing": {
-    limits: [
-      { limit: 30, window: 1000 },
-      { limit: 300, window: 60_000 },
-    ],
-    run: async (send) => {
-      const out = await arrivals(
-        send,
-        Array.from({ length: 6 }, (_, i) => i * 500),
-      );
-      await sleep(2500);
-      out.push(...(await atOnce(send, 90)));
-      await sleep(1200);
-      out.push(...(await atOnce(send, 90)));
-      return out;
-    },
+    limits: BURST_LIMITS,
+    run: (send) => burstsAfterPacing(send, 6, 2500),
   },
   "60 at once on a fresh key": {
     limits: [
@@ -201,14 +191,6 @@ const SHAPES: Record<string, Shape> = {
   "8 clients in loops": { limits: [{ limit: 25, window: 1000 }], run: (send) => loops(send, 8, 3000) },
 };
 
-/** What an exact limiter deciding each request at its send time grants for these arrivals. */
-function exact(limits: readonly LimitSpec[], sent: readonly Sent[]): number {
-  const log = new KeyLog(limits);
-  let n = 0;
-  for (const s of [...sent].sort((a, b) => a.at - b.at)) if (log.take(s.at, { cost: 1 }).decision.allowed) n++;
-  return n;
-}
-
 /** One shape through one client: what it granted, what exact grants, and the fullest window of its answer times. */
 async function drive(shape: Shape, rtt: number, leases: boolean) {
   const config = parseLimiterConfig({ limits: shape.limits, leases }, "test") as LimiterConfig;
@@ -256,7 +238,10 @@ async function drive(shape: Shape, rtt: number, leases: boolean) {
   );
   return {
     granted: granted.length,
-    exact: exact(specs, sent),
+    exact: exactGrants(
+      sent.map((s) => s.at),
+      specs,
+    ),
     over: Math.max(...fullest),
     heldAtRefusal,
     refusedWithUnit,
