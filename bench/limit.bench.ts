@@ -255,7 +255,9 @@ async function main(): Promise<void> {
             fmt(callsOf(far) / sent.length, 2).padStart(10),
             fmt(quantile(lat, 0.5) - quantile(pass, 0.5)).padStart(8),
             fmt(p99).padStart(8),
-            (bounded ? `${p99 <= 2 * rtt + 25 ? "within" : "OVER"} ${2 * rtt + 25}` : "(sent at once)").padStart(18),
+            `${p99 <= 2 * rtt + 25 ? "within" : bounded ? "OVER" : "over"} ${2 * rtt + 25}${bounded ? "" : "*"}`.padStart(
+              18,
+            ),
             failed > 0 ? `  ${failed} failed` : "",
           ].join(" ");
           rows.push(row);
@@ -265,6 +267,7 @@ async function main(): Promise<void> {
     }
     console.log(`\n${header}\n${rows.join("\n")}`);
     console.log(`${over} shape runs with p99 over 2R + 25 ms`);
+    console.log("* sent at once: the bound is not held to (they queue at the object behind each other)");
     if (process.env.LIMIT_CONCURRENCY !== "0") await concurrency(rt.urls.far, rt.urls["far-off"]);
   } finally {
     await rt.dispose();

@@ -92,7 +92,9 @@ export function rateLimit<E extends Env = Env>(
     c.set("rateLimit", result);
     if (!result.allowed) return handler ? handler(ctx, result) : refusal(result);
     // A client that goes away frees its slot at once (workerd's `request.signal`, flag `enable_request_signal`).
-    pipeline.releaseOnAbort(result, clientSignal(c.req.raw), bg);
+    // Not for a WebSocket: its slot is held until the socket closes, whatever the request's signal.
+    if (c.req.header("upgrade")?.toLowerCase() !== "websocket")
+      pipeline.releaseOnAbort(result, clientSignal(c.req.raw), bg);
     try {
       await next();
       setHeaders(c, result.headers);

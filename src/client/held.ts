@@ -61,6 +61,8 @@ export interface KeyLeases extends RateCounter, CallSlot {
   view: View | null;
   /** Local time before which no lease is asked: the object had none to give. */
   quietUntil: number;
+  /** Unused units given back by calls still out: counted as free in `RateLimit` until their answer. */
+  givingBack: number;
 }
 
 /** Whether two operators' override lists are the same limits (null: none, the plan's apply). */
@@ -109,7 +111,8 @@ export function leaseShare(e: KeyLeases, now: number): number {
   const view = e.view;
   if (view === null) return 1;
   const limits = view.applied ?? e.limits;
-  const held = unitsHeld(e, now, view.applied);
+  // Units held here, and unused ones on their way back to the object, are free as far as the object will know.
+  const held = unitsHeld(e, now, view.applied) + unitsReturning(e, now, view.applied) + e.givingBack;
   let free = 1;
   view.limits.forEach((l, i) => {
     const limit = limits[i]?.limit ?? 0;

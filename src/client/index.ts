@@ -72,7 +72,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   /** Per key: refusals answered from the deny cache since its last call, sent with the next (a penalty counts them). */
   readonly #refusals = new Map<string, number>();
   /** Per key: the refusals its object had counted towards the plan's penalty at its latest answer. */
-  readonly #seen = new Map<string, number>();
+  readonly #objectRefusals = new Map<string, number>();
   /** When this client next looks for idle keys' expired units to give back (its clock, ms). */
   #idleCheckAt = 0;
   /** Concurrency slots held by granted requests, until released. */
@@ -95,7 +95,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    */
   #penalized(name: string, plan: Plan, ask: Ask): Ask {
     if (!plan.penalty) return ask;
-    const refused = this.#refusals.get(name) ?? 0;
+    // Net of refusals the object counted that this isolate then granted from a lease (they may make it negative).
+    const refused = Math.max(0, this.#refusals.get(name) ?? 0);
     this.#refusals.delete(name);
     return { ...ask, penalty: plan.penalty, refused };
   }
@@ -114,14 +115,14 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    */
   #completesPenalty(name: string, plan: Plan, blocked: Blocked, now: number): boolean {
     if (!plan.penalty || (blocked.blockedBy !== undefined && now < blocked.blockedBy)) return false;
-    return (this.#seen.get(name) ?? 0) + (this.#refusals.get(name) ?? 0) + 1 >= plan.penalty.after;
+    return (this.#objectRefusals.get(name) ?? 0) + (this.#refusals.get(name) ?? 0) + 1 >= plan.penalty.after;
   }
 
   /** Keeps the object's count of the key's refusals from its answer, when the call carried the penalty. */
   #sawRefusals(name: string, d: Decision): void {
     if (d.refusalsSeen === undefined) return;
-    if (this.#seen.size >= 10_000 && !this.#seen.has(name)) this.#seen.clear();
-    this.#seen.set(name, d.refusalsSeen);
+    if (this.#objectRefusals.size >= 10_000 && !this.#objectRefusals.has(name)) this.#objectRefusals.clear();
+    this.#objectRefusals.set(name, d.refusalsSeen);
   }
 
   /** The result value of an outcome, shaped by this client's settings (result.ts, {@link resultOf}). */
@@ -340,9 +341,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       d = await this.#call(ns, name, limits, this.#penalized(name, plan, ask), route ? routeBudget(route) : undefined);
     } catch (e) {
       if (entry && call) this.leases.answered(entry, call);
+      if (entry) this.leases.returned(entry, ask.settle ?? []);
       return this.#failed(plan, cost, e, route);
     }
     const lease = entry ? this.#keep(entry, d, sentAt, ask) : null;
+    if (entry) this.leases.returned(entry, ask.settle ?? []);
     if (entry && call) this.leases.answered(entry, call);
     this.#sawRefusals(name, d);
     this.#remember(cached, d, cost, sentAt);
@@ -352,7 +355,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       // No refusal while a unit is at hand (docs/design.md, "What real clients do"): units a lease call of this
       // isolate brought while this request's call was out, or brings within its round trip, are this request's.
       const held = await this.#unitAtHand(entry, cost);
-      if (held) return this.#leased(plan, name, cost, entry, held, this.now());
+      if (held) {
+        // The object counted this refusal towards a penalty: one fewer of those answered here is reported.
+        if (plan.penalty) this.#refusals.set(name, (this.#refusals.get(name) ?? 0) - 1);
+        return this.#leased(plan, name, cost, entry, held, this.now());
+      }
     }
     if (!d.allowed) {
       const reason = refusalReason(d);
@@ -562,10 +569,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const want = this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now, ringSlackMs(limits));
     if (!this.leases.needsRefill(entry, now, want)) return;
     const ask = this.#ask(entry, want, 0, now);
-    const call = this.leases.calling(entry, want.units, now);
+    const call = this.leases.calling(entry, want.units, now, ask.leaseFromLog);
     const done = this.#call(ns, name, limits, this.#penalized(name, plan, ask)).then(
       (d) => {
         this.#keep(entry, d, now, ask);
+        this.leases.returned(entry, ask.settle ?? []);
         this.leases.answered(entry, call);
         this.#sawRefusals(name, d);
         this.#remember(name, d, 1, now, true);
@@ -573,6 +581,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       },
       (e) => {
         this.leases.answered(entry, call);
+        this.leases.returned(entry, ask.settle ?? []);
         this.#log("lease_refill_failed", name, e);
       },
     );

@@ -13,7 +13,7 @@
  */
 
 import type { Lease, LimitStatus, NamedLimit } from "../core/decision.ts";
-import { FIRST_LEASE_UNITS, type LimitSpec, leaseMargin } from "../core/limits.ts";
+import { FIRST_LEASE_UNITS, type LimitSpec, leaseMargin, PAUSE_DIVISOR } from "../core/limits.ts";
 import type { Settlement } from "../core/log.ts";
 import {
   expire,
@@ -27,9 +27,6 @@ import {
   unsettled,
   type View,
 } from "./held.ts";
-
-/** A lease's uses this far apart (a fraction of the key's shortest window) are settled apart (held.ts, `earlier`). */
-const PAUSE_DIVISOR = 8;
 
 import { answered, callOut, join, type LeaseCall } from "./lease-calls.ts";
 import { countRequest, type LeaseAsk, leaseToAsk, NO_ASK, refillDue, sizedByObject } from "./lease-sizing.ts";
@@ -72,6 +69,7 @@ export class LeaseTable {
         seenAt: now,
         firstSeen: now,
         quietUntil: 0,
+        givingBack: 0,
       };
       this.#entries.set(name, e);
     }
@@ -117,6 +115,8 @@ export class LeaseTable {
    * move to `expired`, to be settled with the key's next call.
    */
   spend(e: KeyLeases, cost: number, now: number): HeldLease | null {
+    // An entry dropped since the caller took it (a block, an operator's change, eviction) has nothing to spend.
+    if (this.#entries.get(e.name) !== e) return null;
     expire(e, now);
     // `held` is sorted by expiry and the expired ones are gone: every lease left is valid at `now`.
     for (const h of e.held) {
@@ -137,10 +137,11 @@ export class LeaseTable {
     if (this.#entries.get(e.name) !== e || unsettled(h) < units || !(e.held.includes(h) || e.expired.includes(h))) {
       return false;
     }
-    // The latest uses first; what is left of the refund comes off the earlier ones.
-    const fromLatest = Math.min(units, h.used);
-    h.used -= fromLatest;
-    if (h.earlier && units > fromLatest) h.earlier.used -= units - fromLatest;
+    // The earlier uses first: the refunded use may be a later one, and the earlier ones' record is the earlier, so
+    // what stays is recorded at its own use or later, never earlier.
+    const fromEarlier = Math.min(units, h.earlier?.used ?? 0);
+    if (h.earlier) h.earlier.used -= fromEarlier;
+    h.used -= units - fromEarlier;
     h.left += units;
     return true;
   }
@@ -155,7 +156,15 @@ export class LeaseTable {
    * here and the unused ones of expired leases that call gives back first (exact with one isolate after any pause).
    */
   spare(e: KeyLeases, now: number, applied: readonly NamedLimit[] | null): number {
-    return unitsHeld(e, now, applied) + unitsReturning(e, now, applied);
+    return unitsHeld(e, now, applied) + unitsReturning(e, now, applied) + e.givingBack;
+  }
+
+  /**
+   * The call that carried `settle` (from {@link settle}) answered or failed: its give-backs are in the object's
+   * answer, or — a failure, a retry without them — not given back at all; either way no longer counted as coming.
+   */
+  returned(e: KeyLeases, settle: readonly Settlement[]): void {
+    e.givingBack = Math.max(0, e.givingBack - givenBack(settle));
   }
 
   /** Keeps the object's answer about the key when it is the latest decided (answers may arrive out of order). */
@@ -168,13 +177,10 @@ export class LeaseTable {
    * {@link settleForCall}).
    */
   settle(e: KeyLeases, now: number, deciding = false): Settlement[] {
-    // The unused units given back count as free in the key's latest answer from now on: this isolate's requests
-    // before that call's answer show them in `r`, as the object will once it takes them back.
-    const view = e.view;
-    const back = view ? unitsReturning(e, now, view.applied) : 0;
+    // The unused units given back count as coming back while the call is out (`returned` ends that): this
+    // isolate's requests before its answer show them in `r`, as the object will once it takes them back.
     const out = settleForCall(e, now, deciding);
-    if (view && back > 0)
-      e.view = { ...view, limits: view.limits.map((l) => ({ ...l, remaining: l.remaining + back })) };
+    e.givingBack += givenBack(out);
     return out;
   }
 
@@ -292,4 +298,11 @@ export class LeaseTable {
       this.drop(name, out);
     }
   }
+}
+
+/** The unused units `settle` gives back. */
+function givenBack(settle: readonly Settlement[]): number {
+  let units = 0;
+  for (const s of settle) units += s.unused;
+  return units;
 }

@@ -53,7 +53,9 @@ export function settleForCall(e: KeyLeases, now: number, deciding = false): Sett
 export function settleIdle(e: KeyLeases, now: number): KeySettlements | null {
   expire(e, now);
   const near = [...e.expired, ...e.held].filter((h) => (unsettled(h) > 0 || now >= h.expiresAt) && nearAtGrant(e, h));
-  e.expired = [];
+  // Far from every limit, an expired lease's unused units wait for the key's own next call, which gives them back
+  // (`RateLimit` counts them as coming back); only ones with nothing to give back go.
+  e.expired = e.expired.filter((h) => !near.includes(h) && h.left > 0);
   if (near.length === 0) return null;
   const settle: Settlement[] = [];
   for (const h of near) settle.push(...settlements(h, now >= h.expiresAt ? h.left : 0));
@@ -63,6 +65,8 @@ export function settleIdle(e: KeyLeases, now: number): KeySettlements | null {
 /** The settlement of `leases`, each given up (its unused units back); null when there is nothing to settle. */
 export function giveUp(e: KeyLeases, leases: readonly HeldLease[]): KeySettlements | null {
   const settle = leases.filter((h) => unsettled(h) > 0 || h.left > 0).flatMap((h) => settlements(h, h.left));
+  // Given back: none of them may be spent any more (a request still holding the entry would spend uncounted units).
+  for (const h of leases) h.left = 0;
   return settle.length > 0 ? { name: e.name, limits: e.limits, settle } : null;
 }
 

@@ -124,6 +124,12 @@ export const FIRST_LEASE_UNITS = 4;
 export const MIN_SPEND_MS = 50;
 
 /**
+ * A lease's uses this far apart (the key's shortest window divided by it) are settled apart, each group at its own
+ * last use (src/client/held.ts, `earlier`).
+ */
+export const PAUSE_DIVISOR = 8;
+
+/**
  * The fewest units worth a lease. A lease costs a call and a row: one unit saves nothing over
  * asking per request.
  */

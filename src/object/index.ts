@@ -126,7 +126,7 @@ export class RateLimiter extends DurableObject<unknown> {
   take(limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Decision | Promise<Decision> {
     try {
       const now = this.clock();
-      return this.#seen(now, ask, this.#take(now, limits, ask, route));
+      return this.#withRefusalsSeen(now, ask, this.#take(now, limits, ask, route));
     } catch (e) {
       return Promise.reject(e); // as from an async method: invalid input is a rejection
     }
@@ -171,20 +171,23 @@ export class RateLimiter extends DurableObject<unknown> {
   #countReported(now: number, ask: Ask): number | null {
     const local = ask.refused;
     if (ask.penalty === undefined || !Number.isSafeInteger(local) || (local as number) <= 0) return null;
+    // An ask the log would reject changes nothing, a penalty's count included.
+    if (!Number.isSafeInteger(ask.cost) || ask.cost < 0) throw new RangeError("cost: expected a whole number ≥ 0");
     if (this.#blockUntil !== null && this.#blockUntil > now) return null; // refusals under a block never count
     return this.#penalize(now, ask.penalty, local as number, now);
   }
 
   /** `out` with the refusals counted towards the penalty the request was sent with (none: as it is). */
-  #seen(now: number, ask: Ask, out: Decision | Promise<Decision>): Decision | Promise<Decision> {
-    if (ask.penalty === undefined) return out;
-    const add = (d: Decision): Decision => ({ ...d, refusalsSeen: this.#refusalsWithin(now) });
+  #withRefusalsSeen(now: number, ask: Ask, out: Decision | Promise<Decision>): Decision | Promise<Decision> {
+    const spec = ask.penalty;
+    if (spec === undefined) return out;
+    const add = (d: Decision): Decision => ({ ...d, refusalsSeen: this.#refusalsWithin(now, spec.withinMs) });
     return out instanceof Promise ? out.then(add) : add(out);
   }
 
-  /** The refusals counted towards a penalty still within its span at `now`. */
-  #refusalsWithin(now: number): number {
-    return this.#penalty.refusals.filter((t) => t > now - (this.#penalty.withinMs ?? 0)).length;
+  /** The refusals counted towards a penalty still within its span (`withinMs`, the plan's now) at `now`. */
+  #refusalsWithin(now: number, withinMs: number): number {
+    return this.#penalty.refusals.filter((t) => t > now - withinMs).length;
   }
 
   /**

@@ -16,7 +16,7 @@ import { type DecisionObserver, Pipeline } from "../pipeline.ts";
 import { logEvent } from "../telemetry.ts";
 import { handleAdmin, isAdminRequest } from "./admin.ts";
 import { corsFor, isPreflight, withCors } from "./cors.ts";
-import { forward, type OriginFetcher } from "./forward.ts";
+import { forward, isWebSocketUpgrade, type OriginFetcher } from "./forward.ts";
 
 /**
  * The bindings the proxy reads: the generated `Env` (`npm run types`), with the vars as `unknown`
@@ -159,7 +159,8 @@ async function limitAndForward(
   if (!decided) return answer(await forward(request, config, send, url, path.path), false);
   const { result } = decided;
   if (!result.allowed) return answer(refusal(result), true);
-  pipeline.releaseOnAbort(result, clientSignal(request), hooks);
+  // A WebSocket's slot is its socket's: held until the socket closes (the relay frees it), whatever the request's signal.
+  if (!isWebSocketUpgrade(request)) pipeline.releaseOnAbort(result, clientSignal(request), hooks);
   let response: Response;
   try {
     response = await forward(request, config, send, url, path.path);

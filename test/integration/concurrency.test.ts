@@ -105,7 +105,7 @@ describe("concurrency through the proxy (a real, slow, streaming origin)", () =>
     await fetch(`${originUrl}/__special/release/${g}`);
   });
 
-  it("a client that goes away before the origin answers: the origin request is cancelled, the slots freed at once", async () => {
+  it("a client that goes away before the origin answers: the origin request ends with it (499), the slots freed at once", async () => {
     const e = envWith(config(2, { concurrency_timeout: "3s" }));
     const key = freshKey();
     const h = background();

@@ -60,7 +60,7 @@ describe("penalty", () => {
     expect(lifted.block).toBeNull();
   });
 
-  it("the refusal that completes the count starts the block, leases on, through the proxy and the middleware", async () => {
+  it("the refusal that completes the count starts the block, the deny cache answering one, through the proxy and the middleware", async () => {
     const settings = {
       limits: [{ limit: 3, window: "2s" as const }],
       penalty: { after: 2, within: "1m" as const, block: "6s" as const },

@@ -340,7 +340,7 @@ describe("an idle key's units", () => {
     expect(entry?.expired).toEqual([]);
   });
 
-  it("far from every limit, simply expire: a give-back would cost a call and a row for nothing", async () => {
+  it("far from every limit, wait for the key's own next call: a call of their own would cost a call for nothing", async () => {
     const t = setup({ limits: [{ limit: 1000, window: "1m" }] });
     for (let i = 0; i < 12; i++) {
       await t.limit();
@@ -352,7 +352,12 @@ describe("an idle key's units", () => {
     await t.limit("key:b");
     await t.settle();
     expect(t.store.count("settle")).toBe(0);
-    expect(t.client.leases.get("key:a")?.expired).toEqual([]);
+    // Given back with the key's next call, before its decision.
+    const unused = t.client.leases.get("key:a")?.expired.reduce((n, h) => n + h.left, 0) ?? 0;
+    expect(unused).toBeGreaterThan(0);
+    await t.limit();
+    const ask = t.store.calls.filter((c) => c.method === "take" && c.name === "key:a").at(-1)?.ask;
+    expect(ask?.settle?.reduce((n, x) => n + x.unused, 0)).toBe(unused);
   });
 });
 
@@ -497,7 +502,7 @@ describe("RateLimit's remaining after a pause", () => {
     expect(wrong).toEqual([]);
   });
 
-  it("property: with one isolate, r is exact on every response, whatever the pauses and costs", async () => {
+  it("property: with one isolate, r is exact on every granted response, whatever the pauses and costs", async () => {
     await fc.assert(
       fc.asyncProperty(
         // Bursts of requests a few ms apart, each after a pause.
@@ -567,7 +572,7 @@ describe("what a result says", () => {
     );
   });
 
-  it("peek counts units held here, and an expired lease's unused units until they are given back or dropped", async () => {
+  it("peek counts units held here, and an expired lease's unused units until the key's next call gives them back", async () => {
     const t = setup();
     for (let i = 0; i < 5; i++) {
       await t.limit();
@@ -579,11 +584,11 @@ describe("what a result says", () => {
     expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject + held);
     t.advance(11_000); // expired, not given back yet (no request has seen it): the key's next call gives them back
     expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject + held);
-    // Far from every limit, an idle key's expired units are not given back (no call for them): no longer counted.
+    // Far from every limit, an idle key's expired units wait for its own next call (no call for them): still counted.
     await t.client.limit(t.ns, "key:b", t.plan, 1, t.bg);
     await t.settle();
     expect(t.store.count("settle")).toBe(0);
-    expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject);
+    expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject + held);
   });
 });
 

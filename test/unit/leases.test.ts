@@ -50,13 +50,14 @@ describe("LeaseTable", () => {
       { recordedAt: [5000], issuedAt: 0, used: 2, lastUseMs: 2010, unused: 0 },
     ]);
     expect(table.settle(e, 2030, true)).toEqual([]);
-    // A refund takes from the latest uses first, then from the earlier ones.
+    // A refund takes from the earlier uses first (what stays is recorded at its use or later), then the later ones.
     const h = table.spend(e, 1, 3000);
     table.spend(e, 1, 4000);
+    table.spend(e, 1, 4010);
     expect(h && table.unspend(e, h, 2)).toBe(true);
-    expect(h?.used).toBe(0);
-    expect(h?.earlier?.used).toBe(0);
-    expect(h && table.unspend(e, h, 1)).toBe(false);
+    expect([h?.earlier?.used, h?.used]).toEqual([0, 1]);
+    expect(h && table.unspend(e, h, 2)).toBe(false);
+    expect(h && table.unspend(e, h, 1)).toBe(true);
   });
 
   it("re-dates used units only near a limit: far from every limit a settlement gives back unused units alone", () => {
@@ -282,6 +283,9 @@ describe("LeaseTable", () => {
         ],
       },
     ]);
+    // A request still holding the dropped entry (it was waiting) finds nothing to spend: those units were given back.
+    expect(table.spend(e, 1, 1)).toBeNull();
+    expect(e.held.map((h) => h.left)).toEqual([0, 0]);
   });
 
   it("keeps a margin of 1 ms plus 1/50 of the lifetime, floored", () => {
@@ -397,7 +401,7 @@ describe("LeaseTable", () => {
     expect([1, 2, 3].map(() => table.spend(e, 1, 0)?.recordedAt[0])).toEqual([1, 2, 3]);
   });
 
-  it("keeps every expired lease's units for the key's next call; an idle key's go back on their own only near a limit", () => {
+  it("keeps every expired lease's units for the key's next call; an idle key's go back on a call of their own only near a limit", () => {
     const table = new LeaseTable();
     const unused: KeySettlements[] = [];
     const e = table.touch("k", SPECS, 0, unused);
@@ -422,10 +426,18 @@ describe("LeaseTable", () => {
     expect(unused).toEqual([
       { name: "k", limits: later, settle: [{ recordedAt: [2], issuedAt: 10, used: 0, lastUseMs: 0, unused: 3 }] },
     ]);
-    expect(e.expired).toEqual([]);
-    // The far lease expired while the key was idle: far from every limit its units simply stay where recorded.
+    // Far from every limit, the expired leases' unused units wait for the key's own next call (no call of their
+    // own), which gives them back first: `RateLimit` counts them as coming back meanwhile.
+    expect(e.expired.map((h) => [h.recordedAt[0], h.left])).toEqual([
+      [1, 2],
+      [3, 3],
+    ]);
     expect(table.spend(e, 1, 400)).toBeNull();
-    expect(table.settle(e, 400)).toEqual([]);
+    expect(table.spare(e, 400, null)).toBe(5);
+    expect(table.settle(e, 400).map((x) => [x.recordedAt[0], x.unused])).toEqual([
+      [1, 2],
+      [3, 3],
+    ]);
     expect(e.held).toEqual([]);
   });
 
