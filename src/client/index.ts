@@ -16,6 +16,7 @@ import { type Blocked, DenyCache } from "./deny-cache.ts";
 import type { HeaderState } from "./headers.ts";
 import { sameOverride } from "./held.ts";
 import { InFlight, type SlotAsk } from "./in-flight.ts";
+import { waitMs } from "./lease-calls.ts";
 import {
   type HeldLease,
   IDLE_RETURN_MS,
@@ -323,9 +324,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         }
       }
       if (waits === 0 && entry) joined = this.leases.join(entry, cost, now);
-      if (!joined || joined.done || now >= joined.until || waits === 2) break;
-      const at = waits === 0 ? joined.dueAt : joined.until;
-      await new Promise((resolve) => setTimeout(resolve, Math.max(1, at - now)));
+      const ms = waitMs(joined, now, waits);
+      if (ms === null) break;
+      await sleep(ms);
       now = this.now();
     }
     // Its own call: with a lease ask when none is out for the key.
@@ -400,11 +401,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     for (let waits = 0; ; waits++) {
       const now = this.now();
       const held = this.leases.spend(entry, cost, now);
-      if (held) return held;
-      const call = entry.call;
-      if (call === null || call.done || now >= call.until || waits === 2) return null;
-      const at = now < call.dueAt ? call.dueAt : call.until;
-      await new Promise((resolve) => setTimeout(resolve, Math.max(1, at - now)));
+      const ms = held ? null : waitMs(entry.call, now, waits);
+      if (ms === null) return held;
+      await sleep(ms);
     }
   }
 
@@ -642,6 +641,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   #log(event: string, name: string, e: unknown, level: "warn" | "error" = "error"): void {
     void keyId(name).then((id) => logEvent(event, { key_id: id, message: errorName(e) }, level));
   }
+}
+
+/** Resolves after `ms` on this request's own timer. */
+function sleep(ms: number): Promise<unknown> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 /** The deny cache entry of a route's requests: the key's name and the route's (a NUL byte is in neither). */

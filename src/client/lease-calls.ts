@@ -55,6 +55,17 @@ export function join(slot: CallSlot, cost: number, now: number): LeaseCall | nul
   return call;
 }
 
+/**
+ * How long a request waits for `call` after `waits` waits (ms, on its own timer): until it is due, then at most until
+ * it is late. Null when there is nothing to wait for (no call, answered, late, or two waits done): then it goes on at
+ * once, without yielding. Never on a promise another request resolves: workerd runs a request's code in that
+ * request's context only.
+ */
+export function waitMs(call: LeaseCall | null, now: number, waits: number): number | null {
+  if (call === null || call.done || now >= call.until || waits >= 2) return null;
+  return Math.max(1, (waits === 0 ? call.dueAt : call.until) - now);
+}
+
 /** The lease call answered (or failed): done, and no longer the key's call out. */
 export function answered(slot: CallSlot, call: LeaseCall): void {
   call.done = true;
