@@ -131,7 +131,7 @@ export function unsettled(h: HeldLease): number {
  * before it are kept apart (merged with any earlier ones, dated at their latest use: later is safe).
  */
 export function spendFrom(h: HeldLease, cost: number, now: number, gapMs: number): void {
-  if (h.used > 0 && now - h.lastUseAt >= gapMs) {
+  if (now - h.lastUseAt >= gapMs) {
     h.earlier = { used: (h.earlier?.used ?? 0) + h.used, lastUseAt: h.lastUseAt };
     h.used = 0;
   }

@@ -10,7 +10,7 @@
 
 import type { LimitSpec } from "../core/limits.ts";
 import type { Settlement } from "../core/log.ts";
-import { expire, type HeldLease, type KeyLeases, unitsHeld, unsettled } from "./held.ts";
+import { expire, type HeldLease, type KeyLeases, unitsHeld } from "./held.ts";
 import { rate } from "./lease-sizing.ts";
 
 /** Settlements of one key's leases, to send to its object on a call of their own. */
@@ -35,13 +35,10 @@ export function settleForCall(e: KeyLeases, now: number, deciding = false): Sett
   expire(e, now);
   const near = deciding || nearLimitNow(e, now);
   const out: Settlement[] = [];
-  for (const h of e.expired) if (h.left > 0 || near) out.push(...settlements(h, h.left, near));
+  for (const h of e.expired) out.push(...settlements(h, h.left, near));
   e.expired = [];
   if (!near) return out;
-  for (const h of e.held) {
-    if (unsettled(h) === 0) continue;
-    out.push(...settlements(h, 0));
-  }
+  for (const h of e.held) out.push(...settlements(h, 0));
   return out;
 }
 
@@ -52,27 +49,27 @@ export function settleForCall(e: KeyLeases, now: number, deciding = false): Sett
  */
 export function settleIdle(e: KeyLeases, now: number): KeySettlements | null {
   expire(e, now);
-  const near = [...e.expired, ...e.held].filter((h) => (unsettled(h) > 0 || now >= h.expiresAt) && nearAtGrant(e, h));
+  const near = [...e.expired, ...e.held].filter((h) => nearAtGrant(e, h));
   // Far from every limit, an expired lease's unused units wait for the key's own next call, which gives them back
   // (`RateLimit` counts them as coming back); only ones with nothing to give back go.
   e.expired = e.expired.filter((h) => !near.includes(h) && h.left > 0);
-  if (near.length === 0) return null;
-  const settle: Settlement[] = [];
-  for (const h of near) settle.push(...settlements(h, now >= h.expiresAt ? h.left : 0));
-  return { name: e.name, limits: e.limits, settle };
+  // A lease still valid (in `held`: `expire` moved the others) keeps its units; its uses are settled.
+  const settle = near.flatMap((h) => settlements(h, e.held.includes(h) ? 0 : h.left));
+  return settle.length > 0 ? { name: e.name, limits: e.limits, settle } : null;
 }
 
 /** The settlement of `leases`, each given up (its unused units back); null when there is nothing to settle. */
 export function giveUp(e: KeyLeases, leases: readonly HeldLease[]): KeySettlements | null {
-  const settle = leases.filter((h) => unsettled(h) > 0 || h.left > 0).flatMap((h) => settlements(h, h.left));
+  const settle = leases.flatMap((h) => settlements(h, h.left));
   // Given back: none of them may be spent any more (a request still holding the entry would spend uncounted units).
   for (const h of leases) h.left = 0;
   return settle.length > 0 ? { name: e.name, limits: e.limits, settle } : null;
 }
 
 /**
- * A lease's settlement: its units used since the last one (unless `redate` is false) — those used before a pause in
- * a settlement of their own, at their own last use — and `unused` units given back. The lease counts as settled.
+ * A lease's settlements: its units used since the last one (unless `redate` is false) — those used before a pause in
+ * a settlement of their own, at their own last use — and `unused` units given back; none when there is nothing to
+ * report. The lease counts as settled (when `redate`).
  */
 function settlements(h: HeldLease, unused: number, redate = true): Settlement[] {
   // Whole milliseconds, rounded up: never earlier than the use.
@@ -82,9 +79,8 @@ function settlements(h: HeldLease, unused: number, redate = true): Settlement[] 
   if (redate && h.earlier && h.earlier.used > 0) {
     out.push({ ...base, used: h.earlier.used, lastUseMs: at(h.earlier.lastUseAt), unused: 0 });
   }
-  if ((redate && h.used > 0) || unused > 0 || out.length === 0) {
-    out.push({ ...base, used: redate ? h.used : 0, lastUseMs: at(h.lastUseAt), unused });
-  }
+  const used = redate ? h.used : 0;
+  if (used > 0 || unused > 0) out.push({ ...base, used, lastUseMs: at(h.lastUseAt), unused });
   if (redate) {
     h.used = 0;
     h.earlier = null;
