@@ -115,7 +115,6 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
     scriptPath: path,
     modulesRoot: dirname(path),
     compatibilityDate: COMPATIBILITY_DATE,
-    compatibilityFlags: ["enable_request_signal"],
     bindings,
     durableObjects: { LIMITER: sqlite("RateLimiter", limiterOf) },
     unsafeDirectSockets: socket,
@@ -126,7 +125,6 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
     scriptPath: bench,
     modulesRoot: dirname(bench),
     compatibilityDate: COMPATIBILITY_DATE,
-    compatibilityFlags: ["enable_request_signal"],
     bindings: {
       ...(w.leases === false ? leasesOff : vars),
       BENCH_ROLE: w.role,
