@@ -119,13 +119,12 @@ export class LeaseTable {
     if (this.#entries.get(e.name) !== e) return null;
     expire(e, now);
     // `held` is sorted by expiry and the expired ones are gone: every lease left is valid at `now`.
-    for (const h of e.held) {
-      if (h.left >= cost) {
-        spendFrom(h, cost, now, Math.min(...e.limits.map((l) => l.windowMs)) / PAUSE_DIVISOR);
-        return h;
-      }
-    }
-    return null;
+    const h = e.held.find((l) => l.left >= cost);
+    if (!h) return null;
+    let windowMs = Number.POSITIVE_INFINITY;
+    for (const l of e.limits) windowMs = Math.min(windowMs, l.windowMs);
+    spendFrom(h, cost, now, windowMs / PAUSE_DIVISOR);
+    return h;
   }
 
   /**
