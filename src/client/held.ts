@@ -4,9 +4,15 @@
  */
 
 import type { LimitStatus, NamedLimit } from "../core/decision.ts";
-import { type LimitSpec, leaseScale } from "../core/limits.ts";
+import { type LimitSpec, leaseScale, MAX_USE_GROUPS } from "../core/limits.ts";
 import type { CallSlot } from "./lease-calls.ts";
 import type { RateCounter } from "./lease-sizing.ts";
+
+/** Units of a lease spent and not yet settled, and the local time of the last of them. */
+export interface UseGroup {
+  used: number;
+  lastUseAt: number;
+}
 
 /** The object's answer that came with a lease, as this isolate keeps it. */
 export interface HeldLease {
@@ -17,11 +23,11 @@ export interface HeldLease {
   /** Local time of the last of those uses. */
   lastUseAt: number;
   /**
-   * Units spent before a pause in the lease's use (at least 1/8 of the key's shortest window), not yet settled, and
-   * the last of them: settled apart, at their own last use, not at the later uses' (a unit used before a quiet spell
-   * would otherwise count as used at the burst after it).
+   * Groups of units spent before the ones in `used`, not yet settled, oldest first (at most
+   * {@link MAX_USE_GROUPS} − 1): each settled apart, at its own last use, not at the later uses' (a unit used before
+   * a quiet spell would otherwise count as used at the burst after it).
    */
-  earlier?: { used: number; lastUseAt: number } | null;
+  earlier?: UseGroup[];
   /** Local time from which the lease may no longer be spent. */
   readonly expiresAt: number;
   /** Where the object recorded it. */
@@ -121,21 +127,47 @@ export function leaseShare(e: KeyLeases, now: number): number {
   return leaseScale(free);
 }
 
-/** The units spent from `h` and not yet settled: since its last use's pause, and before it. */
+/** The units spent from `h` and not yet settled: in its latest group of uses, and before it. */
 export function unsettled(h: HeldLease): number {
-  return h.used + (h.earlier?.used ?? 0);
+  let units = h.used;
+  for (const g of h.earlier ?? []) units += g.used;
+  return units;
 }
 
 /**
- * Counts `cost` units spent from `h` at `now`. Uses after a pause of `gapMs` or more start a new group: the ones
- * before it are kept apart (merged with any earlier ones, dated at their latest use: later is safe).
+ * Counts `cost` units spent from `h` at `now`. A use in a later millisecond than the last starts a new group; past
+ * {@link MAX_USE_GROUPS} groups the two neighbours whose merging costs least are merged (the earlier one's units then
+ * dated at the later one's last use, which is safe: later), so a pause keeps the uses before it apart.
  */
-export function spendFrom(h: HeldLease, cost: number, now: number, gapMs: number): void {
-  if (now - h.lastUseAt >= gapMs) {
-    h.earlier = { used: (h.earlier?.used ?? 0) + h.used, lastUseAt: h.lastUseAt };
+export function spendFrom(h: HeldLease, cost: number, now: number): void {
+  if (h.used > 0 && now > h.lastUseAt) {
+    const earlier = h.earlier ?? [];
+    earlier.push({ used: h.used, lastUseAt: h.lastUseAt });
+    h.earlier = earlier;
     h.used = 0;
+    if (earlier.length >= MAX_USE_GROUPS) h.used = mergeCheapest(earlier, now);
   }
   h.left -= cost;
   h.used += cost;
   h.lastUseAt = now;
+}
+
+/**
+ * Merges the neighbouring pair of `groups` (followed by a latest group used at `latest`) whose merging dates the fewest
+ * unit-milliseconds later: the earlier group's units times the gap to the later one's last use. Returns the units
+ * merged into the latest group (0 when the pair was inside `groups`).
+ */
+function mergeCheapest(groups: UseGroup[], latest: number): number {
+  let best = groups.length - 1;
+  let bestCost = (groups[best] as UseGroup).used * (latest - (groups[best] as UseGroup).lastUseAt);
+  for (let i = 0; i < groups.length - 1; i++) {
+    const a = groups[i] as UseGroup;
+    const cost = a.used * ((groups[i + 1] as UseGroup).lastUseAt - a.lastUseAt);
+    if (cost < bestCost) [best, bestCost] = [i, cost];
+  }
+  const gone = groups.splice(best, 1)[0] as UseGroup;
+  const next = groups[best];
+  if (!next) return gone.used;
+  next.used += gone.used;
+  return 0;
 }

@@ -13,7 +13,7 @@
  */
 
 import type { Lease, LimitStatus, NamedLimit } from "../core/decision.ts";
-import { FIRST_LEASE_UNITS, type LimitSpec, leaseMargin, PAUSE_DIVISOR } from "../core/limits.ts";
+import { FIRST_LEASE_UNITS, type LimitSpec, leaseMargin } from "../core/limits.ts";
 import type { Settlement } from "../core/log.ts";
 import {
   expire,
@@ -121,9 +121,7 @@ export class LeaseTable {
     // `held` is sorted by expiry and the expired ones are gone: every lease left is valid at `now`.
     const h = e.held.find((l) => l.left >= cost);
     if (!h) return null;
-    let windowMs = Number.POSITIVE_INFINITY;
-    for (const l of e.limits) windowMs = Math.min(windowMs, l.windowMs);
-    spendFrom(h, cost, now, windowMs / PAUSE_DIVISOR);
+    spendFrom(h, cost, now);
     return h;
   }
 
@@ -138,9 +136,13 @@ export class LeaseTable {
     }
     // The earlier uses first: the refunded use may be a later one, and the earlier ones' record is the earlier, so
     // what stays is recorded at its own use or later, never earlier.
-    const fromEarlier = Math.min(units, h.earlier?.used ?? 0);
-    if (h.earlier) h.earlier.used -= fromEarlier;
-    h.used -= units - fromEarlier;
+    let rest = units;
+    for (const g of h.earlier ?? []) {
+      const taken = Math.min(rest, g.used);
+      g.used -= taken;
+      rest -= taken;
+    }
+    h.used -= rest;
     h.left += units;
     return true;
   }

@@ -68,7 +68,7 @@ export function giveUp(e: KeyLeases, leases: readonly HeldLease[]): KeySettlemen
 
 /**
  * A lease's settlements: its units used since the last one (unless `redate` is false) — those used before a pause in
- * a settlement of their own, at their own last use — and `unused` units given back; none when there is nothing to
+ * settlements of their own, each at its own last use — and `unused` units given back; none when there is nothing to
  * report. The lease counts as settled (when `redate`).
  */
 function settlements(h: HeldLease, unused: number, redate = true): Settlement[] {
@@ -76,14 +76,16 @@ function settlements(h: HeldLease, unused: number, redate = true): Settlement[] 
   const at = (lastUseAt: number) => Math.max(0, Math.ceil(lastUseAt - h.sentAt));
   const base = { recordedAt: h.recordedAt, issuedAt: h.issuedAt };
   const out: Settlement[] = [];
-  if (redate && h.earlier && h.earlier.used > 0) {
-    out.push({ ...base, used: h.earlier.used, lastUseMs: at(h.earlier.lastUseAt), unused: 0 });
+  if (redate) {
+    for (const g of h.earlier ?? []) {
+      if (g.used > 0) out.push({ ...base, used: g.used, lastUseMs: at(g.lastUseAt), unused: 0 });
+    }
   }
   const used = redate ? h.used : 0;
   if (used > 0 || unused > 0) out.push({ ...base, used, lastUseMs: at(h.lastUseAt), unused });
   if (redate) {
     h.used = 0;
-    h.earlier = null;
+    h.earlier = [];
   }
   return out;
 }

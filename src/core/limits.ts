@@ -124,10 +124,12 @@ export const FIRST_LEASE_UNITS = 4;
 export const MIN_SPEND_MS = 50;
 
 /**
- * A lease's uses this far apart (the key's shortest window divided by it) are settled apart, each group at its own
- * last use (src/client/held.ts, `earlier`).
+ * A lease's uses since its last settlement are reported in at most this many groups, each settled at its own last
+ * use (src/client/held.ts, `spendFrom`): uses in different milliseconds start groups of their own, and past this many
+ * the two neighbouring groups whose merging dates the fewest unit-milliseconds later are merged. Near a limit a lease
+ * carries a few units, so its uses are each dated at their own time; a pause before a burst stays apart.
  */
-export const PAUSE_DIVISOR = 8;
+export const MAX_USE_GROUPS = 4;
 
 /**
  * The fewest units worth a lease. A lease costs a call and a row: one unit saves nothing over

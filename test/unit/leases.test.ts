@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { leaseShare, sameOverride } from "../../src/client/held.ts";
 import { IDLE_RETURN_MS, type KeySettlements, LeaseTable } from "../../src/client/leases.ts";
 import { type Lease, type LimitStatus, leaseMargin, MIN_LEASE_UNITS, type NamedLimit } from "../../src/core/index.ts";
+import { MAX_USE_GROUPS } from "../../src/core/limits.ts";
 
 const LIMITS: LimitStatus[] = [{ remaining: 50, resetMs: 1000, exceeded: false }];
 const SPECS = [{ limit: 1000, windowMs: 1000 }];
@@ -30,34 +31,55 @@ describe("LeaseTable", () => {
     expect(table.spend(e, 1, last + 1)).toBeNull();
     // The expired lease waits to be settled with the key's next call, once: its 2 uses, its last unit given back.
     expect(table.settle(e, last + 1)).toEqual([
-      { recordedAt: [1100], issuedAt: 1000, used: 2, lastUseMs: last - 1000, unused: 1 },
+      { recordedAt: [1100], issuedAt: 1000, used: 1, lastUseMs: 0, unused: 0 },
+      { recordedAt: [1100], issuedAt: 1000, used: 1, lastUseMs: last - 1000, unused: 1 },
     ]);
     expect(table.spend(e, 1, last + 2)).toBeNull();
     expect(table.settle(e, last + 2)).toEqual([]);
     expect(unused).toEqual([]);
   });
 
-  it("settles a lease's uses before a pause apart, at their own last use, not at the uses after it", () => {
+  it("settles a lease's uses in at most MAX_USE_GROUPS groups, each at its own last use; the cheapest merge first", () => {
     const table = new LeaseTable();
-    const e = table.touch("k", SPECS, 0, []); // a 1 s window: uses 125 ms apart or more are apart
-    table.add(e, lease(10, 5000, [5000]), 0, 0, LIMITS, null, 1); // the request's own unit, used at 0
+    const e = table.touch("k", SPECS, 0, []);
+    table.add(e, lease(30, 5000, [5000]), 0, 0, LIMITS, null, 1); // the request's own unit, used at 0
     table.spend(e, 1, 100);
-    table.spend(e, 1, 200); // 100 ms after the last use: the same group
+    table.spend(e, 1, 100); // the same millisecond: the same group
+    table.spend(e, 1, 200);
     table.spend(e, 1, 2000); // after a pause
+    // A fifth group: merging 200 into 2000 costs 1 × 1800 unit-ms, 100 into 200 2 × 100, 0 into 100 1 × 100, and
+    // 2000 into 2010 1 × 10: the last is the cheapest.
     table.spend(e, 1, 2010);
+    expect(MAX_USE_GROUPS).toBe(4);
     expect(table.settle(e, 2020, true)).toEqual([
-      { recordedAt: [5000], issuedAt: 0, used: 3, lastUseMs: 200, unused: 0 },
+      { recordedAt: [5000], issuedAt: 0, used: 1, lastUseMs: 0, unused: 0 },
+      { recordedAt: [5000], issuedAt: 0, used: 2, lastUseMs: 100, unused: 0 },
+      { recordedAt: [5000], issuedAt: 0, used: 1, lastUseMs: 200, unused: 0 },
       { recordedAt: [5000], issuedAt: 0, used: 2, lastUseMs: 2010, unused: 0 },
     ]);
     expect(table.settle(e, 2030, true)).toEqual([]);
-    // A refund takes from the earlier uses first (what stays is recorded at its use or later), then the later ones.
-    const h = table.spend(e, 1, 3000);
+    // Inside the groups: 0 into 100 costs 1 × 100 = 100 < 2 × 100 into 200.
+    table.spend(e, 1, 3000);
+    table.spend(e, 1, 3100);
+    table.spend(e, 2, 3200);
+    table.spend(e, 1, 3300);
+    table.spend(e, 1, 3300); // the same millisecond: no merge
     table.spend(e, 1, 4000);
-    table.spend(e, 1, 4010);
+    expect(table.settle(e, 4000, true).map((s) => [s.used, s.lastUseMs])).toEqual([
+      [2, 3100],
+      [2, 3200],
+      [2, 3300],
+      [1, 4000],
+    ]);
+    // A refund takes from the earlier uses first (what stays is recorded at its use or later), then the later ones.
+    const h = table.spend(e, 1, 4100);
+    table.spend(e, 1, 4200);
+    table.spend(e, 1, 4210);
     expect(h && table.unspend(e, h, 2)).toBe(true);
-    expect([h?.earlier?.used, h?.used]).toEqual([0, 1]);
+    expect([h?.earlier?.map((g) => g.used), h?.used]).toEqual([[0, 0], 1]);
     expect(h && table.unspend(e, h, 2)).toBe(false);
     expect(h && table.unspend(e, h, 1)).toBe(true);
+    expect(table.settle(e, 4220, true)).toEqual([]);
   });
 
   it("re-dates used units only near a limit: far from every limit a settlement gives back unused units alone", () => {

@@ -1,5 +1,5 @@
 // What an isolate reports of its leases (src/client/settlement.ts) and what it counts of them (src/client/held.ts),
-// at their edges: which leases a call, an idle key or a dropped key settles; uses grouped by pauses; the units coming
+// at their edges: which leases a call, an idle key or a dropped key settles; uses grouped by the milliseconds they fell in; the units coming
 // back that `RateLimit` and the expected lease share count; what expiry keeps.
 import { describe, expect, it } from "vitest";
 import { expire, leaseShare, spendFrom, unitsReturning } from "../../src/client/held.ts";
@@ -31,9 +31,9 @@ function key(...leases: [units: number, lifetimeMs: number, limits: LimitStatus[
 describe("settleForCall", () => {
   it("far from every limit and not deciding: gives back an expired lease's unused units, re-dates no use", () => {
     const { e } = key([3, 100, far], [2, 100, far], [4, 5000, far]);
-    spendFrom(e.held[0] as never, 3, 10, 125); // used up: nothing to give back, and its uses are not re-dated
-    spendFrom(e.held[1] as never, 1, 10, 125);
-    spendFrom(e.held[2] as never, 1, 10, 125);
+    spendFrom(e.held[0] as never, 3, 10); // used up: nothing to give back, and its uses are not re-dated
+    spendFrom(e.held[1] as never, 1, 10);
+    spendFrom(e.held[2] as never, 1, 10);
     expect(settleForCall(e, 200).map((s) => [s.recordedAt[0], s.used, s.unused])).toEqual([[5001, 0, 1]]);
     expect(e.expired).toEqual([]);
     // Deciding a request: every use is re-dated, the used-up lease's too once expired.
@@ -46,7 +46,7 @@ describe("settleIdle", () => {
   it("near a limit: settles the uses of a lease still valid without giving its units back; an expired one's too", () => {
     const { e } = key([5, 5000, near], [3, 100, near], [2, 100, far]);
     const valid = e.held.find((h) => h.expiresAt > 1000);
-    spendFrom(valid as never, 2, 10, 125);
+    spendFrom(valid as never, 2, 10);
     const settled = settleIdle(e, 2000);
     expect(settled?.settle.map((s) => [s.recordedAt[0], s.used, s.unused])).toEqual([
       [5001, 0, 3],
@@ -60,7 +60,7 @@ describe("settleIdle", () => {
 
   it("drops a far expired lease with nothing to give back", () => {
     const { e } = key([2, 100, far]);
-    spendFrom(e.held[0] as never, 2, 10, 125);
+    spendFrom(e.held[0] as never, 2, 10);
     expect(settleIdle(e, 2000)).toBeNull();
     expect(e.expired).toEqual([]);
   });
@@ -69,8 +69,8 @@ describe("settleIdle", () => {
 describe("giveUp", () => {
   it("settles each lease's uses and unused units, nothing for a lease with neither, and empties them", () => {
     const { e } = key([2, 5000, far], [3, 5000, far]);
-    spendFrom(e.held[0] as never, 2, 10, 125);
-    spendFrom(e.held[0] as never, 0, 10, 125);
+    spendFrom(e.held[0] as never, 2, 10);
+    spendFrom(e.held[0] as never, 0, 10);
     const given = giveUp(e, e.held);
     expect(given?.settle.map((s) => [s.used, s.unused])).toEqual([
       [2, 0],
@@ -82,14 +82,36 @@ describe("giveUp", () => {
 });
 
 describe("held", () => {
-  it("spendFrom: a use at exactly the pause after the last starts a new group; uses within it stay in one", () => {
+  it("spendFrom: a use in a later millisecond starts a new group; a use in the same one joins the last", () => {
     const { e } = key([10, 5000, far]);
     const h = e.held[0] as Parameters<typeof spendFrom>[0];
-    spendFrom(h, 1, 0, 125);
-    spendFrom(h, 1, 124, 125);
+    spendFrom(h, 1, 0);
+    spendFrom(h, 1, 0);
     expect([h.earlier ?? null, h.used]).toEqual([null, 2]);
-    spendFrom(h, 1, 249, 125);
-    expect([h.earlier, h.used]).toEqual([{ used: 2, lastUseAt: 124 }, 1]);
+    spendFrom(h, 1, 1);
+    expect([h.earlier, h.used, h.lastUseAt]).toEqual([[{ used: 2, lastUseAt: 0 }], 1, 1]);
+    // Past the most groups the cheapest neighbours merge: here the last earlier group into the latest.
+    spendFrom(h, 1, 500);
+    spendFrom(h, 1, 501);
+    expect([h.earlier, h.used, h.left]).toEqual([
+      [
+        { used: 2, lastUseAt: 0 },
+        { used: 1, lastUseAt: 1 },
+        { used: 1, lastUseAt: 500 },
+      ],
+      1,
+      5,
+    ]);
+    // A fifth group: 500 into 501 and 501 into the latest (502) both cost 1 unit-ms; a tie merges into the latest.
+    spendFrom(h, 1, 502);
+    expect([h.earlier, h.used]).toEqual([
+      [
+        { used: 2, lastUseAt: 0 },
+        { used: 1, lastUseAt: 1 },
+        { used: 1, lastUseAt: 500 },
+      ],
+      2,
+    ]);
   });
 
   it("unitsReturning: expired leases under the limits applied, a held lease from the moment it expires", () => {
@@ -104,7 +126,7 @@ describe("held", () => {
     expect(unitsReturning(e, at, null)).toBe(2);
     // Expiry keeps a lease with units to give back or uses to settle, and drops one with neither.
     const { e: f } = key([1, 100, far], [1, 100, far]);
-    spendFrom(f.held[0] as never, 1, 0, 125);
+    spendFrom(f.held[0] as never, 1, 0);
     (f.held[0] as { used: number }).used = 0;
     expire(f, 1000);
     expect(f.expired.map((h) => h.recordedAt[0])).toEqual([5001]);
