@@ -152,6 +152,12 @@ export function spendFrom(h: HeldLease, cost: number, now: number): void {
   h.lastUseAt = now;
 }
 
+/** Merges `h`'s groups of uses, the cheapest neighbours first, until at most `groups` are left (the latest counted). */
+export function mergeGroups(h: HeldLease, groups: number): void {
+  const earlier = h.earlier ?? [];
+  while (earlier.length > 0 && earlier.length >= groups) h.used += mergeCheapest(earlier, h.lastUseAt);
+}
+
 /**
  * Merges the neighbouring pair of `groups` (followed by a latest group used at `latest`) whose merging dates the fewest
  * unit-milliseconds later: the earlier group's units times the gap to the later one's last use. Returns the units

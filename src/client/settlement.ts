@@ -10,7 +10,8 @@
 
 import type { LimitSpec } from "../core/limits.ts";
 import type { Settlement } from "../core/log.ts";
-import { expire, type HeldLease, type KeyLeases, unitsHeld } from "./held.ts";
+import { MAX_USE_GROUPS } from "../core/limits.ts";
+import { expire, type HeldLease, type KeyLeases, mergeGroups, unitsHeld } from "./held.ts";
 import { rate } from "./lease-sizing.ts";
 
 /** Settlements of one key's leases, to send to its object on a call of their own. */
@@ -21,6 +22,9 @@ export interface KeySettlements {
   readonly limits: readonly LimitSpec[];
   readonly settle: readonly Settlement[];
 }
+
+/** The groups of uses a lease is re-dated in by a call that decides a request far from every limit. */
+export const FAR_USE_GROUPS = 2;
 
 /** An isolate settles an idle key's leases on its own once it has not seen the key for this long (ms). */
 export const IDLE_RETURN_MS = 1_000;
@@ -33,12 +37,16 @@ export const IDLE_RETURN_MS = 1_000;
  */
 export function settleForCall(e: KeyLeases, now: number, deciding = false): Settlement[] {
   expire(e, now);
-  const near = deciding || nearLimitNow(e, now);
+  const nearNow = nearLimitNow(e, now);
+  const near = deciding || nearNow;
   const out: Settlement[] = [];
-  for (const h of e.expired) out.push(...settlements(h, h.left, near));
+  // Far from every limit a deciding call re-dates in fewer groups: each costs a row, and nobody is short of the
+  // capacity a unit holds until its group's last use.
+  const groups = nearNow ? MAX_USE_GROUPS : FAR_USE_GROUPS;
+  for (const h of e.expired) out.push(...settlements(h, h.left, near, groups));
   e.expired = [];
   if (!near) return out;
-  for (const h of e.held) out.push(...settlements(h, 0));
+  for (const h of e.held) out.push(...settlements(h, 0, true, groups));
   return out;
 }
 
@@ -67,11 +75,12 @@ export function giveUp(e: KeyLeases, leases: readonly HeldLease[]): KeySettlemen
 }
 
 /**
- * A lease's settlements: its units used since the last one (unless `redate` is false) — those used before a pause in
- * settlements of their own, each at its own last use — and `unused` units given back; none when there is nothing to
+ * A lease's settlements: its units used since the last one (unless `redate` is false), in at most `groups` groups
+ * (held.ts, `spendFrom`), each at its own last use — and `unused` units given back; none when there is nothing to
  * report. The lease counts as settled (when `redate`).
  */
-function settlements(h: HeldLease, unused: number, redate = true): Settlement[] {
+function settlements(h: HeldLease, unused: number, redate = true, groups = MAX_USE_GROUPS): Settlement[] {
+  if (redate) mergeGroups(h, groups);
   // Whole milliseconds, rounded up: never earlier than the use.
   const at = (lastUseAt: number) => Math.max(0, Math.ceil(lastUseAt - h.sentAt));
   const base = { recordedAt: h.recordedAt, issuedAt: h.issuedAt };

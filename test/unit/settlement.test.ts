@@ -4,7 +4,8 @@
 import { describe, expect, it } from "vitest";
 import { expire, leaseShare, spendFrom, unitsReturning } from "../../src/client/held.ts";
 import { type KeyLeases, LeaseTable } from "../../src/client/leases.ts";
-import { giveUp, settleForCall, settleIdle } from "../../src/client/settlement.ts";
+import { FAR_USE_GROUPS, giveUp, settleForCall, settleIdle } from "../../src/client/settlement.ts";
+import { MAX_USE_GROUPS } from "../../src/core/limits.ts";
 import type { Lease, LimitStatus } from "../../src/core/index.ts";
 
 const SPECS = [{ limit: 1000, windowMs: 1000 }];
@@ -39,6 +40,28 @@ describe("settleForCall", () => {
     // Deciding a request: every use is re-dated, the used-up lease's too once expired.
     expect(settleForCall(e, 200, true).map((s) => [s.recordedAt[0], s.used, s.unused])).toEqual([[5002, 1, 0]]);
     expect(settleForCall(e, 201, true)).toEqual([]);
+  });
+
+  it("re-dates in FAR_USE_GROUPS groups far from every limit, in MAX_USE_GROUPS near one", () => {
+    const uses = (limits: LimitStatus[]) => {
+      const { e } = key([20, 5000, limits]);
+      for (const at of [10, 20, 400, 410, 800]) spendFrom(e.held[0] as never, 1, at);
+      return settleForCall(e, 900, true).map((s) => [s.used, s.lastUseMs]);
+    };
+    expect(FAR_USE_GROUPS).toBe(2);
+    // Spent: 10 into 20 merged at the fifth group (10 unit-ms; 400 into 410 ties, the earlier pair goes first).
+    expect(MAX_USE_GROUPS).toBe(4);
+    expect(uses(near)).toEqual([
+      [2, 20],
+      [1, 400],
+      [1, 410],
+      [1, 800],
+    ]);
+    // Far: then 400 into 410 (10), then 410 into 800 (2 × 390, a tie with 20 into 410: the latest goes first).
+    expect(uses(far)).toEqual([
+      [2, 20],
+      [3, 800],
+    ]);
   });
 });
 
