@@ -9,8 +9,8 @@
  */
 
 import type { LimitSpec } from "../core/limits.ts";
-import type { Settlement } from "../core/log.ts";
 import { MAX_USE_GROUPS } from "../core/limits.ts";
+import type { Settlement } from "../core/log.ts";
 import { expire, type HeldLease, type KeyLeases, mergeGroups, unitsHeld } from "./held.ts";
 import { rate } from "./lease-sizing.ts";
 

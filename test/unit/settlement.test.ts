@@ -5,8 +5,8 @@ import { describe, expect, it } from "vitest";
 import { expire, leaseShare, spendFrom, unitsReturning } from "../../src/client/held.ts";
 import { type KeyLeases, LeaseTable } from "../../src/client/leases.ts";
 import { FAR_USE_GROUPS, giveUp, settleForCall, settleIdle } from "../../src/client/settlement.ts";
-import { MAX_USE_GROUPS } from "../../src/core/limits.ts";
 import type { Lease, LimitStatus } from "../../src/core/index.ts";
+import { MAX_USE_GROUPS } from "../../src/core/limits.ts";
 
 const SPECS = [{ limit: 1000, windowMs: 1000 }];
 const far: LimitStatus[] = [{ remaining: 900, resetMs: 1000, exceeded: false }];
