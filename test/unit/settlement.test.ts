@@ -1,6 +1,7 @@
 // What an isolate reports of its leases (src/client/settlement.ts) and what it counts of them (src/client/held.ts),
 // at their edges: which leases a call, an idle key or a dropped key settles; uses grouped by the milliseconds they fell in; the units coming
 // back that `RateLimit` and the expected lease share count; what expiry keeps.
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { expire, leaseShare, spendFrom, unitsReturning } from "../../src/client/held.ts";
 import { type KeyLeases, LeaseTable } from "../../src/client/leases.ts";
@@ -62,6 +63,40 @@ describe("settleForCall", () => {
       [2, 20],
       [3, 800],
     ]);
+  });
+});
+
+describe("uses in groups", () => {
+  it("property: every settled unit is dated at or after its own use, all counted once, in at most the groups allowed", () => {
+    const use = fc.record({ gapMs: fc.integer({ min: 0, max: 300 }), cost: fc.integer({ min: 1, max: 3 }) });
+    fc.assert(
+      fc.property(
+        fc.array(use, { minLength: 1, maxLength: 40 }),
+        fc.boolean(),
+        fc.boolean(),
+        (uses, nearby, refundOne) => {
+          const { table, e } = key([1000, 60_000, nearby ? near : far]);
+          const h = e.held[0] as Parameters<typeof spendFrom>[0];
+          const times: number[] = []; // each unit's use time, in order
+          let now = 0;
+          for (const u of uses) {
+            now += u.gapMs;
+            spendFrom(h, u.cost, now);
+            for (let i = 0; i < u.cost; i++) times.push(now);
+          }
+          // A refund takes from the earliest units first (leases.ts, `unspend`).
+          if (refundOne && table.unspend(e, h, 1)) times.shift();
+          const settled = settleForCall(e, now + 1, true);
+          expect(settled.length).toBeLessThanOrEqual(nearby ? MAX_USE_GROUPS : FAR_USE_GROUPS);
+          // In order, each group's units are the next ones used, and its date is at or after every one of them.
+          let next = 0;
+          for (const s of settled) {
+            for (let i = 0; i < s.used; i++) expect(times[next++]).toBeLessThanOrEqual(s.lastUseMs);
+          }
+          expect(next).toBe(times.length);
+        },
+      ),
+    );
   });
 });
 
