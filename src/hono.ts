@@ -90,22 +90,22 @@ export function rateLimit<E extends Env = Env>(
     if (!decided) return next();
     const { result } = decided;
     c.set("rateLimit", result);
-    if (!result.allowed) return handler ? handler(ctx, result) : refusal(result);
+    if (!result.allowed) return handler ? handler(ctx, result) : refusal(result, config.headers);
     // A client that goes away frees its slot at once (workerd's `request.signal`, flag `enable_request_signal`).
     // Not for a WebSocket: its slot is held until the socket closes, whatever the request's signal.
     if (c.req.header("upgrade")?.toLowerCase() !== "websocket")
-      pipeline.releaseOnAbort(result, clientSignal(c.req.raw), bg);
+      pipeline.releaseOnAbort(ns, result, clientSignal(c.req.raw), bg);
     try {
       await next();
-      setHeaders(c, result.headers);
+      setHeaders(c, pipeline.headers(result));
       // The response stands whatever happens to the refund: units not given back count until they leave the window.
       if (refund && (await refund(ctx))) await pipeline.refund(ns, result);
     } catch (e) {
-      await pipeline.release(result);
+      await pipeline.release(ns, result);
       throw e;
     }
     // With `concurrency`, the request's slot is freed once the handler's response has ended (or its socket closed).
-    const sent = pipeline.sent(result, c.res, bg);
+    const sent = pipeline.sent(ns, result, c.res, bg);
     if (sent !== c.res) c.res = sent;
   };
 }

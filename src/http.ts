@@ -4,8 +4,8 @@
  */
 
 import { seconds } from "./client/headers.ts";
-import { type RateLimitResult, violated } from "./client/result.ts";
-import type { LimiterConfig } from "./config/types.ts";
+import { headersOf, type RateLimitResult, violated } from "./client/result.ts";
+import type { HeaderForm, LimiterConfig } from "./config/types.ts";
 import { type NormalPath, normalizePath, PathError } from "./path.ts";
 
 /** An error that is an HTTP response: thrown inside the Worker, turned into JSON at the edge. */
@@ -54,7 +54,7 @@ export function problem(
  * the rate-limit headers for a limit or a block, `503` with `Retry-After: 1` when the limiter is
  * unavailable and `failure_mode` is closed.
  */
-export function refusal(r: RateLimitResult): Response {
+export function refusal(r: RateLimitResult, form: HeaderForm = "draft-11"): Response {
   if (r.reason === "limiter_timeout" || r.reason === "limiter_error") {
     return problem(
       503,
@@ -66,7 +66,7 @@ export function refusal(r: RateLimitResult): Response {
   }
   const never = !Number.isFinite(r.retryAfterMs);
   const names = violated(r);
-  const headers = new Headers(r.headers);
+  const headers = headersOf(r, form);
   headers.set("content-type", "application/problem+json");
   headers.set("cache-control", "no-store");
   const detail =

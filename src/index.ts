@@ -1,6 +1,7 @@
 /**
  * @module The library (package export `.`): `createLimiter` for any Worker — `limit()`, `peek()`,
- * `refund()`, `reset()`, `acquire()` — and the `RateLimiter` Durable Object class to bind in wrangler.toml.
+ * `refund()`, `reset()`, `acquire()`/`release()`, `headers()` — and the `RateLimiter` Durable Object class to bind in
+ * wrangler.toml.
  *
  * ```ts
  * import { createLimiter, RateLimiter } from "strict-edge-rate-limiter";
@@ -8,7 +9,7 @@
  * const limiter = createLimiter({ limits: [{ limit: 10, window: "1m" }] });
  * // in fetch(request, env, ctx):
  * const r = await limiter.limit(env, key, { ctx });
- * if (!r.allowed) return new Response("Too Many Requests", { status: 429, headers: r.headers });
+ * if (!r.allowed) return new Response("Too Many Requests", { status: 429, headers: limiter.headers(r) });
  * ```
  */
 
@@ -23,7 +24,16 @@ import { type Identity, settingsName } from "./key.ts";
 import { namespaceOf, Pipeline, routeNamed } from "./pipeline.ts";
 
 export type { Background, LimiterNamespace } from "./client/index.ts";
-export { type LimitResult, type RateLimitResult, type Reason, violated } from "./client/result.ts";
+export {
+  type GrantRecord,
+  type Handle,
+  headersOf,
+  type LimitResult,
+  type RateLimitResult,
+  type Reason,
+  type SlotRecord,
+  violated,
+} from "./client/result.ts";
 export type { HeaderForm, LimiterConfig } from "./config/types.ts";
 export { ConfigError } from "./config/types.ts";
 export type { Duration } from "./core/duration.ts";
@@ -175,15 +185,6 @@ export interface LimitCallOptions {
   readonly ip?: string | null;
 }
 
-/** A decision that may hold a concurrency slot ({@link Limiter.acquire}). */
-export interface Slot extends RateLimitResult {
-  /**
-   * Frees the slot, once (later calls do nothing). Resolves false when it held none, or when the key's object did
-   * not answer (logged as `slot_release_failed`: the slot is then freed by `concurrency_timeout`). Never rejects.
-   */
-  release(): Promise<boolean>;
-}
-
 /** A limiter: one client (its leases and deny cache) for one configuration. */
 export interface Limiter {
   /** The parsed configuration. */
@@ -214,19 +215,34 @@ export interface Limiter {
    * Decides one request as {@link limit} does and, for a key whose plan has `concurrency`, takes one of its slots
    * (docs/configuration.md, "Concurrency"): at most `concurrency` of the key's requests hold one at once; a request
    * finding them all held is refused at once (`reason: "concurrency"`, `retryAfterMs` 1000) and not counted.
-   * Call `release()` when the request's work has ended (in a `finally`): a slot not released is freed only
-   * `concurrency_timeout` after this isolate stops renewing it. For a plan without `concurrency`, `release()` does
-   * nothing.
+   * Call {@link release} with the result when the request's work has ended (in a `finally`): a slot not released is
+   * freed only `concurrency_timeout` after this isolate stops renewing it. For a plan without `concurrency`,
+   * `release()` does nothing.
    *
    * @throws as {@link limit}
    */
-  acquire(env: object, key: string, options?: LimitCallOptions): Promise<Slot>;
+  acquire(env: object, key: string, options?: LimitCallOptions): Promise<RateLimitResult>;
+  /**
+   * Frees the concurrency slot `result` holds (its `handle.slot`; a copy of the result works too, in any isolate),
+   * once. Resolves false when it held none or it was released already, or when the key's object did not answer
+   * (logged as `slot_release_failed`: the slot is then freed by `concurrency_timeout`). Never rejects.
+   */
+  release(env: object, result: RateLimitResult): Promise<boolean>;
+  /**
+   * The response header fields of `result` in the limiter's `headers` form: `RateLimit-Policy`, `RateLimit` (or the
+   * form's fields), and `Retry-After` when refused. Copy them onto the response you send.
+   */
+  headers(result: RateLimitResult): Headers;
   /** What a request of `cost` (default 1) would get now, consuming nothing (`reason: "peek"` when it would pass). */
   peek(env: object, key: string, options?: Omit<LimitCallOptions, "ctx">): Promise<RateLimitResult>;
   /**
-   * Gives back exactly what `result` was granted (once): the request is not counted. Resolves
-   * false when there was nothing to give back, or the key's object did not answer (logged as
-   * `refund_failed`).
+   * Gives back exactly what `result` was granted (once): the request is not counted. `result` may be a copy — kept,
+   * `structuredClone`d, sent through a queue or KV as JSON — and refunded in any isolate: its `handle` says where the
+   * units were recorded. Resolves false when there was nothing to give back (a refusal, already refunded, a leased
+   * grant whose lease was settled since or belongs to another isolate), or the key's object did not answer (logged
+   * as `refund_failed`).
+   *
+   * @throws TypeError when the handle is not as the limiter gave it
    */
   refund(env: object, result: RateLimitResult): Promise<boolean>;
   /** Forgets the key's grants (units leased to isolates and not yet expired still count). */
@@ -308,10 +324,9 @@ export function createLimiter(options: LimiterOptions): Limiter {
     pipeline,
     identify: (key, ip = null) => pipeline.identify(key === null ? null : keyOf(key), ip),
     limit: (env, key, options = {}) => decide(env, key, options, false),
-    async acquire(env, key, options = {}) {
-      const result = await decide(env, key, options, true);
-      return Object.assign(result, { release: () => pipeline.release(result) });
-    },
+    acquire: (env, key, options = {}) => decide(env, key, options, true),
+    release: (env, result) => pipeline.release(namespace(env), result),
+    headers: (result) => pipeline.headers(result),
     async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);
       const { name: object, plan } = pipeline.identify(keyOf(key));

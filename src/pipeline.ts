@@ -8,7 +8,7 @@
 import { clientOf } from "./address.ts";
 import type { Background, LimiterClient, LimiterNamespace } from "./client/index.ts";
 import { errorName } from "./client/policy.ts";
-import { bothOf, type RateLimitResult } from "./client/result.ts";
+import { bothOf, headersOf, type RateLimitResult } from "./client/result.ts";
 import { costFor, routeFor } from "./config/lookup.ts";
 import { type AddressBudget, ConfigError, type LimiterConfig, type Plan, type Route } from "./config/types.ts";
 import { checkKey, type Identity, identify, noClientAddress, objectName } from "./key.ts";
@@ -60,10 +60,6 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   readonly client: LimiterClient<C>;
   /** Prefixes this limiter's object names (`<scope>/key:<key>`); null: `key:<key>`, as the proxy names them. */
   readonly scope: string | null;
-  /** The key's and the address's results behind a result decided by both (what its refund gives back). */
-  readonly #parts = new WeakMap<RateLimitResult, readonly [RateLimitResult, RateLimitResult]>();
-  /** The key's result behind a result decided by both, which holds the request's concurrency slot. */
-  readonly #slotHolder = new WeakMap<RateLimitResult, RateLimitResult>();
 
   constructor(client: LimiterClient<C>, scope: string | null) {
     this.config = client.config;
@@ -158,14 +154,15 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
       this.client.limit(ns, identity.name, identity.plan, cost, asking.bg, route, asking.inFlight),
       this.client.limit(ns, address, budget.plan, cost, asking.bg),
     ]);
-    const result = bothOf(byKey, byAddress, this.config);
     if (byKey.allowed !== byAddress.allowed) {
-      await Promise.all([this.refund(ns, byKey.allowed ? byKey : byAddress), this.client.release(byKey)]);
-    } else if (result.allowed) {
-      this.#parts.set(result, [byKey, byAddress]);
-      this.#slotHolder.set(result, byKey);
+      await Promise.all([this.refund(ns, byKey.allowed ? byKey : byAddress), this.release(ns, byKey)]);
     }
-    return result;
+    return bothOf(byKey, byAddress);
+  }
+
+  /** The rate-limit header fields of `result` in this limiter's form, for the response the adapter sends. */
+  headers(result: RateLimitResult): Headers {
+    return headersOf(result, this.config.headers);
   }
 
   /**
@@ -173,10 +170,10 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    * once the response has ended — its body streamed to the end, failed, or cancelled by a client that went away, a
    * WebSocket closed (src/response-end.ts).
    */
-  sent(result: RateLimitResult, response: Response, bg: Background = {}): Response {
-    const holder = this.#slotHolder.get(result) ?? result;
-    if (!this.client.holdsSlot(holder)) return response;
-    return untilEnd(response, () => this.client.release(holder), bg);
+  sent(ns: LimiterNamespace, result: RateLimitResult, response: Response, bg: Background = {}): Response {
+    const slot = result.handle?.slot ?? null;
+    if (!this.client.holdsSlot(slot)) return response;
+    return untilEnd(response, () => this.client.release(ns, slot), bg);
   }
 
   /**
@@ -184,43 +181,48 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    * real clients do"), whatever the origin or the handler is still doing; its renewals stop with it. Releasing twice
    * does nothing, so the response's end may release it too.
    */
-  releaseOnAbort(result: RateLimitResult, signal: AbortSignal | null, bg: Background = {}): void {
-    const holder = this.#slotHolder.get(result) ?? result;
-    if (signal === null || !this.client.holdsSlot(holder)) return;
+  releaseOnAbort(ns: LimiterNamespace, result: RateLimitResult, signal: AbortSignal | null, bg: Background = {}): void {
+    const slot = result.handle?.slot ?? null;
+    if (signal === null || !this.client.holdsSlot(slot)) return;
     const release = () => {
-      const done = this.client.release(holder);
+      const done = this.client.release(ns, slot);
       bg.waitUntil?.(done);
     };
     if (signal.aborted) release();
     else signal.addEventListener("abort", release, { once: true });
   }
 
-  /** Frees the concurrency slot a request holds, when it ends without a response to send (an error). Never rejects. */
-  release(result: RateLimitResult): Promise<boolean> {
-    return this.client.release(this.#slotHolder.get(result) ?? result);
+  /**
+   * Frees the concurrency slot a request holds (its result's handle, or a copy of it), once. Never rejects.
+   *
+   * @returns false when it held none, it was released already, or its key's object did not answer
+   */
+  release(ns: LimiterNamespace, result: RateLimitResult): Promise<boolean> {
+    return this.client.release(ns, result.handle?.slot ?? null);
   }
 
   /**
-   * Gives a decided request's units back (the request is not counted), logging `refund_failed`
-   * when the key's object does not answer. Never rejects.
+   * Gives a decided request's units back (the request is not counted) — from its result or a copy of it, in this
+   * isolate or another — each budget's once, logging `refund_failed` when a key's object does not answer. Never
+   * rejects.
    *
-   * @returns false when nothing was given back (a refusal, already refunded, a failed call, or a
-   *   leased grant whose lease was settled since)
+   * @returns false when nothing was given back (a refusal, already refunded, a failed call, or a leased grant
+   *   whose lease was settled since or is another isolate's)
    */
   async refund(ns: LimiterNamespace, result: RateLimitResult): Promise<boolean> {
-    const parts = this.#parts.get(result);
-    if (parts) {
-      this.#parts.delete(result);
-      const done = await Promise.all(parts.map((r) => this.refund(ns, r)));
-      return done.some(Boolean);
-    }
-    const name = this.client.grantee(result) ?? "unknown";
-    try {
-      return await this.client.refund(ns, result);
-    } catch (e) {
-      logEvent("refund_failed", { key_id: await keyId(name), message: errorName(e) }, "error");
-      return false;
-    }
+    const grants = result.handle?.grants ?? [];
+    const done = await Promise.all(
+      grants.map(async (g) => {
+        try {
+          return await this.client.refund(ns, g);
+        } catch (e) {
+          if (e instanceof TypeError) throw e;
+          logEvent("refund_failed", { key_id: await keyId(g.name), message: errorName(e) }, "error");
+          return false;
+        }
+      }),
+    );
+    return done.some(Boolean);
   }
 
   async #cost(asking: Asking): Promise<number> {

@@ -12,7 +12,7 @@
  *   times of `chart_` keys, and every decision (time, allowed, reason) of `util_` keys
  *   (`GET /__bench/decisions` returns them and forgets them).
  * - `far`: the limiter's `handle()` with its LIMITER namespace wrapped so that every object call
- *   (`take`, `giveBack` and `settle`) takes a simulated Worker→object round trip longer: half of the
+ *   (`take`, `refund` and `settle`) takes a simulated Worker→object round trip longer: half of the
  *   `x-bench-rtt` header's milliseconds before the call, half after its answer. The wrapper counts
  *   the calls and `onDecision` the reasons (`GET /__bench/far` returns them and resets them).
  * - `floor`: one call to a Durable Object that does nothing (`Noop`), then `proxy()`: what any
@@ -121,11 +121,12 @@ export class CountingRateLimiter extends RateLimiter {
     return result;
   }
 
-  override giveBack(...args: Parameters<RateLimiter["giveBack"]>): number {
+  override refund(...args: Parameters<RateLimiter["refund"]>): boolean | Promise<boolean> {
     this.#started();
+    // A refund counts with the give-backs: a call that is no decision.
     this.#counts.giveBacks += 1;
-    this.#counts.returnedUnits += args[2];
-    return super.giveBack(...args);
+    this.#counts.returnedUnits += args[3];
+    return super.refund(...args);
   }
 
   override settle(...args: Parameters<RateLimiter["settle"]>): number {
@@ -182,7 +183,7 @@ function withCtx(hooks: Hooks, ctx: ExecutionContext): Hooks {
 const sleep = (ms: number) => (ms > 0 ? new Promise<void>((r) => setTimeout(r, ms)) : Promise.resolve());
 
 /**
- * The real namespace behind a simulated distance: every `take`, `giveBack`, `settle`, `release` and `renew` waits `rttMs / 2`
+ * The real namespace behind a simulated distance: every `take`, `refund`, `settle`, `release` and `renew` waits `rttMs / 2`
  * before it reaches the object and `rttMs / 2` after its answer, and is counted.
  */
 function distant(ns: WorkerEnv["LIMITER"], rttMs: number): WorkerEnv["LIMITER"] {
@@ -200,12 +201,12 @@ function distant(ns: WorkerEnv["LIMITER"], rttMs: number): WorkerEnv["LIMITER"] 
           if (name.startsWith(TRACED)) traceTake(name, rttMs, sentAt, args[1], d);
           return d;
         },
-        async giveBack(...args: Parameters<RateLimiter["giveBack"]>): Promise<number> {
+        async refund(...args: Parameters<RateLimiter["refund"]>): Promise<boolean> {
           far.giveBack += 1;
           await sleep(half);
-          const n = await stub.giveBack(...args);
+          const done = (await stub.refund(...args)) as boolean;
           await sleep(half);
-          return n;
+          return done;
         },
         async settle(...args: Parameters<RateLimiter["settle"]>): Promise<number> {
           far.settle += 1;

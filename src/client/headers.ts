@@ -29,30 +29,17 @@ export function sfString(s: string): string {
   return `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
 }
 
-/** Per list of limits and form: the policy field, built once (the lists are the parsed config's). */
-const policies = new WeakMap<readonly HeaderLimit[], Map<HeaderForm, string>>();
-
 /**
  * `RateLimit-Policy` for these limits: `"per-second";q=100;w=1, "per-minute";q=1000;w=60` in the
  * draft-8/11 form, `100;w=1, 1000;w=60` in the draft-6/7 form; "" for the other forms.
  */
 export function policyHeader(limits: readonly HeaderLimit[], form: HeaderForm = "draft-11"): string {
-  let byForm = policies.get(limits);
-  if (!byForm) {
-    byForm = new Map();
-    policies.set(limits, byForm);
-  }
-  let value = byForm.get(form);
-  if (value === undefined) {
-    const named = form === "draft-11" || form === "draft-8";
-    const unnamed = form === "draft-7" || form === "draft-6";
-    value =
-      named || unnamed
-        ? limits.map((l) => `${named ? `${sfString(l.name)};q=` : ""}${l.limit};w=${seconds(l.windowMs)}`).join(", ")
-        : "";
-    byForm.set(form, value);
-  }
-  return value;
+  const named = form === "draft-11" || form === "draft-8";
+  if (!named && form !== "draft-7" && form !== "draft-6") return "";
+  let out = "";
+  for (const l of limits)
+    out += `${out ? ", " : ""}${named ? `${sfString(l.name)};q=` : ""}${l.limit};w=${seconds(l.windowMs)}`;
+  return out;
 }
 
 /** The draft-8/11 `RateLimit` field: `"per-second";r=42;t=1, …` — `t` left out while nothing is in a window. */

@@ -16,6 +16,12 @@ export interface UseGroup {
 
 /** The object's answer that came with a lease, as this isolate keeps it. */
 export interface HeldLease {
+  /** Unique: names the lease in the handles of the grants spent from it (a refund finds it by this). */
+  readonly id: string;
+  /** Grants spent from it so far: each one's id is the lease's and this count. */
+  grants: number;
+  /** Ids of its grants refunded to it (each is refunded once). */
+  refunded?: Set<string>;
   /** Units still to spend. */
   left: number;
   /** Units spent since the lease was last settled. */

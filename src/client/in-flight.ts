@@ -1,13 +1,14 @@
 /**
  * @module The concurrency slots this isolate holds (docs/configuration.md, "Concurrency"): one per granted request
- * of a plan with `concurrency`, taken by the key's object with the decision and held until the caller releases it.
+ * of a plan with `concurrency`, taken by the key's object with the decision and held until the caller releases it
+ * (by the slot's record in the result's handle: a copy of the result releases it too, here or in another isolate).
  * While held, it is renewed every third of `concurrency_timeout` (a long response, an open WebSocket keeps its
  * slot); when this isolate vanishes the renewals stop and the object frees the slot after the timeout.
  */
 
 import type { ConcurrencySpec } from "../core/slots.ts";
 import { callObject } from "./policy.ts";
-import type { RateLimitResult } from "./result.ts";
+import type { SlotRecord } from "./result.ts";
 import type { LimiterNamespace } from "./stub.ts";
 
 /** A slot asked for with a decision: the request's id and the plan's `concurrency`. */
@@ -26,8 +27,14 @@ interface Held {
 /** Logs a failed or refused call about a slot: the event, the key's object name, the error, the level. */
 export type SlotLog = (event: string, name: string, e: unknown, level: "warn" | "error") => void;
 
+/** How many released slot ids an isolate remembers, so that a second release makes no call. */
+const RELEASED_MAX = 10_000;
+
 export class InFlight {
-  readonly #held = new WeakMap<RateLimitResult, Held>();
+  /** Slots held here, by id. */
+  readonly #held = new Map<string, Held>();
+  /** Ids of slots released here lately. */
+  readonly #released = new Set<string>();
   readonly #objectTimeoutMs: number;
   readonly #log: SlotLog;
 
@@ -41,35 +48,45 @@ export class InFlight {
     return { id: crypto.randomUUID(), limit: spec.limit, timeoutMs: spec.timeoutMs };
   }
 
-  /** Holds the slot `slot` the key's object `name` granted with `result`, renewing it until it is released. */
-  hold(ns: LimiterNamespace, result: RateLimitResult, name: string, slot: SlotAsk): void {
+  /** Holds the slot `slot` the key's object `name` granted, renewing it until it is released; returns its record. */
+  hold(ns: LimiterNamespace, name: string, slot: SlotAsk): SlotRecord {
     // Its timer is set by #schedule, at once.
     const held = { ns, name, id: slot.id, timeoutMs: slot.timeoutMs, released: false } as Held;
-    this.#held.set(result, held);
+    this.#held.set(slot.id, held);
     this.#schedule(held);
+    return { name, id: slot.id };
   }
 
-  /** Whether `result` holds a slot not yet released. */
-  holds(result: RateLimitResult): boolean {
-    return this.#held.has(result);
+  /** Whether `slot` is held here and not yet released. */
+  holds(slot: SlotRecord | null): boolean {
+    return slot !== null && this.#held.has(slot.id);
   }
 
   /**
-   * Frees `result`'s slot at the key's object (once; later calls do nothing). Resolves false when it held none, or
-   * when the object did not answer (logged as `slot_release_failed`; the object frees it after its timeout). Never
-   * rejects.
+   * Frees `slot` at the key's object, once: held here, its renewals stop; held by another isolate, the object frees
+   * it and that isolate's next renewal finds it gone. Resolves false when there was none (released already), or when
+   * the object did not answer (logged as `slot_release_failed`; the object frees it after its timeout). Never rejects.
    */
-  async release(result: RateLimitResult): Promise<boolean> {
-    const held = this.#held.get(result);
-    if (!held) return false;
-    this.#held.delete(result);
-    clearTimeout(held.timer);
-    held.released = true;
+  async release(ns: LimiterNamespace, slot: SlotRecord | null): Promise<boolean> {
+    if (slot === null || typeof slot.id !== "string" || typeof slot.name !== "string") return false;
+    if (this.#released.has(slot.id)) return false;
+    const held = this.#held.get(slot.id);
+    if (held) {
+      this.#held.delete(slot.id);
+      clearTimeout(held.timer);
+      held.released = true;
+    }
+    if (this.#released.size >= RELEASED_MAX) this.#released.clear();
+    this.#released.add(slot.id);
     try {
-      await callObject(() => held.ns.getByName(held.name).release(held.id), this.#objectTimeoutMs);
-      return true;
+      const freed = await callObject(
+        () => (held?.ns ?? ns).getByName(slot.name).release(slot.id),
+        this.#objectTimeoutMs,
+      );
+      // Held here, the slot was this isolate's to free: done, whether or not it had lapsed at the object meanwhile.
+      return held !== undefined || freed;
     } catch (e) {
-      this.#log("slot_release_failed", held.name, e, "error");
+      this.#log("slot_release_failed", slot.name, e, "error");
       return false;
     }
   }

@@ -27,7 +27,15 @@ import {
   LeaseTable,
 } from "./leases.ts";
 import { callObject, errorName, isOverloaded, LimiterTimeout } from "./policy.ts";
-import { type Outcome, type RateLimitResult, type Reason, resultOf } from "./result.ts";
+import {
+  checkGrant,
+  type GrantRecord,
+  type Outcome,
+  type RateLimitResult,
+  type Reason,
+  resultOf,
+  type SlotRecord,
+} from "./result.ts";
 import type { Background, LimiterNamespace } from "./stub.ts";
 
 export { type LimitResult, type RateLimitResult, type Reason, UNAVAILABLE_RETRY_MS, violated } from "./result.ts";
@@ -46,20 +54,6 @@ export interface ClientOptions {
  */
 export const DENY_RECHECK_MS = 1000;
 
-/** Where a grant's units were recorded, so that {@link LimiterClient.refund} can give back exactly those. */
-interface Grant {
-  readonly name: string;
-  /** The limits the request was sent with (the object applies an override itself). */
-  readonly limits: readonly Limit[];
-  readonly recordedAt: readonly number[];
-  readonly units: number;
-  /** The lease it was spent from, and that lease's key entry (null: the object granted it). */
-  readonly held: HeldLease | null;
-  readonly entry: KeyLeases | null;
-  /** The route budget it was also recorded in. */
-  readonly route?: RouteBudget;
-}
-
 export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   readonly config: C;
   /** Units leased ahead, per key (exposed for tests and measurements). */
@@ -67,7 +61,6 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   /** Keys no request can pass before a known time (exposed for tests and measurements). */
   readonly denyCache = new DenyCache();
   readonly #clock: () => number;
-  readonly #grants = new WeakMap<RateLimitResult, Grant>();
   /** An operator's override limits as `Limit` lists, one per distinct override (header strings are cached per list). */
   readonly #views = new Map<string, readonly Limit[]>();
   /** Per key: refusals answered from the deny cache since its last call, sent with the next (a penalty counts them). */
@@ -176,16 +169,17 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
-   * Frees the concurrency slot `result` holds (once). Resolves false when it holds none, or when the key's object
-   * did not answer (logged as `slot_release_failed`; the object frees it after `concurrency_timeout`). Never rejects.
+   * Frees a granted request's concurrency slot (its handle's `slot`), once, from this isolate or any other. Resolves
+   * false when there is none, or when the key's object did not answer (logged as `slot_release_failed`; the object
+   * frees it after `concurrency_timeout`). Never rejects.
    */
-  release(result: RateLimitResult): Promise<boolean> {
-    return this.#inFlight.release(result);
+  release(ns: LimiterNamespace, slot: SlotRecord | null): Promise<boolean> {
+    return this.#inFlight.release(ns, slot);
   }
 
-  /** Whether `result` holds a concurrency slot not yet released. */
-  holdsSlot(result: RateLimitResult): boolean {
-    return this.#inFlight.holds(result);
+  /** Whether `slot` is held by this isolate and not yet released. */
+  holdsSlot(slot: SlotRecord | null): boolean {
+    return this.#inFlight.holds(slot);
   }
 
   /**
@@ -241,32 +235,29 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
-   * Gives back exactly the units `result` was granted, once: to the lease it was spent from (no call), else to
-   * the key's object. A refunded request is not counted.
+   * Gives back exactly the units of `grant` (from a result's handle), once: to the lease it was spent from, in the
+   * isolate that spent it (no call), else to the key's object, which gives back each grant id once. A refunded
+   * request is not counted.
    *
-   * @returns false when there was nothing to give back (a refusal, a peek, already refunded, or a leased grant
-   *   whose lease was settled since: its units were re-dated to their use and stay counted)
+   * @returns false when there was nothing to give back (already refunded, or a leased grant whose lease was settled
+   *   since or is another isolate's: its units were re-dated to their use and stay counted)
+   * @throws TypeError for a grant that is not a handle's
    */
-  async refund(ns: LimiterNamespace, result: RateLimitResult): Promise<boolean> {
-    const g = this.#grants.get(result);
-    if (!g) return false;
-    this.#grants.delete(result);
-    const { held, entry } = g;
-    if (held && entry) return this.leases.unspend(entry, held, g.units);
-    await callObject(
+  async refund(ns: LimiterNamespace, grant: GrantRecord): Promise<boolean> {
+    checkGrant(grant);
+    if (grant.lease !== undefined) return this.leases.refund(grant.name, grant.lease, grant.id, grant.units);
+    const { id, name, limits, recordedAt, units, route } = grant;
+    const done = await callObject(
       () =>
-        g.route
-          ? ns.getByName(g.name).giveBack(g.limits, g.recordedAt, g.units, g.route)
-          : ns.getByName(g.name).giveBack(g.limits, g.recordedAt, g.units),
+        route
+          ? ns.getByName(name).refund(limits, id, recordedAt, units, route)
+          : ns.getByName(name).refund(limits, id, recordedAt, units),
       this.config.objectTimeoutMs,
-      (e) => this.#log("limiter_retry", g.name, e, "warn"),
+      (e) => this.#log("limiter_retry", name, e, "warn"),
     );
-    return true;
-  }
-
-  /** The object name `result` was granted by, while it can still be refunded; else null. */
-  grantee(result: RateLimitResult): string | null {
-    return this.#grants.get(result)?.name ?? null;
+    // The units are free again: this isolate's cached refusals of the key no longer hold.
+    if (done) this.denyCache.deleteKey(name);
+    return done;
   }
 
   /**
@@ -381,15 +372,20 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     // What the object has left, plus every unit this isolate holds (the new lease's included).
     const units = entry ? this.leases.spare(entry, this.now(), d.limitsOverride ?? null) : 0;
     const states = d.limits.map((l) => withLease(l, units));
-    const result = this.#result({ plan, shown, cost, reason: "granted", fits: true, states, at: d.now, route });
-    if (slot) this.#inFlight.hold(ns, result, name, slot);
-    if (d.recordedAt) {
-      // Recorded with a lease, the cost is refunded through it (it may be settled by then).
-      const via = lease && entry ? { held: lease, entry } : { held: null, entry: null };
-      const budget = route ? { route: routeBudget(route) } : {};
-      this.#grants.set(result, { name, limits, recordedAt: d.recordedAt, units: cost, ...via, ...budget });
-    }
-    return result;
+    const held = slot ? this.#inFlight.hold(ns, name, slot) : null;
+    // Recorded with a lease, the cost is refunded through it (it may be settled by then).
+    const grant: GrantRecord | null = !d.recordedAt
+      ? null
+      : {
+          ...(lease && entry ? { id: this.leases.grantId(lease), lease: lease.id } : { id: crypto.randomUUID() }),
+          name,
+          limits,
+          recordedAt: d.recordedAt,
+          units: cost,
+          ...(route ? { route: routeBudget(route) } : {}),
+        };
+    const handle = grant || held ? { grants: grant ? [grant] : [], slot: held } : null;
+    return this.#result({ plan, shown, cost, reason: "granted", fits: true, states, at: d.now, route, handle });
   }
 
   /**
@@ -421,16 +417,16 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       resetMs: Math.max(0, l.resetMs - elapsed),
     }));
     const shown = this.#shown(plan.limits ?? [], held.applied);
-    const result = this.#result({ plan, shown, cost, reason: "leased", fits: true, states, at: now });
-    this.#grants.set(result, {
+    const grant = {
+      id: this.leases.grantId(held),
+      lease: held.id,
       name,
-      limits: entry.limits as readonly Limit[],
+      limits: entry.limits,
       recordedAt: held.recordedAt,
       units: cost,
-      held,
-      entry,
-    });
-    return result;
+    };
+    const handle = { grants: [grant], slot: null };
+    return this.#result({ plan, shown, cost, reason: "leased", fits: true, states, at: now, handle });
   }
 
   #cachedDenial(

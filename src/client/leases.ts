@@ -39,6 +39,9 @@ export { IDLE_RETURN_MS, type KeySettlements } from "./settlement.ts";
 
 export class LeaseTable {
   readonly #entries = new Map<string, KeyLeases>();
+  /** Prefixes this table's lease ids: unique to the isolate. */
+  readonly #idPrefix = crypto.randomUUID();
+  #leases = 0;
   readonly #max: number;
   #rttMs = 0;
   /** The mean deviation of recent round trips from {@link rttMs} (ms). */
@@ -144,6 +147,26 @@ export class LeaseTable {
     }
     h.used -= rest;
     h.left += units;
+    return true;
+  }
+
+  /** A new grant's id for `cost` spent from `h` (its handle's: the lease's id, and the grant's count). */
+  grantId(h: HeldLease): string {
+    return `${h.id}.${++h.grants}`;
+  }
+
+  /**
+   * Refunds the grant `grantId` of `units` spent from the lease `leaseId` of the key `name`, once: true when its
+   * units are back in the lease ({@link unspend}); false when the lease is not this isolate's or no longer here, its
+   * uses were settled, or the grant was refunded already.
+   */
+  refund(name: string, leaseId: string, grantId: string, units: number): boolean {
+    const e = this.#entries.get(name);
+    if (!e || !grantId.startsWith(`${leaseId}.`)) return false;
+    const h = e.held.find((l) => l.id === leaseId) ?? e.expired.find((l) => l.id === leaseId);
+    if (!h || h.refunded?.has(grantId) || !this.unspend(e, h, units)) return false;
+    h.refunded ??= new Set();
+    h.refunded.add(grantId);
     return true;
   }
 
@@ -276,6 +299,8 @@ export class LeaseTable {
   ): HeldLease {
     const expiresAt = sentAt + lease.lifetimeMs - leaseMargin(lease.lifetimeMs);
     const held: HeldLease = {
+      id: `${this.#idPrefix}.${++this.#leases}`,
+      grants: 0,
       left: lease.units,
       used,
       lastUseAt: sentAt,

@@ -3,7 +3,9 @@
  * Analytics Engine — and how a decision's outcome becomes it under the limiter's settings.
  */
 
-import type { Limit, LimiterConfig, Plan, Route } from "../config/types.ts";
+import type { HeaderForm, Limit, LimiterConfig, Plan, Route } from "../config/types.ts";
+import type { RouteBudget } from "../core/budgets.ts";
+import type { LimitSpec } from "../core/limits.ts";
 import { type HeaderState, seconds, setRateLimitHeaders } from "./headers.ts";
 
 /** Why a request was let through or refused; in logs and analytics. */
@@ -80,8 +82,88 @@ export interface RateLimitResult {
   readonly limits: readonly LimitResult[];
   /** When it was decided (ms since the epoch): the object's clock when the object decided, else this isolate's. */
   readonly at: number;
-  /** `RateLimit-Policy` and `RateLimit` in the configured form, plus `Retry-After` when refused: copy them onto the response. */
-  readonly headers: Headers;
+  /**
+   * What it takes to give the request's units back or free its concurrency slot (`refund()`, `release()`): plain
+   * data, so a copy works as well as the result itself — `structuredClone`, a spread, a queue message, KV. Null when
+   * there is nothing to give back or free (a refusal, a peek, an unlimited plan).
+   */
+  readonly handle: Handle | null;
+}
+
+/** A grant's units and slot, as data (see {@link RateLimitResult.handle}). */
+export interface Handle {
+  /** Where the request's units were recorded: the key's budget, and its client address's when both decided it. */
+  readonly grants: readonly GrantRecord[];
+  /** The concurrency slot the request holds (docs/configuration.md, "Concurrency"), or null. */
+  readonly slot: SlotRecord | null;
+}
+
+/** Where one budget recorded a grant's units. A refund gives them back once, by `id`. */
+export interface GrantRecord {
+  /** Unique: a second refund of the same grant gives back nothing. */
+  readonly id: string;
+  /** The budget's object name. */
+  readonly name: string;
+  /** The limits the request was sent with (the object applies an operator's override itself). */
+  readonly limits: readonly LimitSpec[];
+  readonly recordedAt: readonly number[];
+  readonly units: number;
+  /** The route budget it was also recorded in. */
+  readonly route?: RouteBudget;
+  /**
+   * Spent from a lease of the isolate that granted it: the lease's id. It is refunded to that lease, in that isolate,
+   * while its use is not settled; elsewhere or later it stays counted (its record was moved to its use).
+   */
+  readonly lease?: string;
+}
+
+/** A concurrency slot a granted request holds at its key's object. */
+export interface SlotRecord {
+  readonly name: string;
+  readonly id: string;
+}
+
+/**
+ * Checks that `g` is shaped as a handle's grant: a result's handle is passed back as it was given (kept, cloned,
+ * serialised); one altered may give back units other requests used.
+ *
+ * @throws TypeError naming the first field that is not
+ */
+export function checkGrant(g: GrantRecord): void {
+  const fields: [string, boolean][] = [
+    ["grant", typeof g === "object" && g !== null],
+    ["id", typeof g?.id === "string" && g.id.length > 0 && g.id.length <= 128],
+    ["name", typeof g?.name === "string" && g.name.length > 0],
+    ["limits", Array.isArray(g?.limits)],
+    ["recordedAt", Array.isArray(g?.recordedAt) && g.recordedAt.every((t) => Number.isSafeInteger(t))],
+    ["units", Number.isSafeInteger(g?.units) && g.units > 0],
+    ["lease", g?.lease === undefined || typeof g.lease === "string"],
+  ];
+  const bad = fields.find(([, ok]) => !ok);
+  if (bad) throw new TypeError(`refund: handle.grants[].${bad[0]} is not as the limiter gave it`);
+}
+
+/** `handle` with `b`'s grants after `a`'s, and `a`'s slot (the key's: an address budget holds none). */
+export function joinHandles(a: Handle | null, b: Handle | null): Handle | null {
+  if (a === null) return b;
+  if (b === null) return a;
+  return { grants: [...a.grants, ...b.grants], slot: a.slot ?? b.slot };
+}
+
+/**
+ * The response headers of a decision in `form`: `RateLimit-Policy` and `RateLimit` (none while the limiter is
+ * unavailable: nothing is known), plus `Retry-After` when refused with a finite wait.
+ */
+export function headersOf(r: RateLimitResult, form: HeaderForm): Headers {
+  const headers = new Headers();
+  if (r.reason !== "limiter_timeout" && r.reason !== "limiter_error") {
+    const states = r.limits.map((l) =>
+      l.remaining === null || l.resetMs === null ? null : { remaining: l.remaining, resetMs: l.resetMs },
+    );
+    setRateLimitHeaders(headers, form, r.limits, states, r.at);
+  }
+  if (!r.allowed && Number.isFinite(r.retryAfterMs)) headers.set("Retry-After", String(seconds(r.retryAfterMs)));
+  return headers;
 }
 
 /** The names of the limits that refused a request. */
@@ -110,16 +192,15 @@ export interface Outcome {
   /** When it was decided (ms since the epoch). */
   readonly at: number;
   readonly route?: Route | null;
+  /** What a refund or a release needs (granted only). */
+  readonly handle?: Handle | null;
 }
 
 /**
  * The result value of an outcome: its limits and headers, and what shadow mode (a refusal let
  * through) and the failure mode (an unavailable limiter) make of it.
  */
-export function resultOf(
-  settings: Pick<LimiterConfig, "failureMode" | "shadow" | "headers">,
-  o: Outcome,
-): RateLimitResult {
+export function resultOf(settings: Pick<LimiterConfig, "failureMode" | "shadow">, o: Outcome): RateLimitResult {
   const { shown, states = [], exceeded = [] } = o;
   let allowed = o.fits;
   let reason = o.reason;
@@ -142,9 +223,6 @@ export function resultOf(
       exceeded: exceeded[i] ?? false,
     }),
   );
-  const headers = new Headers();
-  if (!unavailable) setRateLimitHeaders(headers, settings.headers, shown, states, o.at);
-  if (!allowed && Number.isFinite(wait)) headers.set("Retry-After", String(seconds(wait)));
   return {
     allowed,
     reason,
@@ -155,46 +233,35 @@ export function resultOf(
     retryAfterMs: wait,
     limits,
     at: o.at,
-    headers,
+    handle: o.handle ?? null,
   };
 }
 
 /**
  * One result for a request decided by two budgets, its key's and its client address's: allowed
- * when both allowed it; the limits of both (the key's, its route's, then the address's) in its
- * headers; when refused, the refusing budget's reason and the longest wait of those that refused.
+ * when both allowed it; the limits of both (the key's, its route's, then the address's); when refused, the refusing
+ * budget's reason and the longest wait of those that refused. Granted, its handle holds both grants and the key's
+ * slot.
  */
-export function bothOf(
-  key: RateLimitResult,
-  address: RateLimitResult,
-  settings: Pick<LimiterConfig, "headers">,
-): RateLimitResult {
+export function bothOf(key: RateLimitResult, address: RateLimitResult): RateLimitResult {
   const allowed = key.allowed && address.allowed;
   const refusing = [key, address].filter((r) => !r.allowed);
   const first = refusing[0] ?? (address.reason === "shadow" ? address : key);
-  const limits = [...key.limits, ...address.limits];
-  const unavailable = [key, address].some((r) => r.reason === "limiter_timeout" || r.reason === "limiter_error");
+  const unavailable = [key, address].find((r) => r.reason === "limiter_timeout" || r.reason === "limiter_error");
   // Shadow mode reports the wait the limits would have imposed, as for one budget.
   const waiting = [key, address].filter((r) => !r.allowed || r.reason === "shadow");
   const wait = waiting.length > 0 ? Math.max(...waiting.map((r) => r.retryAfterMs)) : 0;
-  const headers = new Headers();
-  if (!unavailable) {
-    const states = limits.map((l) =>
-      l.remaining === null || l.resetMs === null ? null : { remaining: l.remaining, resetMs: l.resetMs },
-    );
-    setRateLimitHeaders(headers, settings.headers, limits, states, key.at);
-  }
-  if (!allowed && Number.isFinite(wait)) headers.set("Retry-After", String(seconds(wait)));
   return {
     allowed,
-    reason: first.reason,
+    // An unavailable budget's reason keeps the headers out (nothing is known), as for one budget.
+    reason: allowed && unavailable ? unavailable.reason : first.reason,
     plan: key.plan,
     route: key.route,
     refusedBy: allowed ? null : first === key ? "key" : "ip",
     cost: key.cost,
     retryAfterMs: wait,
-    limits,
+    limits: [...key.limits, ...address.limits],
     at: key.at,
-    headers,
+    handle: allowed ? joinHandles(key.handle, address.handle) : null,
   };
 }

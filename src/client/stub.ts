@@ -20,12 +20,13 @@ export interface LimiterNamespace {
 /** The object's RPC methods the client calls (see src/object/index.ts). */
 export interface LimiterStub {
   take(limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Promise<Decision>;
-  giveBack(
+  refund(
     limits: readonly LimitSpec[],
+    id: string,
     recordedAt: readonly number[],
     units: number,
     route?: RouteBudget,
-  ): Promise<number>;
+  ): Promise<boolean>;
   settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): Promise<number>;
   release(id: string): Promise<boolean>;
   renew(id: string, timeoutMs: number): Promise<boolean>;

@@ -72,6 +72,11 @@ export interface KeyStatus {
   readonly routes: readonly { readonly name: string; readonly decision: Decision }[];
 }
 
+/** A refunded grant's id is kept as the `meta` row `refund:<id>` (its value: when it may be forgotten, ms). */
+const REFUND_PREFIX = "refund:";
+/** The first key after every `refund:` key. */
+const REFUND_END = "refund;";
+
 export class RateLimiter extends DurableObject<unknown> {
   readonly #sql: SqlStorage;
   #log: KeyLog | null = null;
@@ -372,6 +377,55 @@ export class RateLimiter extends DurableObject<unknown> {
     const routed = routeLog.giveBack(recordedAt.slice(log.rings.length), units);
     this.#writeRoute(route.name, routed);
     return writes.length + routed.length;
+  }
+
+  /**
+   * Gives back a request's grant (a result's handle: its `id`, where its units were recorded, how many), once: a
+   * second refund of the same id gives back nothing and resolves false. The id is kept (a `meta` row) until the
+   * grant's record has left every window, when giving it back would take nothing anyway.
+   *
+   * @throws RangeError for an id that is not 1 to 128 characters
+   */
+  refund(
+    limits: readonly LimitSpec[],
+    id: string,
+    recordedAt: readonly number[],
+    units: number,
+    route?: RouteBudget,
+  ): boolean | Promise<boolean> {
+    try {
+      return this.#refund(limits, id, recordedAt, units, route);
+    } catch (e) {
+      return Promise.reject(e); // as from an async method: invalid input is a rejection
+    }
+  }
+
+  #refund(
+    limits: readonly LimitSpec[],
+    id: string,
+    recordedAt: readonly number[],
+    units: number,
+    route?: RouteBudget,
+  ): boolean {
+    if (typeof id !== "string" || id.length === 0 || id.length > 128)
+      throw new RangeError("id: expected a grant's id (1 to 128 characters)");
+    this.#ensureTables();
+    const k = `${REFUND_PREFIX}${id}`;
+    if (this.#sql.exec("SELECT 1 FROM meta WHERE k = ?", k).toArray().length > 0) return false;
+    const now = this.clock();
+    this.giveBack(limits, recordedAt, units, route);
+    let longest = 0;
+    for (const l of [...limits, ...(route?.limits ?? [])]) longest = Math.max(longest, l.windowMs);
+    const until = Math.max(now, ...recordedAt) + longest;
+    // Ids whose grants have left every window are forgotten as refunds come (the idle alarm deletes the rest).
+    this.#sql.exec(
+      "DELETE FROM meta WHERE k > ? AND k < ? AND CAST(v AS INTEGER) <= ?",
+      REFUND_PREFIX,
+      REFUND_END,
+      now,
+    );
+    this.#sql.exec("INSERT INTO meta (k, v) VALUES (?, ?)", k, String(until));
+    return true;
   }
 
   /**

@@ -131,7 +131,7 @@ async function limitAndForward(
     // Not an API call and never keyed: through to the origin (which answers it), within its own budget per address.
     const ip = request.headers.get("cf-connecting-ip");
     const result = await pipeline.decideAddress(env, env.LIMITER, config.cors.preflight, ip, hooks);
-    if (!result.allowed) return answer(refusal(result), true);
+    if (!result.allowed) return answer(refusal(result, config.headers), true);
     return forward(request, config, send, url, path.path);
   }
   // Checked before anything is counted: fetch cannot send such a request on, and the origin would
@@ -158,21 +158,21 @@ async function limitAndForward(
   );
   if (!decided) return answer(await forward(request, config, send, url, path.path), false);
   const { result } = decided;
-  if (!result.allowed) return answer(refusal(result), true);
+  if (!result.allowed) return answer(refusal(result, config.headers), true);
   // A WebSocket's slot is its socket's: held until the socket closes (the relay frees it), whatever the request's signal.
-  if (!isWebSocketUpgrade(request)) pipeline.releaseOnAbort(result, clientSignal(request), hooks);
+  if (!isWebSocketUpgrade(request)) pipeline.releaseOnAbort(env.LIMITER, result, clientSignal(request), hooks);
   let response: Response;
   try {
     response = await forward(request, config, send, url, path.path);
   } catch (e) {
-    hooks.waitUntil?.(pipeline.release(result));
+    hooks.waitUntil?.(pipeline.release(env.LIMITER, result));
     throw e;
   }
-  copyHeaders(result.headers, response.headers);
+  copyHeaders(pipeline.headers(result), response.headers);
   if (config.refundStatuses.has(response.status)) {
     // Started here, whether or not there is a waitUntil to keep it alive (`?.` would skip the call).
     const refund = pipeline.refund(env.LIMITER, result);
     hooks.waitUntil?.(refund);
   }
-  return answer(pipeline.sent(result, response, hooks), false);
+  return answer(pipeline.sent(env.LIMITER, result, response, hooks), false);
 }

@@ -187,6 +187,38 @@ describe("leases", () => {
     expect((await o.take(roomy, 1)).limits[0]?.remaining).toBe(999);
   });
 
+  it("refunds a grant once by its id, after a restart too; forgets the id once the grant has left every window", async () => {
+    const o = await object();
+    const d = await o.take(perSecond, 2);
+    expect(d.recordedAt).toEqual([T0]);
+    expect(await o.refund(perSecond, "g1", d.recordedAt ?? [], 2)).toBe(true);
+    expect((await o.peek(perSecond)).limits[0]?.remaining).toBe(3);
+    expect(await o.refund(perSecond, "g1", d.recordedAt ?? [], 2)).toBe(false);
+    await o.take(perSecond, 1);
+    await o.evict();
+    expect(await o.refund(perSecond, "g1", d.recordedAt ?? [], 2)).toBe(false);
+    expect((await o.peek(perSecond)).limits[0]?.remaining).toBe(2);
+    const refunds = () =>
+      runInDurableObject(o.stub, (_: RateLimiter, state) =>
+        state.storage.sql
+          .exec<{ k: string }>("SELECT k FROM meta WHERE k LIKE 'refund:%'")
+          .toArray()
+          .map((r) => r.k),
+      );
+    expect(await refunds()).toEqual(["refund:g1"]);
+    // A second refund a window later prunes the first id: its grant counts nowhere any more.
+    o.at(T0 + 1000);
+    const e = await o.take(perSecond, 1);
+    expect(await o.refund(perSecond, "g2", e.recordedAt ?? [], 1)).toBe(true);
+    expect(await refunds()).toEqual(["refund:g2"]);
+    // Called on the instance: the test pool's RPC wrapper reports a rejected RPC call as unhandled.
+    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
+      for (const id of ["", "x".repeat(129), 7]) {
+        await expect(instance.refund(perSecond, id as string, e.recordedAt ?? [], 1)).rejects.toThrow(/^id: /);
+      }
+    });
+  });
+
   it("counts leased units after a restart, and takes them back after it", async () => {
     const o = await object();
     const d = await o.take(roomy, 1, { leaseUnits: 30, leaseMs: 50 });

@@ -230,7 +230,7 @@ describe("limiters are independent by default", () => {
 describe("the package's root entry", () => {
   it("exports what users need and no internal helpers", () => {
     expect(Object.keys(root).sort()).toEqual(
-      ["ConfigError", "HttpError", "RateLimiter", "createLimiter", "refusal", "violated"].sort(),
+      ["ConfigError", "HttpError", "RateLimiter", "createLimiter", "headersOf", "refusal", "violated"].sort(),
     );
   });
 });

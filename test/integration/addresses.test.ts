@@ -86,13 +86,13 @@ describe("ip: every request with a key also fits its client address's limits", (
 
   it("a give-back that fails: the request is still refused, and the key's grant stays counted until it leaves the window", async () => {
     const error = vi.spyOn(console, "error").mockImplementation(() => {});
-    // The key's object answers, but its giveBack fails.
+    // The key's object answers, but its refund fails.
     const failing = {
       getByName(name: string) {
         const stub = env.LIMITER.getByName(name) as unknown as Record<string, (...a: unknown[]) => unknown>;
         return new Proxy(stub, {
           get: (t, p: string) =>
-            p === "giveBack" ? () => Promise.reject(new Error("giveBack failed")) : (...a: unknown[]) => t[p]?.(...a),
+            p === "refund" ? () => Promise.reject(new Error("refund failed")) : (...a: unknown[]) => t[p]?.(...a),
         });
       },
     } as unknown as typeof env.LIMITER;

@@ -57,7 +57,7 @@ export function fakeLimiter(take: (call: number, ask: Ask) => Promise<Decision>)
   calls: () => number;
   /** The `ask` of every `take` call, in order. */
   asks: Ask[];
-  /** Every unit given back, by a `giveBack` call or a lease's settlement: the lease's record times and the units. */
+  /** Every unit given back, by a refund or a lease's settlement: the record times and the units. */
   returns: { recordedAt: readonly number[]; units: number }[];
 } {
   const asks: Ask[] = [];
@@ -68,9 +68,9 @@ export function fakeLimiter(take: (call: number, ask: Ask) => Promise<Decision>)
       for (const x of ask.settle ?? []) if (x.unused > 0) returns.push({ recordedAt: x.recordedAt, units: x.unused });
       return take(asks.length, ask);
     },
-    giveBack: (_limits: unknown, recordedAt: readonly number[], units: number) => {
+    refund: (_limits: unknown, _id: string, recordedAt: readonly number[], units: number) => {
       returns.push({ recordedAt, units });
-      return Promise.resolve(1);
+      return Promise.resolve(true);
     },
     settle: (_limits: unknown, settle: readonly Settlement[]) => {
       for (const x of settle) if (x.unused > 0) returns.push({ recordedAt: x.recordedAt, units: x.unused });
@@ -110,7 +110,7 @@ export function countingLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: () 
           calls += 1;
           return stub.take(...args);
         },
-        giveBack: (...args: Parameters<typeof stub.giveBack>) => stub.giveBack(...args),
+        refund: (...args: Parameters<typeof stub.refund>) => stub.refund(...args),
       };
     },
   } as unknown as WorkerEnv["LIMITER"];

@@ -138,7 +138,7 @@ describe("rateLimit()", () => {
         const stub = real.getByName(name);
         return {
           take: (...args: Parameters<typeof stub.take>) => stub.take(...args),
-          giveBack: () => Promise.reject(new Error("object gone")),
+          refund: () => Promise.reject(new Error("object gone")),
         };
       },
     } as unknown as typeof env.LIMITER;

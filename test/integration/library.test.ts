@@ -29,7 +29,7 @@ describe("limit()", () => {
     // The object's own answer is exact: the first grant's time plus the window.
     const peeked = await limiter.peek(env, key);
     expect(peeked.at + peeked.retryAfterMs).toBe(freeAt);
-    expect(Object.fromEntries(refused.headers)).toEqual({
+    expect(Object.fromEntries(limiter.headers(refused))).toEqual({
       "ratelimit-policy": '"per-minute";q=3;w=60',
       ratelimit: `"per-minute";r=0;t=${Math.ceil(refused.retryAfterMs / 1000)}`,
       "retry-after": String(Math.ceil(refused.retryAfterMs / 1000)),
@@ -48,7 +48,7 @@ describe("limit()", () => {
     const never = await limiter.limit(env, key, { cost: 11 });
     expect(never).toMatchObject({ allowed: false, reason: "too_costly", retryAfterMs: Number.POSITIVE_INFINITY });
     expect(never.limits.map((l) => l.exceeded)).toEqual([true, false]);
-    expect(never.headers.has("Retry-After")).toBe(false);
+    expect(limiter.headers(never).has("Retry-After")).toBe(false);
     await expect(limiter.limit(env, key, { cost: 0 })).rejects.toThrow(RangeError);
   });
 
@@ -113,6 +113,45 @@ describe("refund()", () => {
     expect((await limiter.peek(env, key)).limits[0]?.remaining).toBe(5);
     const refused = await limiter.limit(env, key, { cost: 6 });
     expect(await limiter.refund(env, refused)).toBe(false);
+  });
+
+  it("works from a copy of the result (structuredClone, a spread, JSON), once whichever copy comes first", async () => {
+    const limiter = createLimiter({ ...perMinute(5), leases: false });
+    const key = freshKey();
+    const r = await limiter.limit(env, key, { cost: 2 });
+    expect(structuredClone(r)).toEqual(r);
+    expect(await limiter.refund(env, structuredClone(r))).toBe(true);
+    expect((await limiter.peek(env, key)).limits[0]?.remaining).toBe(5);
+    expect(await limiter.refund(env, { ...r })).toBe(false);
+    expect(await limiter.refund(env, r)).toBe(false);
+    expect((await limiter.peek(env, key)).limits[0]?.remaining).toBe(5);
+    // Kept as JSON (a queue message, KV) and refunded by another limiter — another isolate's client.
+    const kept = JSON.stringify(await limiter.limit(env, key, { cost: 3 }));
+    const elsewhere = createLimiter({ ...perMinute(5), leases: false });
+    expect((await elsewhere.peek(env, key)).limits[0]?.remaining).toBe(2);
+    expect(await elsewhere.refund(env, JSON.parse(kept) as RateLimitResult)).toBe(true);
+    expect(await limiter.refund(env, JSON.parse(kept) as RateLimitResult)).toBe(false);
+    expect((await limiter.peek(env, key)).limits[0]?.remaining).toBe(5);
+    // A handle altered is refused, naming the field.
+    const altered = await limiter.limit(env, key);
+    const grants = altered.handle?.grants.map((g) => ({ ...g, units: -1 })) ?? [];
+    await expect(limiter.refund(env, { ...altered, handle: { grants, slot: null } })).rejects.toThrow(
+      /handle\.grants\[\]\.units/,
+    );
+  });
+
+  it("a result carried into a later request is refunded there, by the object, once", async () => {
+    const limiter = createLimiter({ ...perMinute(3), leases: false });
+    const key = freshKey();
+    const carried = structuredClone(await limiter.limit(env, key));
+    await limiter.limit(env, key);
+    await limiter.limit(env, key);
+    expect((await limiter.limit(env, key)).allowed).toBe(false);
+    // The next request refunds the first, and is then granted in its place.
+    expect(await limiter.refund(env, carried)).toBe(true);
+    expect((await limiter.limit(env, key)).allowed).toBe(true);
+    expect(await limiter.refund(env, carried)).toBe(false);
+    expect((await limiter.limit(env, key)).allowed).toBe(false);
   });
 
   it("a leased grant goes back to its lease while it lasts: no object call", async () => {
@@ -198,13 +237,13 @@ describe("settings", () => {
   it("headers: the legacy form and none", async () => {
     const legacy = createLimiter({ ...perMinute(2), headers: "legacy", leases: false });
     const r = await legacy.limit(env, freshKey());
-    expect(Object.fromEntries(r.headers)).toEqual({
+    expect(Object.fromEntries(legacy.headers(r))).toEqual({
       "x-ratelimit-limit": "2",
       "x-ratelimit-remaining": "1",
       "x-ratelimit-reset": String(Math.ceil((r.at + 60_000) / 1000)),
     });
     const none = createLimiter({ ...perMinute(2), headers: "none", leases: false });
-    expect([...(await none.limit(env, freshKey())).headers]).toEqual([]);
+    expect([...none.headers(await none.limit(env, freshKey()))]).toEqual([]);
   });
 });
 
@@ -256,7 +295,7 @@ describe('acquire() (docs/configuration.md, "Concurrency")', () => {
       try {
         return new Response(await render(request));
       } finally {
-        await slot.release();
+        await limiter.release(env, slot);
       }
     }
     const a = fetch(new Request("https://w.example/a"));
@@ -286,10 +325,10 @@ describe('acquire() (docs/configuration.md, "Concurrency")', () => {
     expect(slot.allowed).toBe(true);
     expect((await limiter.limit(env, key)).allowed).toBe(true);
     expect((await limiter.acquire(env, key)).reason).toBe("concurrency");
-    expect(await slot.release()).toBe(true);
-    expect(await slot.release()).toBe(false);
+    expect(await limiter.release(env, slot)).toBe(true);
+    expect(await limiter.release(env, slot)).toBe(false);
     const other = await limiter.acquire(env, freshKey("free_"));
     expect(other.allowed).toBe(true);
-    expect(await other.release()).toBe(false);
+    expect(await limiter.release(env, other)).toBe(false);
   });
 });

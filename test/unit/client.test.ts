@@ -5,6 +5,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type Background, LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
 import type { HeldLease, KeyLeases, LeaseCall } from "../../src/client/leases.ts";
+import { type GrantRecord, headersOf, type RateLimitResult } from "../../src/client/result.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
 import {
@@ -17,6 +18,9 @@ import {
 } from "../../src/core/index.ts";
 
 const T0 = 1_800_000_000_000;
+
+/** The grant a result's handle records for its key's budget. */
+const grantOf = (r: RateLimitResult): GrantRecord => r.handle?.grants[0] as GrantRecord;
 
 /** The object's behaviour for one key, in memory: the real core's decisions at the shared clock. */
 class Store {
@@ -31,6 +35,8 @@ class Store {
   /** Makes the next calls fail: an Error with these flags, or a promise that never settles. */
   fail: { retryable?: boolean; overloaded?: boolean } | "hang" | null = null;
   failures = 0;
+  /** Grant ids refunded (the object gives each back once). */
+  readonly refunded = new Set<string>();
 
   constructor(readonly now: () => number) {}
 
@@ -69,9 +75,12 @@ class Store {
         await this.#maybeFail();
         return this.#decide(name, limits, (log) => log.take(this.now(), ask).decision, ask.cost);
       },
-      giveBack: async (limits: readonly LimitSpec[], recordedAt: readonly number[], units: number) => {
-        this.calls.push({ name, method: "giveBack", units });
-        return this.log(name, limits).giveBack(recordedAt, units).length;
+      refund: async (limits: readonly LimitSpec[], id: string, recordedAt: readonly number[], units: number) => {
+        this.calls.push({ name, method: "refund", units });
+        if (this.refunded.has(id)) return false;
+        this.refunded.add(id);
+        this.log(name, limits).giveBack(recordedAt, units);
+        return true;
       },
       settle: async (limits: readonly LimitSpec[], settle: readonly Settlement[]) => {
         this.calls.push({ name, method: "settle", settle });
@@ -163,7 +172,7 @@ describe("LimiterClient.limit", () => {
     const last = t.store.calls.at(-1);
     expect(last?.method).toBe("take");
     expect(last?.ask?.settle?.reduce((n, u) => n + u.unused, 0)).toBe(held);
-    expect(t.store.count("giveBack")).toBe(0);
+    expect(t.store.count("refund")).toBe(0);
     // RateLimit right after the pause: everything granted and nothing else counts (units this isolate holds
     // are what it may still grant).
     expect(r.limits[0]?.remaining).toBe(1000 - 11);
@@ -177,7 +186,7 @@ describe("LimiterClient.limit", () => {
     t.advance(10);
     const cached = await t.limit();
     expect(cached).toMatchObject({ allowed: false, reason: "cached_denial", retryAfterMs: 60_000 - 20 });
-    expect(cached.headers.get("Retry-After")).toBe("60");
+    expect(headersOf(cached, "draft-11").get("Retry-After")).toBe("60");
     expect(t.store.count("take")).toBe(2);
     t.advance(1000);
     const asked = await t.limit();
@@ -190,7 +199,7 @@ describe("LimiterClient.limit", () => {
     const t = setup({ limits: [{ limit: 5, window: "1s" }] });
     const never = await t.limit("key:a", 6);
     expect(never).toMatchObject({ allowed: false, reason: "too_costly", retryAfterMs: Number.POSITIVE_INFINITY });
-    expect(never.headers.has("Retry-After")).toBe(false);
+    expect(headersOf(never, "draft-11").has("Retry-After")).toBe(false);
     const free = await t.client.limit(t.ns, "key:b", { ...t.plan, limits: null }, 1);
     expect(free).toMatchObject({ allowed: true, reason: "unlimited", limits: [] });
     expect(t.store.calls).toEqual([]);
@@ -203,8 +212,8 @@ describe("LimiterClient.limit", () => {
     const r = await t.limit();
     expect(r).toMatchObject({ allowed: true, reason: "shadow", retryAfterMs: 60_000 });
     expect(r.limits[0]?.exceeded).toBe(true);
-    expect(r.headers.has("Retry-After")).toBe(false);
-    expect(r.headers.get("RateLimit")).toBe('"per-minute";r=0;t=60');
+    expect(headersOf(r, "draft-11").has("Retry-After")).toBe(false);
+    expect(headersOf(r, "draft-11").get("RateLimit")).toBe('"per-minute";r=0;t=60');
   });
 
   it("the failure mode: closed refuses with a 1 s wait, open allows; neither shows rate-limit fields", async () => {
@@ -215,8 +224,8 @@ describe("LimiterClient.limit", () => {
       const r = await t.limit();
       expect(r).toMatchObject({ allowed: mode === "open", reason: "limiter_error" });
       expect(r.retryAfterMs).toBe(mode === "open" ? 0 : 1000);
-      expect(r.headers.has("RateLimit-Policy")).toBe(false);
-      expect(r.headers.get("Retry-After")).toBe(mode === "open" ? null : "1");
+      expect(headersOf(r, "draft-11").has("RateLimit-Policy")).toBe(false);
+      expect(headersOf(r, "draft-11").get("Retry-After")).toBe(mode === "open" ? null : "1");
     }
     const slow = setup({ object_timeout: "5ms", leases: false });
     slow.store.fail = "hang";
@@ -241,8 +250,8 @@ describe("LimiterClient.refund", () => {
   it("gives a granted request's units back where they were recorded, once", async () => {
     const t = setup({ leases: false });
     const r = await t.limit("key:a", 3);
-    expect(await t.client.refund(t.ns, r)).toBe(true);
-    expect(await t.client.refund(t.ns, r)).toBe(false);
+    expect(await t.client.refund(t.ns, grantOf(r))).toBe(true);
+    expect(await t.client.refund(t.ns, grantOf(r))).toBe(false);
     expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(100);
   });
 
@@ -259,10 +268,10 @@ describe("LimiterClient.refund", () => {
     expect(leased).not.toBeNull();
     const entry = t.client.leases.get("key:a");
     const before = entry?.held.reduce((n, h) => n + h.left, 0) ?? 0;
-    const gives = t.store.count("giveBack");
-    expect(await t.client.refund(t.ns, leased as NonNullable<typeof leased>)).toBe(true);
+    const gives = t.store.count("refund");
+    expect(await t.client.refund(t.ns, grantOf(leased as NonNullable<typeof leased>))).toBe(true);
     expect(entry?.held.reduce((n, h) => n + h.left, 0)).toBe(before + 1);
-    expect(t.store.count("giveBack")).toBe(gives);
+    expect(t.store.count("refund")).toBe(gives);
     // Once the lease has expired, unsettled: the unit is given back with the lease's settlement.
     let late = null;
     for (let i = 0; i < 20 && !late; i++) {
@@ -273,7 +282,7 @@ describe("LimiterClient.refund", () => {
     const lease = entry?.held.find((h) => h.used > 0) as HeldLease;
     const [left, used] = [lease.left, lease.used];
     t.advance(60_000);
-    expect(await t.client.refund(t.ns, late as NonNullable<typeof late>)).toBe(true);
+    expect(await t.client.refund(t.ns, grantOf(late as NonNullable<typeof late>))).toBe(true);
     await t.limit();
     const settled = t.store.calls.at(-1)?.ask?.settle?.find((x) => x.recordedAt === lease.recordedAt);
     expect([settled?.used, settled?.unused]).toEqual([used - 1, left + 1]);
@@ -291,14 +300,18 @@ describe("LimiterClient.refund", () => {
     expect((await t.limit()).reason).toBe("granted");
     const take = t.store.calls.filter((c) => c.method === "take").at(-1);
     expect(take?.ask?.settle?.some((x) => x.recordedAt === from.recordedAt && x.used > 0)).toBe(true);
-    expect(await t.client.refund(t.ns, spent as NonNullable<typeof spent>)).toBe(false);
-    expect(t.store.count("giveBack")).toBe(gives);
+    expect(await t.client.refund(t.ns, grantOf(spent as NonNullable<typeof spent>))).toBe(false);
+    expect(t.store.count("refund")).toBe(gives);
   });
 
-  it("a refusal has nothing to give back", async () => {
+  it("a refusal has no handle; a grant not as the limiter gave it is a TypeError", async () => {
     const t = setup({ limits: [{ limit: 1, window: "1m" }], leases: false });
     await t.limit();
-    expect(await t.client.refund(t.ns, await t.limit())).toBe(false);
+    const refused = await t.limit();
+    expect(refused.handle).toBeNull();
+    expect(
+      await t.client.refund(t.ns, { ...(grantOf(await t.limit("key:b")) as GrantRecord), units: 0 }).catch((e) => e),
+    ).toBeInstanceOf(TypeError);
   });
 });
 
@@ -413,7 +426,7 @@ describe("operators' changes seen by the client", () => {
     await t.settle();
     expect(r.reason).toBe("granted");
     expect(r.limits.map((l) => [l.name, l.limit, l.windowMs])).toEqual([["vip", 7, 10_000]]);
-    expect(r.headers.get("RateLimit-Policy")).toBe('"vip";q=7;w=10');
+    expect(headersOf(r, "draft-11").get("RateLimit-Policy")).toBe('"vip";q=7;w=10');
     // What this isolate still holds was granted under the override: nothing of the plan's is spent any more.
     const held = t.client.leases.get("key:a")?.held ?? [];
     expect(held.every((h) => h.applied?.[0]?.name === "vip")).toBe(true);
@@ -441,7 +454,7 @@ describe("the deny cache's detail", () => {
       ["per-second", 0, 890, true],
       ["per-minute", null, null, false],
     ]);
-    expect(first.headers.get("RateLimit")).toBe('"per-second";r=0;t=1');
+    expect(headersOf(first, "draft-11").get("RateLimit")).toBe('"per-second";r=0;t=1');
   });
 });
 
@@ -548,7 +561,7 @@ describe("what a result says", () => {
       ["per-second", true],
       ["per-minute", false],
     ]);
-    expect(r.headers.get("RateLimit-Policy")).toBe('"per-second";q=5;w=1, "per-minute";q=15;w=60');
+    expect(headersOf(r, "draft-11").get("RateLimit-Policy")).toBe('"per-second";q=5;w=1, "per-minute";q=15;w=60');
   });
 
   it("a leased grant: the object's remaining plus what the lease still holds, resets counted down on this clock", async () => {
@@ -803,7 +816,7 @@ describe("penalties (the client's part)", () => {
     t.store.penalties.add("key:a");
     const first = await t.limit();
     expect(first).toMatchObject({ allowed: false, reason: "penalty", retryAfterMs: 600_000 });
-    expect(first.headers.get("Retry-After")).toBe("600");
+    expect(headersOf(first, "draft-11").get("Retry-After")).toBe("600");
     expect((await t.limit()).reason).toBe("penalty");
     expect(t.store.count("take")).toBe(1);
   });

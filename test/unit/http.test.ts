@@ -15,7 +15,6 @@ const limit = (over: Partial<LimitResult> = {}): LimitResult => ({
 });
 
 function result(over: Partial<RateLimitResult> = {}): RateLimitResult {
-  const headers = new Headers({ "RateLimit-Policy": '"per-minute";q=10;w=60', "Retry-After": "2" });
   return {
     allowed: false,
     reason: "over_limit",
@@ -26,7 +25,7 @@ function result(over: Partial<RateLimitResult> = {}): RateLimitResult {
     retryAfterMs: 1500,
     limits: [limit(), limit({ name: "per-second", exceeded: false })],
     at: 1_000,
-    headers,
+    handle: null,
     ...over,
   };
 }
@@ -59,10 +58,10 @@ describe("problem / HttpError", () => {
 
 describe("refusal", () => {
   it("over a limit: 429 with the decision's headers, the refusing limits and the exact wait", async () => {
-    const res = refusal(result());
+    const res = refusal(result(), "draft-11");
     expect(res.status).toBe(429);
     expect(res.headers.get("Retry-After")).toBe("2");
-    expect(res.headers.get("RateLimit-Policy")).toBe('"per-minute";q=10;w=60');
+    expect(res.headers.get("RateLimit-Policy")).toBe('"per-minute";q=10;w=60, "per-second";q=10;w=60');
     expect(res.headers.get("content-type")).toBe("application/problem+json");
     expect(res.headers.get("cache-control")).toBe("no-store");
     expect(await body(res)).toEqual({
@@ -78,7 +77,7 @@ describe("refusal", () => {
   });
 
   it("too costly: never, no wait in the body", async () => {
-    const b = await body(refusal(result({ reason: "too_costly", retryAfterMs: Number.POSITIVE_INFINITY })));
+    const b = await body(refusal(result({ reason: "too_costly", retryAfterMs: Number.POSITIVE_INFINITY }), "draft-11"));
     expect(b).toMatchObject({
       detail: "This request costs more than the per-minute limit allows; it can never pass.",
       retry_after: null,
@@ -88,7 +87,7 @@ describe("refusal", () => {
 
   it("blocked: says an operator blocked the key, until when", async () => {
     const b = await body(
-      refusal(result({ reason: "blocked", retryAfterMs: 90_001, limits: [limit({ exceeded: false })] })),
+      refusal(result({ reason: "blocked", retryAfterMs: 90_001, limits: [limit({ exceeded: false })] }), "draft-11"),
     );
     expect(b).toMatchObject({
       detail: "This API key is blocked by an operator; retry after 91 s.",
@@ -99,7 +98,7 @@ describe("refusal", () => {
 
   it("penalty: says the key is blocked for a while after repeated refusals, until when", async () => {
     const b = await body(
-      refusal(result({ reason: "penalty", retryAfterMs: 600_000, limits: [limit({ exceeded: false })] })),
+      refusal(result({ reason: "penalty", retryAfterMs: 600_000, limits: [limit({ exceeded: false })] }), "draft-11"),
     );
     expect(b).toMatchObject({
       detail: "This API key is blocked for a while after repeated requests over its limit; retry after 600 s.",
@@ -110,7 +109,7 @@ describe("refusal", () => {
 
   it("the limiter unavailable (failing closed): 503 with Retry-After: 1", async () => {
     for (const reason of ["limiter_timeout", "limiter_error"] as const) {
-      const res = refusal(result({ reason }));
+      const res = refusal(result({ reason }), "draft-11");
       expect(res.status).toBe(503);
       expect(res.headers.get("Retry-After")).toBe("1");
       expect(res.headers.has("RateLimit-Policy")).toBe(false);

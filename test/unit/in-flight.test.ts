@@ -5,6 +5,7 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { InFlight } from "../../src/client/in-flight.ts";
 import { type Background, LimiterClient, type LimiterNamespace, type RateLimitResult } from "../../src/client/index.ts";
+import { headersOf, type SlotRecord } from "../../src/client/result.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
 import { type Ask, type Decision, KeyLog, type LimitSpec } from "../../src/core/index.ts";
@@ -13,6 +14,9 @@ import { Pipeline } from "../../src/pipeline.ts";
 import { join, type Socket, untilEnd } from "../../src/response-end.ts";
 
 const T0 = 1_800_000_000_000;
+
+/** The concurrency slot a result's handle records, if any. */
+const slotOf = (r: RateLimitResult): SlotRecord | null => r.handle?.slot ?? null;
 
 /** Every object's log and slots in memory, as the object decides: a full key refused while its limits fit. */
 function memoryObjects(now: () => number) {
@@ -42,9 +46,10 @@ function memoryObjects(now: () => number) {
         if (d.allowed && ask.slot) s.take(now(), ask.slot.id, ask.slot);
         return d;
       },
-      giveBack: async (limits: readonly LimitSpec[], recordedAt: readonly number[], units: number) => {
-        calls.push({ name, method: "giveBack" });
-        return log(name, limits).giveBack(recordedAt, units).length;
+      refund: async (limits: readonly LimitSpec[], _id: string, recordedAt: readonly number[], units: number) => {
+        calls.push({ name, method: "refund" });
+        log(name, limits).giveBack(recordedAt, units);
+        return true;
       },
       settle: async () => 0,
       release: async (id: string) => {
@@ -107,15 +112,15 @@ describe("the client's concurrency slots", () => {
     const asks = t.objects.calls.map((c) => c.ask);
     expect(asks.every((x) => x?.slot?.limit === 2 && x.slot.timeoutMs === 60_000 && !x.leaseUnits)).toBe(true);
     expect(new Set(asks.map((x) => x?.slot?.id)).size).toBe(2);
-    expect(t.client.holdsSlot(a)).toBe(true);
+    expect(t.client.holdsSlot(slotOf(a))).toBe(true);
     const c = await t.acquire();
     expect(c).toMatchObject({ allowed: false, reason: "concurrency", retryAfterMs: 1000 });
-    expect(c.headers.get("Retry-After")).toBe("1");
+    expect(headersOf(c, "draft-11").get("Retry-After")).toBe("1");
     expect(c.limits[0]).toMatchObject({ remaining: 98, exceeded: false });
-    expect(t.client.holdsSlot(c)).toBe(false);
+    expect(t.client.holdsSlot(slotOf(c))).toBe(false);
     // Not remembered as a denial: once a slot is free the next request asks the object and is granted.
-    expect(await t.client.release(a)).toBe(true);
-    expect(await t.client.release(a)).toBe(false);
+    expect(await t.client.release(t.objects.ns, slotOf(a))).toBe(true);
+    expect(await t.client.release(t.objects.ns, slotOf(a))).toBe(false);
     expect(t.objects.count("release")).toBe(1);
     expect((await t.acquire()).reason).toBe("granted");
     expect(t.objects.held("key:a")).toBe(2);
@@ -130,7 +135,7 @@ describe("the client's concurrency slots", () => {
     const r = await u.acquire();
     expect(r.allowed).toBe(true);
     expect(u.objects.calls[0]?.ask?.slot).toBeUndefined();
-    expect(await u.client.release(r)).toBe(false);
+    expect(await u.client.release(u.objects.ns, slotOf(r))).toBe(false);
   });
 
   it("a held slot is renewed every third of the timeout until released; a lapsed one stops renewing", async () => {
@@ -146,7 +151,7 @@ describe("the client's concurrency slots", () => {
     await vi.advanceTimersByTimeAsync(1000);
     expect(t.objects.count("renew")).toBe(2);
     expect(t.objects.held("key:a")).toBe(1);
-    await t.client.release(a);
+    await t.client.release(t.objects.ns, slotOf(a));
     await vi.advanceTimersByTimeAsync(5000);
     expect(t.objects.count("renew")).toBe(2);
     // A slot that lapsed at the object (renewals lost) is not renewed again.
@@ -156,8 +161,8 @@ describe("the client's concurrency slots", () => {
     expect(t.objects.count("renew")).toBe(3);
     await vi.advanceTimersByTimeAsync(5000);
     expect(t.objects.count("renew")).toBe(3);
-    expect(t.client.holdsSlot(b)).toBe(true);
-    await t.client.release(b);
+    expect(t.client.holdsSlot(slotOf(b))).toBe(true);
+    await t.client.release(t.objects.ns, slotOf(b));
   });
 
   it("shadow mode reports a full key and lets the request through without a slot", async () => {
@@ -165,16 +170,16 @@ describe("the client's concurrency slots", () => {
     const a = await t.acquire();
     const b = await t.acquire();
     expect(b).toMatchObject({ allowed: true, reason: "shadow" });
-    expect(t.client.holdsSlot(b)).toBe(false);
-    await t.client.release(a);
+    expect(t.client.holdsSlot(slotOf(b))).toBe(false);
+    await t.client.release(t.objects.ns, slotOf(a));
   });
 
   it("a release the object does not answer resolves false (the slot lapses at the object)", async () => {
     const t = setup();
     const a = await t.acquire();
     t.objects.failReleases();
-    expect(await t.client.release(a)).toBe(false);
-    expect(t.client.holdsSlot(a)).toBe(false);
+    expect(await t.client.release(t.objects.ns, slotOf(a))).toBe(false);
+    expect(t.client.holdsSlot(slotOf(a))).toBe(false);
   });
 });
 
@@ -188,10 +193,10 @@ describe("the pipeline's slots", () => {
     const second = await pipeline.decide({}, t.objects.ns, { ...asking, key: "k2" });
     expect(second?.result).toMatchObject({ allowed: false, refusedBy: "ip" });
     expect(t.objects.held("key:k2")).toBe(0);
-    expect(t.objects.count("giveBack")).toBe(1);
+    expect(t.objects.count("refund")).toBe(1);
     // The first request's slot, held by its key's part, is released when its response ends.
     expect(t.objects.held("key:k1")).toBe(1);
-    const sent = pipeline.sent(first?.result as never, new Response("ok"), t.bg);
+    const sent = pipeline.sent(t.objects.ns, first?.result as never, new Response("ok"), t.bg);
     expect(await sent.text()).toBe("ok");
     await t.settled();
     expect(t.objects.held("key:k1")).toBe(0);
@@ -202,7 +207,7 @@ describe("the pipeline's slots", () => {
     const pipeline = new Pipeline(t.client, null);
     const d = await pipeline.decide({}, t.objects.ns, { key: "k", bg: t.bg, inFlight: true });
     const response = new Response("x");
-    expect(pipeline.sent(d?.result as never, response, t.bg)).toBe(response);
+    expect(pipeline.sent(t.objects.ns, d?.result as never, response, t.bg)).toBe(response);
   });
 });
 
@@ -281,18 +286,33 @@ describe("InFlight alone", () => {
     const slots = new InFlight(5_000, (event, _name, e, level) =>
       events.push({ event, message: (e as Error).message, level }),
     );
-    const result = {} as RateLimitResult;
-    slots.hold(ns, result, "key:a", { id: "r1", limit: 1, timeoutMs: 3_000 });
-    return { calls, events, slots, result };
+    const slot = slots.hold(ns, "key:a", { id: "r1", limit: 1, timeoutMs: 3_000 });
+    return { calls, events, slots, slot, ns };
   }
 
   it("a release of what holds no slot does nothing: no call, no log", async () => {
     const r = rig(async () => true);
-    expect(await r.slots.release({} as RateLimitResult)).toBe(false);
-    expect(await r.slots.release(r.result)).toBe(true);
-    expect(await r.slots.release(r.result)).toBe(false);
+    expect(await r.slots.release(r.ns, null)).toBe(false);
+    expect(await r.slots.release(r.ns, r.slot)).toBe(true);
+    expect(await r.slots.release(r.ns, r.slot)).toBe(false);
     expect(r.calls).toEqual(["release"]);
     expect(r.events).toEqual([]);
+  });
+
+  it("a slot held by another isolate (its record, copied) is released at its object, once; its holder stops renewing", async () => {
+    vi.useFakeTimers();
+    const r = rig(async () => false);
+    const elsewhere = new InFlight(5_000, () => {});
+    const copy = structuredClone(r.slot);
+    expect(elsewhere.holds(copy)).toBe(false);
+    expect(await elsewhere.release(r.ns, copy)).toBe(true);
+    expect(await elsewhere.release(r.ns, copy)).toBe(false);
+    expect(r.calls).toEqual(["release"]);
+    // The holder's next renewal finds it gone (the object says so): logged, and not renewed again.
+    await vi.advanceTimersByTimeAsync(1_000);
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(r.calls).toEqual(["release", "renew"]);
+    expect(r.events.map((e) => e.event)).toEqual(["slot_lapsed"]);
   });
 
   it("a renewal that fails is logged and tried again a period later; one refused (lapsed) is logged and not", async () => {
@@ -313,7 +333,7 @@ describe("InFlight alone", () => {
     });
     await vi.advanceTimersByTimeAsync(5_000);
     expect(r.calls).toEqual(["renew", "renew"]);
-    expect(r.slots.holds(r.result)).toBe(true);
+    expect(r.slots.holds(r.slot)).toBe(true);
   });
 
   it("released while a renewal is out: its answer schedules nothing more, failed or not", async () => {
@@ -328,7 +348,7 @@ describe("InFlight alone", () => {
       );
       await vi.advanceTimersByTimeAsync(1_000);
       expect(r.calls).toEqual(["renew"]);
-      await r.slots.release(r.result);
+      await r.slots.release(r.ns, r.slot);
       settle(outcome);
       await vi.advanceTimersByTimeAsync(10_000);
       expect(r.calls).toEqual(["renew", "release"]);
@@ -347,18 +367,17 @@ describe("InFlight alone", () => {
         },
       }),
     } as unknown as LimiterNamespace;
-    const result = {} as RateLimitResult;
-    slots.hold(ns, result, "key:a", { id: "r1", limit: 1, timeoutMs: 3_000 });
-    expect(await slots.release(result)).toBe(false);
+    const slot = slots.hold(ns, "key:a", { id: "r1", limit: 1, timeoutMs: 3_000 });
+    expect(await slots.release(ns, slot)).toBe(false);
     expect(events).toEqual([["slot_release_failed", "key:a", "object gone", "error"]]);
-    expect(slots.holds(result)).toBe(false);
+    expect(slots.holds(slot)).toBe(false);
   });
 
   it("no renewal after a release", async () => {
     vi.useFakeTimers();
     const r = rig(async () => true);
     await vi.advanceTimersByTimeAsync(1_000);
-    await r.slots.release(r.result);
+    await r.slots.release(r.ns, r.slot);
     await vi.advanceTimersByTimeAsync(10_000);
     expect(r.calls).toEqual(["renew", "release"]);
   });

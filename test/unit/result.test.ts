@@ -1,7 +1,7 @@
 // The decision value: what shadow mode and the failure mode make of an outcome, its limits and headers; and one
 // result made of two budgets' (a key's and its client address's).
 import { describe, expect, it } from "vitest";
-import { bothOf, type Outcome, resultOf, UNAVAILABLE_RETRY_MS } from "../../src/client/result.ts";
+import { bothOf, headersOf, type Outcome, resultOf, UNAVAILABLE_RETRY_MS } from "../../src/client/result.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
 
@@ -27,7 +27,7 @@ describe("resultOf", () => {
       { name: "per-minute", limit: 10, windowMs: 60_000, remaining: 7, resetMs: 1500, exceeded: false },
     ]);
     expect(r.retryAfterMs).toBe(0);
-    expect(Object.fromEntries(r.headers)).toEqual({
+    expect(Object.fromEntries(headersOf(r, "draft-11"))).toEqual({
       "ratelimit-policy": '"per-minute";q=10;w=60',
       ratelimit: '"per-minute";r=7;t=2',
     });
@@ -57,10 +57,10 @@ describe("resultOf", () => {
     };
     const r = resultOf(c, outcome);
     expect(r).toMatchObject({ allowed: false, refusedBy: "key", retryAfterMs: 1200 });
-    expect(r.headers.get("Retry-After")).toBe("2");
+    expect(headersOf(r, "draft-11").get("Retry-After")).toBe("2");
     const shadow = resultOf(config({ shadow: true }), outcome);
     expect(shadow).toMatchObject({ allowed: true, reason: "shadow", refusedBy: null, retryAfterMs: 1200 });
-    expect(shadow.headers.get("Retry-After")).toBeNull();
+    expect(headersOf(shadow, "draft-11").get("Retry-After")).toBeNull();
   });
 
   it("limiter unavailable: the failure mode decides, no rate-limit fields; closed waits a second", () => {
@@ -74,11 +74,11 @@ describe("resultOf", () => {
         at: AT,
       });
       expect(closed).toMatchObject({ allowed: false, reason, retryAfterMs: UNAVAILABLE_RETRY_MS });
-      expect(Object.fromEntries(closed.headers)).toEqual({ "retry-after": "1" });
+      expect(Object.fromEntries(headersOf(closed, "draft-11"))).toEqual({ "retry-after": "1" });
       const c = config({ failure_mode: "open" });
       const open = resultOf(c, { plan: plan(c), shown: plan(c).limits ?? [], cost: 1, reason, fits: false, at: AT });
       expect(open).toMatchObject({ allowed: true, reason, retryAfterMs: 0 });
-      expect([...open.headers]).toEqual([]);
+      expect([...headersOf(open, "draft-11")]).toEqual([]);
     }
   });
 
@@ -125,23 +125,23 @@ describe("bothOf", () => {
     });
 
   it("allowed by both: both budgets' limits in the headers, the key's plan", () => {
-    const r = bothOf(key(), address(true), c);
+    const r = bothOf(key(), address(true));
     expect(r).toMatchObject({ allowed: true, reason: "granted", plan: "default", refusedBy: null, retryAfterMs: 0 });
     expect(r.limits.map((l) => l.name)).toEqual(["per-minute", "ip-per-minute"]);
-    expect(r.headers.get("RateLimit-Policy")).toBe('"per-minute";q=10;w=60, "ip-per-minute";q=3;w=60');
-    expect(r.headers.get("RateLimit")).toBe('"per-minute";r=9;t=60, "ip-per-minute";r=2;t=60');
-    expect(r.headers.get("Retry-After")).toBeNull();
+    expect(headersOf(r, "draft-11").get("RateLimit-Policy")).toBe('"per-minute";q=10;w=60, "ip-per-minute";q=3;w=60');
+    expect(headersOf(r, "draft-11").get("RateLimit")).toBe('"per-minute";r=9;t=60, "ip-per-minute";r=2;t=60');
+    expect(headersOf(r, "draft-11").get("Retry-After")).toBeNull();
   });
 
   it("refused by the address: its reason, its wait, refusedBy ip", () => {
-    const r = bothOf(key(), address(false, 4500), c);
+    const r = bothOf(key(), address(false, 4500));
     expect(r).toMatchObject({ allowed: false, reason: "over_limit", refusedBy: "ip", retryAfterMs: 4500 });
-    expect(r.headers.get("Retry-After")).toBe("5");
+    expect(headersOf(r, "draft-11").get("Retry-After")).toBe("5");
   });
 
   it("refused by both: the key's reason and the longer wait", () => {
     const refusedKey = key({ reason: "over_limit", fits: false, retryAfterMs: 2000, exceeded: [true] });
-    const r = bothOf(refusedKey, address(false, 9000), c);
+    const r = bothOf(refusedKey, address(false, 9000));
     expect(r).toMatchObject({ allowed: false, reason: "over_limit", refusedBy: "key", retryAfterMs: 9000 });
   });
 
@@ -158,17 +158,17 @@ describe("bothOf", () => {
       retryAfterMs: 3000,
       at: AT,
     });
-    const r = bothOf(key(), over, shadowed);
+    const r = bothOf(key(), over);
     expect(r).toMatchObject({ allowed: true, reason: "shadow", refusedBy: null, retryAfterMs: 3000 });
-    expect(r.headers.get("RateLimit")).toBe('"per-minute";r=9;t=60');
-    expect(r.headers.get("Retry-After")).toBeNull();
+    expect(headersOf(r, "draft-11").get("RateLimit")).toBe('"per-minute";r=9;t=60');
+    expect(headersOf(r, "draft-11").get("Retry-After")).toBeNull();
   });
 
   it("one budget unavailable: no rate-limit fields", () => {
     const down = key({ reason: "limiter_timeout", fits: false });
-    const r = bothOf(down, address(true), c);
+    const r = bothOf(down, address(true));
     expect(r).toMatchObject({ allowed: false, reason: "limiter_timeout", refusedBy: "key" });
-    expect(Object.fromEntries(r.headers)).toEqual({ "retry-after": "1" });
+    expect(Object.fromEntries(headersOf(r, "draft-11"))).toEqual({ "retry-after": "1" });
     const addressDown = resultOf(c, {
       plan: c.ip?.plan as Plan,
       shown: [],
@@ -177,6 +177,6 @@ describe("bothOf", () => {
       fits: false,
       at: AT,
     });
-    expect(Object.fromEntries(bothOf(key(), addressDown, c).headers)).toEqual({ "retry-after": "1" });
+    expect(Object.fromEntries(headersOf(bothOf(key(), addressDown), "draft-11"))).toEqual({ "retry-after": "1" });
   });
 });

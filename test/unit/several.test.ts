@@ -24,11 +24,17 @@ function memoryNamespace(now: () => number) {
     }
     return l;
   };
+  /** Grant ids given back (the object gives each back once). */
+  const refunded = new Set<string>();
   const ns = {
     getByName: (name: string) => ({
       take: async (limits: readonly LimitSpec[], ask: Ask) => log(name, limits).take(now(), ask).decision,
-      giveBack: async (limits: readonly LimitSpec[], recordedAt: readonly number[], units: number) =>
-        log(name, limits).giveBack(recordedAt, units).length,
+      refund: async (limits: readonly LimitSpec[], id: string, recordedAt: readonly number[], units: number) => {
+        if (refunded.has(id)) return false;
+        refunded.add(id);
+        log(name, limits).giveBack(recordedAt, units);
+        return true;
+      },
       settle: async (limits: readonly LimitSpec[], settle: readonly Settlement[]) =>
         settle.flatMap((s) => log(name, limits).settle(now(), s)).length,
       peek: async (limits: readonly LimitSpec[], cost: number) => log(name, limits).check(now(), cost),

@@ -14,13 +14,13 @@ export default {
     switch (url.pathname) {
       case "/api": {
         const r = await api.limit(env, key, { ctx });
-        if (!r.allowed) return Response.json({ error: "slow down", retryAfterMs: r.retryAfterMs }, { status: 429, headers: r.headers });
-        return Response.json({ ok: true, remaining: r.limits[0]?.remaining }, { headers: r.headers });
+        if (!r.allowed) return Response.json({ error: "slow down", retryAfterMs: r.retryAfterMs }, { status: 429, headers: api.headers(r) });
+        return Response.json({ ok: true, remaining: r.limits[0]?.remaining }, { headers: api.headers(r) });
       }
       case "/api/fail": {
         // The work failed after the grant: give its unit back.
         const r = await api.limit(env, key, { ctx });
-        if (!r.allowed) return new Response(null, { status: 429, headers: r.headers });
+        if (!r.allowed) return new Response(null, { status: 429, headers: api.headers(r) });
         const refunded = await api.refund(env, r);
         return Response.json({ error: "upstream failed", refunded }, { status: 502 });
       }
@@ -30,7 +30,7 @@ export default {
       }
       case "/login": {
         const r = await logins.limit(env, key, { ctx });
-        return Response.json({ allowed: r.allowed, reason: r.reason }, { status: r.allowed ? 200 : 429, headers: r.headers });
+        return Response.json({ allowed: r.allowed, reason: r.reason }, { status: r.allowed ? 200 : 429, headers: logins.headers(r) });
       }
       default:
         return new Response("not found", { status: 404 });
