@@ -1,5 +1,5 @@
 // Mutation testing, the gate (npm run test:mutation; CONTRIBUTING.md, "Mutation testing"): the files whose logic the
-// unit tests pin down — the core, the client, config, key, path, http, telemetry — against the unit tests in plain
+// unit tests pin down — the core, the client, config, key, errors, path, http, telemetry — against the unit tests in plain
 // Node (vitest.mutation.config.ts). Incremental: results are kept in test/mutation/incremental.json (committed), and
 // a run tests again only the mutants whose code or covering tests changed since. `--force` runs them all and
 // rewrites the file. The object, the proxy and the adapters: stryker.full.config.mjs (npm run test:mutation:full).
@@ -14,6 +14,7 @@ export default {
     "src/client/**/*.ts",
     "src/config/**/*.ts",
     "src/key.ts",
+    "src/errors.ts",
     "src/path.ts",
     "src/address.ts",
     "src/http.ts",

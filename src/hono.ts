@@ -16,7 +16,8 @@ import type { Context, Env, MiddlewareHandler } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { Background } from "./client/index.ts";
 import type { RateLimitResult } from "./client/result.ts";
-import { clientSignal, copyHeaders, HttpError, normalized, refusal } from "./http.ts";
+import { LimiterError } from "./errors.ts";
+import { clientSignal, copyHeaders, HttpError, httpErrorOf, normalized, refusal } from "./http.ts";
 import { createLimiter, type Limiter, type LimiterOptions } from "./index.ts";
 import { readKey } from "./key.ts";
 import { type Decided, namespaceOf } from "./pipeline.ts";
@@ -83,8 +84,9 @@ export function rateLimit<E extends Env = Env>(
         inFlight: true,
       });
     } catch (e) {
-      if (e instanceof HttpError)
-        throw new HTTPException(e.status as 400, { res: e.toResponse(), message: e.message, cause: e });
+      const http = e instanceof LimiterError ? httpErrorOf(e, config.key.bearer) : e;
+      if (http instanceof HttpError)
+        throw new HTTPException(http.status as 400, { res: http.toResponse(), message: http.message, cause: e });
       throw e;
     }
     if (!decided) return next();

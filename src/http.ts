@@ -6,6 +6,7 @@
 import { seconds } from "./client/headers.ts";
 import { headersOf, type RateLimitResult, violated } from "./client/result.ts";
 import type { HeaderForm, LimiterConfig } from "./config/types.ts";
+import type { LimiterError, LimiterErrorCode } from "./errors.ts";
 import { type NormalPath, normalizePath, PathError } from "./path.ts";
 
 /** An error that is an HTTP response: thrown inside the Worker, turned into JSON at the edge. */
@@ -91,11 +92,29 @@ export function refusal(r: RateLimitResult, form: HeaderForm = "draft-11"): Resp
   return new Response(JSON.stringify(body), { status: 429, headers });
 }
 
-/** A `401` for a request without a usable key; `bearer` adds the `WWW-Authenticate` challenge. */
-export function unauthorized(detail: string, bearer: boolean): HttpError {
-  return new HttpError(401, "Unauthorized", detail, {
-    headers: bearer ? { "WWW-Authenticate": 'Bearer realm="api"' } : {},
-  });
+/** Each error code's status and title. */
+const PROBLEMS: Record<LimiterErrorCode, readonly [status: number, title: string]> = {
+  malformed_key: [400, "Malformed API key"],
+  no_client_address: [400, "Bad Request"],
+  key_required: [401, "Unauthorized"],
+  invalid_key: [401, "Unauthorized"],
+  no_plan: [401, "Unauthorized"],
+};
+
+/**
+ * The HTTP error of a {@link LimiterError}: `400` for a malformed key or a missing client address, `401` for a key
+ * needed and missing, not valid, or matching no plan — with the `WWW-Authenticate` challenge when keys may come as
+ * `Authorization: Bearer` (`bearer`).
+ */
+export function httpErrorOf(e: LimiterError, bearer = false): HttpError {
+  const [status, title] = PROBLEMS[e.code];
+  const headers: Record<string, string> = status === 401 && bearer ? { "WWW-Authenticate": 'Bearer realm="api"' } : {};
+  return new HttpError(status, title, e.message, { headers });
+}
+
+/** The problem+json response the proxy sends for a {@link LimiterError} ({@link httpErrorOf}). */
+export function problemFor(e: LimiterError, bearer = false): Response {
+  return httpErrorOf(e, bearer).toResponse();
 }
 
 /** Copies `from` onto `to` (a response's headers: the decision's rate-limit fields). */

@@ -37,7 +37,8 @@ export {
 export type { HeaderForm, LimiterConfig } from "./config/types.ts";
 export { ConfigError } from "./config/types.ts";
 export type { Duration } from "./core/duration.ts";
-export { HttpError, refusal } from "./http.ts";
+export { LimiterError, type LimiterErrorCode } from "./errors.ts";
+export { problemFor, refusal } from "./http.ts";
 export type { Identity } from "./key.ts";
 export { RateLimiter } from "./object/index.ts";
 
@@ -207,7 +208,8 @@ export interface Limiter {
    * that lease refills and give-backs outlive the response. It takes no concurrency slot: a plan's
    * `concurrency` applies to {@link acquire} (and the middleware) only.
    *
-   * @throws HttpError 400 for a malformed key, 401 for a key that matches no plan or `key.pattern`
+   * @throws LimiterError for a key that cannot be decided: `malformed_key`, `invalid_key` (not `key.pattern`),
+   *   `no_plan`; `problemFor(e)` is the proxy's answer to it
    * @throws RangeError for a cost that is not a whole number ≥ 1, or a route no plan has
    */
   limit(env: object, key: string, options?: LimitCallOptions): Promise<RateLimitResult>;
@@ -251,7 +253,7 @@ export interface Limiter {
    * The object name and plan of `key`, checked as `limit()` checks it; for a request without a key
    * (`null`), those of the `anonymous` limits for the client address `ip`.
    *
-   * @throws HttpError 400 for a malformed key, 401 for a key that matches no plan or `key.pattern`, or none without `anonymous`
+   * @throws LimiterError `malformed_key`, `invalid_key`, `no_plan`, or `key_required` for none without `anonymous`
    */
   identify(key: string | null, ip?: string | null): Identity;
 }

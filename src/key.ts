@@ -6,7 +6,7 @@
 
 import { planForKey } from "./config/lookup.ts";
 import { KEY_CHARS, type KeySource, type LimiterConfig, type Plan } from "./config/types.ts";
-import { HttpError, unauthorized } from "./http.ts";
+import { LimiterError } from "./errors.ts";
 
 /** `Authorization: Bearer <token>`; group 1 is the token (also the admin API's). */
 export const BEARER = /^Bearer[ \t]+(.*)$/i;
@@ -15,7 +15,7 @@ export { KEY_CHARS } from "./config/types.ts";
 /**
  * The request's API key, or null when it carries none.
  *
- * @throws HttpError 400 when a key is malformed (too long, control or non-ASCII characters,
+ * @throws LimiterError `malformed_key` when a key is malformed (too long, control or non-ASCII characters,
  * several values) or when two sources carry different keys
  */
 export function readKey(request: Request, source: KeySource): string | null {
@@ -43,7 +43,7 @@ export function readKey(request: Request, source: KeySource): string | null {
  * Checks that `key` is a key: at most `maxLength` characters of printable ASCII without spaces
  * or commas.
  *
- * @throws HttpError 400 naming `where`
+ * @throws LimiterError `malformed_key` naming `where`
  */
 export function checkKey(key: string, where: string, maxLength: number): void {
   if (key.length > maxLength) throw badKey(`the key in ${where} is longer than ${maxLength} characters`);
@@ -78,8 +78,8 @@ export function objectName(kind: string, id: string, scope: string | null = null
  * then `client`, its address as `clientOf` (address.ts) counts it, names its object when `anonymous` is
  * configured). `scope` names a limiter's objects apart from other limiters' ({@link objectName}).
  *
- * @throws HttpError 401 when a key is needed and missing, does not match `key.pattern`, or matches no plan;
- *   400 for a request without a key whose client address is missing or malformed (`anonymous`)
+ * @throws LimiterError `key_required`, `invalid_key` (not `key.pattern`) or `no_plan`; `no_client_address` for a
+ *   request without a key whose client address is missing or malformed (`anonymous`)
  */
 export function identify(
   config: LimiterConfig,
@@ -87,15 +87,15 @@ export function identify(
   client: string | null,
   scope: string | null = null,
 ): Identity {
-  const bearer = config.key.bearer;
   if (key === null) {
-    if (!config.anonymous) throw unauthorized("This API needs an API key.", bearer);
+    if (!config.anonymous) throw new LimiterError("key_required", "This API needs an API key.");
     if (client === null) throw noClientAddress();
     return { name: objectName("ip", client, scope), plan: config.anonymous };
   }
-  if (config.key.pattern && !config.key.pattern.test(key)) throw unauthorized("This API key is not valid.", bearer);
+  if (config.key.pattern && !config.key.pattern.test(key))
+    throw new LimiterError("invalid_key", "This API key is not valid.");
   const plan = planForKey(config, key);
-  if (!plan) throw unauthorized("This API key matches no plan.", bearer);
+  if (!plan) throw new LimiterError("no_plan", "This API key matches no plan.");
   return { name: objectName("key", key, scope), plan };
 }
 
@@ -133,18 +133,17 @@ function stripSpace(value: string): string {
 }
 
 /**
- * A `400` for a request whose client address is needed (the `anonymous` or `ip` limits) and missing or
+ * The error of a request whose client address is needed (the `anonymous` or `ip` limits) and missing or
  * malformed: never one bucket shared by every bad value. Cloudflare always sends `CF-Connecting-IP`; it can be
  * missing locally or behind another proxy.
  */
-export function noClientAddress(): HttpError {
-  return new HttpError(
-    400,
-    "Bad Request",
+export function noClientAddress(): LimiterError {
+  return new LimiterError(
+    "no_client_address",
     "The client address (CF-Connecting-IP) is missing or not an IP address, and this API limits requests per address.",
   );
 }
 
-function badKey(detail: string): HttpError {
-  return new HttpError(400, "Malformed API key", detail);
+function badKey(detail: string): LimiterError {
+  return new LimiterError("malformed_key", detail);
 }

@@ -71,7 +71,7 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    * The object name and plan of `key` (checked as a request's key is), or of the client address
    * `ip` for a request without a key (`null`).
    *
-   * @throws HttpError 400 for a malformed key, 401 for a key that is needed and missing, does not match `key.pattern`, or matches no plan
+   * @throws LimiterError for a malformed key, a key that is needed and missing, does not match `key.pattern`, or matches no plan
    */
   identify(key: string | null, ip: string | null = null): Identity {
     if (key !== null) checkKey(key, "key", this.config.key.maxLength);
@@ -81,7 +81,7 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   /**
    * The object name of `budget` for the client address `ip` (`CF-Connecting-IP`).
    *
-   * @throws HttpError 400 when the address is missing or malformed
+   * @throws LimiterError `no_client_address` when the address is missing or malformed
    */
   addressName(budget: AddressBudget, ip: string | null): string {
     const client = clientOf(ip, this.config.ipv6Subnet);
@@ -94,7 +94,7 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    * `env` binds `LIMITER_ANALYTICS`. Resolves null when the request costs nothing (not limited,
    * no headers).
    *
-   * @throws HttpError for a request without a usable key (400, 401) or with a path the normaliser refuses (400)
+   * @throws LimiterError for a request without a usable key or client address
    * @throws RangeError for a cost that is not a whole number ≥ 0, or a route no plan has
    */
   async decide(env: object, ns: LimiterNamespace, asking: Asking, observe?: DecisionObserver): Promise<Decided | null> {
@@ -120,7 +120,7 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   /**
    * Decides one request against one address budget alone (the proxy's CORS preflights): no key, no route.
    *
-   * @throws HttpError 400 when the client address is missing or malformed
+   * @throws LimiterError `no_client_address` when the client address is missing or malformed
    */
   async decideAddress(
     env: object,

@@ -12,6 +12,7 @@ import { parseLimits } from "../config/parse.ts";
 import { type AddressBudget, type Config, ConfigError, type Limit, type Plan } from "../config/types.ts";
 import type { LimitStatus, NamedLimit } from "../core/decision.ts";
 import { describe, parseDuration } from "../core/duration.ts";
+import { LimiterError } from "../errors.ts";
 import { HttpError, problem } from "../http.ts";
 import { BEARER, checkKey, type Identity, identify, objectName } from "../key.ts";
 import { type KeyStatus, MAX_TIME_MS, type Override, type RateLimiter } from "../object/index.ts";
@@ -331,9 +332,9 @@ function identified(value: unknown, config: Config): Identity {
     checkKey(value, "the body", config.key.maxLength);
     return identify(config, value, null);
   } catch (e) {
-    if (!(e instanceof HttpError)) throw e;
+    if (!(e instanceof LimiterError)) throw e;
     // A malformed key (400), or one the Worker refuses with 401 (no plan, not key.pattern): no request can use it.
-    if (e.status === 400) throw bad(`key: ${e.message}`);
+    if (e.code === "malformed_key") throw bad(`key: ${e.message}`);
     throw unprocessable(`key: ${e.message} Its requests get 401 and it has no state.`);
   }
 }

@@ -8,7 +8,8 @@ import { type Background, type ClientOptions, LimiterClient } from "../client/in
 import { errorName } from "../client/policy.ts";
 import { parseConfig } from "../config/parse.ts";
 import { type Config, ConfigError } from "../config/types.ts";
-import { clientSignal, copyHeaders, HttpError, normalized, problem, refusal } from "../http.ts";
+import { LimiterError } from "../errors.ts";
+import { clientSignal, copyHeaders, HttpError, normalized, problem, problemFor, refusal } from "../http.ts";
 import { readKey } from "../key.ts";
 import type { RateLimiter } from "../object/index.ts";
 import type { NormalPath } from "../path.ts";
@@ -104,6 +105,7 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
       return await limitAndForward(request, url, path, env, pipeline, hooks, answer);
     } catch (e) {
       if (e instanceof HttpError) return answer(e.toResponse(), true);
+      if (e instanceof LimiterError) return answer(problemFor(e, config.key.bearer), true);
       logEvent("internal_error", { message: errorName(e) }, "error");
       return problem(500, "Internal Server Error", "The rate limiter failed unexpectedly.");
     }

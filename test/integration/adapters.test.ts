@@ -230,7 +230,16 @@ describe("limiters are independent by default", () => {
 describe("the package's root entry", () => {
   it("exports what users need and no internal helpers", () => {
     expect(Object.keys(root).sort()).toEqual(
-      ["ConfigError", "HttpError", "RateLimiter", "createLimiter", "headersOf", "refusal", "violated"].sort(),
+      [
+        "ConfigError",
+        "LimiterError",
+        "RateLimiter",
+        "createLimiter",
+        "headersOf",
+        "problemFor",
+        "refusal",
+        "violated",
+      ].sort(),
     );
   });
 });

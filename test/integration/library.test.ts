@@ -2,7 +2,7 @@
 // results and headers say, two limiters side by side, the injected clock, and its errors.
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ConfigError, createLimiter, HttpError, type RateLimitResult, refusal } from "../../src/index.ts";
+import { ConfigError, createLimiter, LimiterError, type RateLimitResult, refusal } from "../../src/index.ts";
 import { freshKey, spyLimiter } from "./helpers.ts";
 
 const perMinute = (limit: number) => ({ limits: [{ limit, window: "1m" as const }] });
@@ -74,11 +74,11 @@ describe("limit()", () => {
     const status = async (p: Promise<unknown>) =>
       p.then(
         () => 0,
-        (e: unknown) => (e instanceof HttpError ? e.status : -1),
+        (e: unknown) => (e instanceof LimiterError ? e.code : String(e)),
       );
-    expect(await status(limiter.limit(env, "sk_a b"))).toBe(400);
-    expect(await status(limiter.limit(env, `sk_${"a".repeat(300)}`))).toBe(400);
-    expect(await status(limiter.limit(env, "pk_abc"))).toBe(401);
+    expect(await status(limiter.limit(env, "sk_a b"))).toBe("malformed_key");
+    expect(await status(limiter.limit(env, `sk_${"a".repeat(300)}`))).toBe("malformed_key");
+    expect(await status(limiter.limit(env, "pk_abc"))).toBe("invalid_key");
     await expect(limiter.limit({}, "sk_abc")).rejects.toThrow(/^env\.LIMITER: no Durable Object binding/);
     await expect(createLimiter({ ...perMinute(1), binding: "OTHER" }).limit(env, "k")).rejects.toThrow(ConfigError);
   });

@@ -2,7 +2,8 @@
 // unavailable), the 401 challenge, and copying a decision's headers.
 import { describe, expect, it } from "vitest";
 import type { LimitResult, RateLimitResult } from "../../src/client/result.ts";
-import { clientSignal, copyHeaders, HttpError, problem, refusal, unauthorized } from "../../src/http.ts";
+import { LimiterError } from "../../src/errors.ts";
+import { clientSignal, copyHeaders, HttpError, httpErrorOf, problem, problemFor, refusal } from "../../src/http.ts";
 
 const limit = (over: Partial<LimitResult> = {}): LimitResult => ({
   name: "per-minute",
@@ -118,11 +119,26 @@ describe("refusal", () => {
   });
 });
 
-describe("unauthorized / copyHeaders", () => {
-  it("401 with a Bearer challenge only when Bearer keys are read", () => {
-    const withBearer = unauthorized("This API needs an API key.", true);
-    expect([withBearer.status, withBearer.headers["WWW-Authenticate"]]).toEqual([401, 'Bearer realm="api"']);
-    expect(unauthorized("x", false).headers).toEqual({});
+describe("httpErrorOf / problemFor / copyHeaders", () => {
+  it("each code's status and title; a Bearer challenge only on a 401 and only when Bearer keys are read", async () => {
+    const of = (code: LimiterError["code"], bearer: boolean) => {
+      const e = httpErrorOf(new LimiterError(code, "why"), bearer);
+      return [e.status, e.title, e.message, e.headers["WWW-Authenticate"] ?? null];
+    };
+    expect(of("malformed_key", true)).toEqual([400, "Malformed API key", "why", null]);
+    expect(of("no_client_address", true)).toEqual([400, "Bad Request", "why", null]);
+    for (const code of ["key_required", "invalid_key", "no_plan"] as const) {
+      expect(of(code, true)).toEqual([401, "Unauthorized", "why", 'Bearer realm="api"']);
+      expect(of(code, false)).toEqual([401, "Unauthorized", "why", null]);
+    }
+    const res = problemFor(new LimiterError("no_plan", "This API key matches no plan."));
+    expect([res.status, res.headers.get("content-type")]).toEqual([401, "application/problem+json"]);
+    expect(await res.json()).toEqual({
+      type: "about:blank",
+      title: "Unauthorized",
+      status: 401,
+      detail: "This API key matches no plan.",
+    });
   });
 
   it("copies every header, replacing what the target had", () => {

@@ -2,7 +2,8 @@
 import { describe, expect, it } from "vitest";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { KeySource } from "../../src/config/types.ts";
-import { HttpError } from "../../src/http.ts";
+import { LimiterError } from "../../src/errors.ts";
+import { httpErrorOf } from "../../src/http.ts";
 import { checkKey, identify, objectName, readKey, settingsName } from "../../src/key.ts";
 
 const SOURCE: KeySource = { header: "x-api-key", bearer: true, query: "api_key", maxLength: 16, pattern: null };
@@ -15,7 +16,7 @@ function status(f: () => unknown): number | string {
   try {
     return JSON.stringify(f());
   } catch (e) {
-    if (e instanceof HttpError) return e.status;
+    if (e instanceof LimiterError) return httpErrorOf(e).status;
     throw e;
   }
 }
@@ -78,7 +79,7 @@ describe("readKey: sources and their names", () => {
       try {
         f();
       } catch (e) {
-        return (e as HttpError).message;
+        return (e as LimiterError).message;
       }
       return null;
     };
@@ -120,28 +121,40 @@ describe("identify", () => {
     } catch (e) {
       caught = e;
     }
-    expect(caught).toBeInstanceOf(HttpError);
-    expect((caught as HttpError).status).toBe(400);
-    expect((caught as HttpError).message).toMatch(/CF-Connecting-IP\) is missing or not an IP address/);
+    expect(caught).toBeInstanceOf(LimiterError);
+    expect([(caught as LimiterError).name, (caught as LimiterError).code]).toEqual([
+      "LimiterError",
+      "no_client_address",
+    ]);
+    expect(httpErrorOf(caught as LimiterError).status).toBe(400);
+    expect((caught as LimiterError).message).toMatch(/CF-Connecting-IP\) is missing or not an IP address/);
   });
 
   it("401 with the reason: no key without anonymous limits, a key off the pattern, a key no plan matches", () => {
     const noAnon = parseLimiterConfig({ limits: [{ limit: 1, window: "1s" }], key: { bearer: false } }, "t");
-    const detail = (f: () => unknown) => {
+    const detail = (f: () => unknown, bearer: boolean) => {
       try {
         f();
       } catch (e) {
-        return [(e as HttpError).status, (e as HttpError).message, (e as HttpError).headers["WWW-Authenticate"]];
+        const http = httpErrorOf(e as LimiterError, bearer);
+        return [(e as LimiterError).code, http.status, http.message, http.headers["WWW-Authenticate"]];
       }
       return null;
     };
-    expect(detail(() => identify(noAnon, null, "1.2.3.4"))).toEqual([401, "This API needs an API key.", undefined]);
-    expect(detail(() => identify(config, "other_abc", null))).toEqual([
+    expect(detail(() => identify(noAnon, null, "1.2.3.4"), false)).toEqual([
+      "key_required",
+      401,
+      "This API needs an API key.",
+      undefined,
+    ]);
+    expect(detail(() => identify(config, "other_abc", null), true)).toEqual([
+      "invalid_key",
       401,
       "This API key is not valid.",
       'Bearer realm="api"',
     ]);
-    expect(detail(() => identify(config, "live_abc", null))).toEqual([
+    expect(detail(() => identify(config, "live_abc", null), true)).toEqual([
+      "no_plan",
       401,
       "This API key matches no plan.",
       'Bearer realm="api"',

@@ -1,0 +1,29 @@
+/**
+ * @module The library's typed errors: a request the limiter cannot decide, with a `code` a caller can switch on.
+ * No HTTP here: the proxy turns them into problem+json, the hono middleware into an `HTTPException`, and a Worker
+ * using `createLimiter()` into whatever it answers (`problemFor()` in src/http.ts is the proxy's answer).
+ */
+
+/** Why a request cannot be decided. */
+export type LimiterErrorCode =
+  /** The key is too long, holds characters a key may not, is given twice, or two sources carry different keys. */
+  | "malformed_key"
+  /** The request has no key and the limiter has no `anonymous` limits. */
+  | "key_required"
+  /** The key does not match `key.pattern`. */
+  | "invalid_key"
+  /** The key matches no plan (no default plan, and no plan's `key_prefix`). */
+  | "no_plan"
+  /** The client address (`CF-Connecting-IP`) is needed (the `anonymous` or `ip` limits) and missing or malformed. */
+  | "no_client_address";
+
+/** A request the limiter cannot decide: its `code` says why, its message says so in words. */
+export class LimiterError extends Error {
+  readonly code: LimiterErrorCode;
+
+  constructor(code: LimiterErrorCode, message: string) {
+    super(message);
+    this.name = "LimiterError";
+    this.code = code;
+  }
+}
