@@ -332,7 +332,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
     async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);
       const { name: object, plan } = pipeline.identify(keyOf(key));
-      return client.peek(ns, object, plan, checked(cost), route === undefined ? null : routeNamed(config, plan, route));
+      const named = route === undefined ? null : routeNamed(config, plan, route);
+      return client.peek({ ns, name: object, plan, cost: checked(cost), route: named });
     },
     refund: async (env, result) => pipeline.refund(namespace(env), result),
     async reset(env, key) {

@@ -6,7 +6,7 @@
  */
 
 import { clientOf } from "./address.ts";
-import type { Background, LimiterClient, LimiterNamespace } from "./client/index.ts";
+import type { Background, LimiterClient, LimiterNamespace, LimitRequest } from "./client/index.ts";
 import { errorName } from "./client/policy.ts";
 import { bothOf, headersOf, type RateLimitResult } from "./client/result.ts";
 import { costFor, routeFor } from "./config/lookup.ts";
@@ -43,6 +43,14 @@ export interface Asking {
    * {@link Pipeline.release}): with a plan's `concurrency`, a granted request takes one.
    */
   readonly inFlight?: boolean;
+}
+
+/** A request decided against one address budget alone ({@link Pipeline.decideAddress}). */
+export interface AddressAsking {
+  readonly budget: AddressBudget;
+  /** The client's address (`CF-Connecting-IP`). */
+  readonly ip: string | null;
+  readonly bg?: Background;
 }
 
 /** A request's decision and the identity it was made for (what a refund needs). */
@@ -109,9 +117,18 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     // The address budget applies to requests with a key whose adapter knows the address (the library's
     // limit() without `ip` leaves it out; the proxy and the middleware always pass the header, present or not).
     const budget = key === null || asking.ip === undefined ? null : (identity.plan.ip ?? null);
+    const request: LimitRequest = {
+      ns,
+      name: identity.name,
+      plan: identity.plan,
+      cost,
+      route,
+      ...(asking.bg ? { bg: asking.bg } : {}),
+      ...(asking.inFlight ? { inFlight: true } : {}),
+    };
     const result = budget
-      ? await this.#decideBoth(ns, identity, cost, route, budget, asking)
-      : await this.client.limit(ns, identity.name, identity.plan, cost, asking.bg, route, asking.inFlight);
+      ? await this.#decideBoth(request, budget, asking.ip ?? null)
+      : await this.client.limit(request);
     observe?.(result, identity.name);
     await recordDecision(env as TelemetryEnv, identity.name, result);
     return { result, identity };
@@ -122,15 +139,10 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    *
    * @throws LimiterError `no_client_address` when the client address is missing or malformed
    */
-  async decideAddress(
-    env: object,
-    ns: LimiterNamespace,
-    budget: AddressBudget,
-    ip: string | null,
-    bg?: Background,
-  ): Promise<RateLimitResult> {
+  async decideAddress(env: object, ns: LimiterNamespace, address: AddressAsking): Promise<RateLimitResult> {
+    const { budget, ip, bg } = address;
     const name = this.addressName(budget, ip);
-    const result = await this.client.limit(ns, name, budget.plan, 1, bg);
+    const result = await this.client.limit({ ns, name, plan: budget.plan, cost: 1, ...(bg ? { bg } : {}) });
     await recordDecision(env as TelemetryEnv, name, result);
     return result;
   }
@@ -141,18 +153,12 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    * (a leased grant to its lease, at once; else a call), so the refused request ends counted in neither. A
    * give-back that fails leaves that grant counted until it leaves the window: capacity held, never more granted.
    */
-  async #decideBoth(
-    ns: LimiterNamespace,
-    identity: Identity,
-    cost: number,
-    route: Route | null,
-    budget: AddressBudget,
-    asking: Asking,
-  ): Promise<RateLimitResult> {
-    const address = this.addressName(budget, asking.ip ?? null);
+  async #decideBoth(request: LimitRequest, budget: AddressBudget, ip: string | null): Promise<RateLimitResult> {
+    const { ns, cost, bg } = request;
+    const address = this.addressName(budget, ip);
     const [byKey, byAddress] = await Promise.all([
-      this.client.limit(ns, identity.name, identity.plan, cost, asking.bg, route, asking.inFlight),
-      this.client.limit(ns, address, budget.plan, cost, asking.bg),
+      this.client.limit(request),
+      this.client.limit({ ns, name: address, plan: budget.plan, cost, ...(bg ? { bg } : {}) }),
     ]);
     if (byKey.allowed !== byAddress.allowed) {
       await Promise.all([this.refund(ns, byKey.allowed ? byKey : byAddress), this.release(ns, byKey)]);

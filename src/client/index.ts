@@ -7,7 +7,6 @@
 
 import { routeBudget } from "../config/lookup.ts";
 import type { Limit, LimiterConfig, Plan, Route } from "../config/types.ts";
-import type { RouteBudget } from "../core/budgets.ts";
 import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
 import { ringSlackMs } from "../core/limits.ts";
 import type { Ask } from "../core/log.ts";
@@ -40,6 +39,34 @@ import type { Background, LimiterNamespace } from "./stub.ts";
 
 export { type LimitResult, type RateLimitResult, type Reason, UNAVAILABLE_RETRY_MS, violated } from "./result.ts";
 export type { Background, LimiterNamespace, LimiterStub } from "./stub.ts";
+
+/** One request as the pipeline hands it to the client: who is asking, for what, under which plan, and where. */
+export interface LimitRequest {
+  /** The limiter's objects (`env[binding]`). */
+  readonly ns: LimiterNamespace;
+  /** The object name of the key (or client address) the request counts against. */
+  readonly name: string;
+  readonly plan: Plan;
+  /** The request's units, a whole number ≥ 1. */
+  readonly cost: number;
+  /** The runtime's `waitUntil`: lease refills, give-backs and refunds outlive the response. */
+  readonly bg?: Background;
+  /** The route whose budget the request must fit as well (docs/configuration.md, "Per-route budgets"). */
+  readonly route?: Route | null;
+  /** With a plan's `concurrency`, a granted request takes one of the key's slots. */
+  readonly inFlight?: boolean;
+}
+
+/** A request to read a key's state ({@link LimiterClient.peek}): a {@link LimitRequest}'s key, plan, cost and route. */
+export type PeekRequest = Pick<LimitRequest, "ns" | "name" | "plan" | "route"> & { readonly cost?: number };
+
+/** What a decision at the key's object goes on from: the limits, the key's lease entry, a slot asked for, the time. */
+interface AtObject {
+  readonly limits: readonly Limit[];
+  readonly entry: KeyLeases | undefined;
+  readonly slot: SlotAsk | undefined;
+  readonly now: number;
+}
 
 /** A client's inputs besides its configuration. */
 export interface ClientOptions {
@@ -133,15 +160,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    *
    * @throws RangeError when `cost` is not a whole number ≥ 1
    */
-  async limit(
-    ns: LimiterNamespace,
-    name: string,
-    plan: Plan,
-    cost: number,
-    bg: Background = {},
-    route: Route | null = null,
-    inFlight = false,
-  ): Promise<RateLimitResult> {
+  async limit(r: LimitRequest): Promise<RateLimitResult> {
+    const { plan, cost } = r;
+    const route = r.route ?? null;
     if (!Number.isSafeInteger(cost) || cost < 1) {
       throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)} (peek() reads without consuming)`);
     }
@@ -164,8 +185,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         route,
       });
     }
-    const slot = inFlight && plan.concurrency ? this.#inFlight.ask(plan.concurrency) : undefined;
-    return this.#decide(ns, name, plan, limits, cost, bg, slot, route);
+    const slot = r.inFlight && plan.concurrency ? this.#inFlight.ask(plan.concurrency) : undefined;
+    return this.#decide(r, limits, slot);
   }
 
   /**
@@ -187,13 +208,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * whether it would be granted now, `retryAfterMs` when it would be. Units this isolate holds
    * on lease count as remaining.
    */
-  async peek(
-    ns: LimiterNamespace,
-    name: string,
-    plan: Plan,
-    cost = 1,
-    route: Route | null = null,
-  ): Promise<RateLimitResult> {
+  async peek(r: PeekRequest): Promise<RateLimitResult> {
+    const { ns, name, plan, cost = 1 } = r;
+    const route = r.route ?? null;
     if (!Number.isSafeInteger(cost) || cost < 1) {
       throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)}`);
     }
@@ -208,7 +225,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         (e) => this.#log("limiter_retry", name, e, "warn"),
       );
     } catch (e) {
-      return this.#failed(plan, cost, e, route);
+      return this.#failed({ plan, cost, route }, e);
     }
     const shown = this.#shown(limits, d.limitsOverride, route);
     // Units this isolate holds on lease count as remaining, for the key's own limits (route requests never lease).
@@ -271,16 +288,13 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     this.#settleElsewhere(ns, out, bg);
   }
 
-  async #decide(
-    ns: LimiterNamespace,
-    name: string,
-    plan: Plan,
-    limits: readonly Limit[],
-    cost: number,
-    bg: Background,
-    slot: SlotAsk | undefined,
-    route: Route | null,
-  ): Promise<RateLimitResult> {
+  /**
+   * Decides `r` under `limits`, with a concurrency `slot` asked for or not: from a lease this isolate holds, from the
+   * deny cache, after waiting for a lease call out that brings its units, or at the key's object.
+   */
+  async #decide(r: LimitRequest, limits: readonly Limit[], slot: SlotAsk | undefined): Promise<RateLimitResult> {
+    const { name, plan, cost } = r;
+    const route = r.route ?? null;
     let now = this.now();
     const elsewhere: KeySettlements[] = [];
     // A request taking a concurrency slot is decided at the key's object: a lease holds no slots. Nor does a route
@@ -292,7 +306,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       this.#idleCheckAt = now + IDLE_RETURN_MS;
       this.leases.idle(now, elsewhere);
     }
-    this.#settleElsewhere(ns, elsewhere, bg);
+    this.#settleElsewhere(r.ns, elsewhere, r.bg ?? {});
     // A request waits for no other request's call, except a lease call out that will bring enough units to cover it
     // (leases.ts, `calling`), and for no longer than that call's round trip (docs/design.md, "No waiting behind other
     // requests"). It waits on its own timers, until the answer is due and at most until it is late: workerd runs a
@@ -302,8 +316,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       if (entry) {
         const held = this.leases.spend(entry, cost, now);
         if (held) {
-          this.#refill(ns, plan, name, entry, now, bg);
-          return this.#leased(plan, name, cost, entry, held, now);
+          this.#refill(r, entry, now);
+          return this.#leased(r, entry, held, now);
         }
       }
       if (!this.config.shadow) {
@@ -311,7 +325,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
         if (blocked && retryAt !== undefined && !this.#completesPenalty(name, plan, blocked, now)) {
           this.#refusedHere(name, plan, blocked, now);
-          return this.#cachedDenial(plan, limits, cost, blocked, retryAt, now, route);
+          return this.#cachedDenial(r, blocked, retryAt, now);
         }
       }
       if (waits === 0 && entry) joined = this.leases.join(entry, cost, now);
@@ -320,29 +334,31 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       await sleep(ms);
       now = this.now();
     }
-    // Its own call: with a lease ask when none is out for the key.
-    const want =
-      entry && entry.call === null
-        ? this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now, ringSlackMs(limits))
-        : undefined;
+    return this.#atObject(r, { limits, entry, slot, now });
+  }
+
+  /** Decides `r` at the key's object: its own call, with a lease ask when none is out for the key. */
+  async #atObject(r: LimitRequest, at: AtObject): Promise<RateLimitResult> {
+    const { name, plan, cost } = r;
+    const { entry, slot, now } = at;
+    const want = entry && entry.call === null ? this.#want(entry, plan, now) : undefined;
     const sentAt = now;
     const ask = slot ? { ...this.#ask(entry, want, cost, now), slot } : this.#ask(entry, want, cost, now);
     const call = entry && ask.leaseUnits ? this.leases.calling(entry, ask.leaseUnits, now, ask.leaseFromLog) : null;
     let d: Decision;
     try {
-      d = await this.#call(ns, name, limits, this.#penalized(name, plan, ask), route ? routeBudget(route) : undefined);
+      d = await this.#call(r, this.#penalized(name, plan, ask));
     } catch (e) {
       if (entry && call) this.leases.answered(entry, call);
       if (entry) this.leases.returned(entry, ask.settle ?? []);
-      return this.#failed(plan, cost, e, route);
+      return this.#failed(r, e);
     }
     const lease = entry ? this.#keep(entry, d, sentAt, ask) : null;
     if (entry) this.leases.returned(entry, ask.settle ?? []);
     if (entry && call) this.leases.answered(entry, call);
     this.#sawRefusals(name, d);
-    this.#remember(cached, d, cost, sentAt);
-    this.#observe(ns, name, d, bg);
-    const shown = this.#shown(limits, d.limitsOverride, route);
+    this.#remember(r.route ? routeEntry(name, r.route) : name, d, { cost, sentAt });
+    this.#observe(r, d);
     if (!d.allowed && entry && d.blockedBy === undefined && !d.concurrencyFull) {
       // No refusal while a unit is at hand (docs/design.md, "What real clients do"): units a lease call of this
       // isolate brought while this request's call was out, or brings within its round trip, are this request's.
@@ -350,30 +366,41 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       if (held) {
         // The object counted this refusal towards a penalty: one fewer of those answered here is reported.
         if (plan.penalty) this.#refusals.set(name, (this.#refusals.get(name) ?? 0) - 1);
-        return this.#leased(plan, name, cost, entry, held, this.now());
+        return this.#leased(r, entry, held, this.now());
       }
     }
-    if (!d.allowed) {
-      const reason = refusalReason(d);
-      const exceeded = d.limits.map((l) => l.exceeded);
-      return this.#result({
-        plan,
-        shown,
-        cost,
-        reason,
-        fits: false,
-        states: d.limits,
-        exceeded,
-        retryAfterMs: d.retryAfterMs,
-        at: d.now,
-        route,
-      });
-    }
-    // What the object has left, plus every unit this isolate holds (the new lease's included).
+    return d.allowed ? this.#granted(r, d, at, lease) : this.#refused(r, d, at.limits);
+  }
+
+  /** The object's refusal of `r` as a result. */
+  #refused(r: LimitRequest, d: Decision, limits: readonly Limit[]): RateLimitResult {
+    const route = r.route ?? null;
+    return this.#result({
+      plan: r.plan,
+      shown: this.#shown(limits, d.limitsOverride, route),
+      cost: r.cost,
+      reason: refusalReason(d),
+      fits: false,
+      states: d.limits,
+      exceeded: d.limits.map((l) => l.exceeded),
+      retryAfterMs: d.retryAfterMs,
+      at: d.now,
+      route,
+    });
+  }
+
+  /**
+   * The object's grant of `r` as a result: what it has left plus every unit this isolate holds (the new lease's
+   * included), and the handle a refund or a release needs — the slot taken, where the units were recorded (with a
+   * lease, the cost is refunded through it: it may be settled by then).
+   */
+  #granted(r: LimitRequest, d: Decision, at: AtObject, lease: HeldLease | null): RateLimitResult {
+    const { name, cost, plan } = r;
+    const route = r.route ?? null;
+    const { entry, limits, slot } = at;
     const units = entry ? this.leases.spare(entry, this.now(), d.limitsOverride ?? null) : 0;
     const states = d.limits.map((l) => withLease(l, units));
-    const held = slot ? this.#inFlight.hold(ns, name, slot) : null;
-    // Recorded with a lease, the cost is refunded through it (it may be settled by then).
+    const held = slot ? this.#inFlight.hold(r.ns, name, slot) : null;
     const grant: GrantRecord | null = !d.recordedAt
       ? null
       : {
@@ -385,6 +412,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
           ...(route ? { route: routeBudget(route) } : {}),
         };
     const handle = grant || held ? { grants: grant ? [grant] : [], slot: held } : null;
+    const shown = this.#shown(limits, d.limitsOverride, route);
     return this.#result({ plan, shown, cost, reason: "granted", fits: true, states, at: d.now, route, handle });
   }
 
@@ -407,7 +435,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * A request served from a lease: the object's latest answer about the key, plus every unit this isolate still
    * holds (exact with one isolate, as of that answer).
    */
-  #leased(plan: Plan, name: string, cost: number, entry: KeyLeases, held: HeldLease, now: number): RateLimitResult {
+  #leased(r: LimitRequest, entry: KeyLeases, held: HeldLease, now: number): RateLimitResult {
+    const { plan, name, cost } = r;
     const units = this.leases.spare(entry, now, held.applied);
     const seen = entry.view;
     const view = seen && sameOverride(seen.applied, held.applied) ? seen : held;
@@ -429,15 +458,10 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     return this.#result({ plan, shown, cost, reason: "leased", fits: true, states, at: now, handle });
   }
 
-  #cachedDenial(
-    plan: Plan,
-    limits: readonly Limit[],
-    cost: number,
-    blocked: Blocked,
-    retryAt: number,
-    now: number,
-    route: Route | null = null,
-  ): RateLimitResult {
+  #cachedDenial(r: LimitRequest, blocked: Blocked, retryAt: number, now: number): RateLimitResult {
+    const { plan, cost } = r;
+    const route = r.route ?? null;
+    const limits = plan.limits ?? [];
     const states = blocked.freeAt.map((at) => (at > now ? { remaining: 0, resetMs: at - now } : null));
     const isBlock = blocked.blockedBy !== undefined && now < blocked.blockedBy;
     // A block refuses whatever the limits say: no limit is what refused it.
@@ -458,7 +482,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   }
 
   /** The object's call was late or failed: a result for the failure mode. */
-  #failed(plan: Plan, cost: number, e: unknown, route: Route | null = null): RateLimitResult {
+  #failed(r: Pick<LimitRequest, "plan" | "cost" | "route">, e: unknown): RateLimitResult {
+    const { plan, cost } = r;
+    const route = r.route ?? null;
     const reason: Reason = e instanceof LimiterTimeout ? "limiter_timeout" : "limiter_error";
     logEvent(
       "limiter_unavailable",
@@ -501,13 +527,10 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * requests: workerd binds a stub to the request that made it. A retry carries no settlements: the
    * first try may have applied them, and moving a lease's units twice would move units not yet used.
    */
-  #call(
-    ns: LimiterNamespace,
-    name: string,
-    limits: readonly Limit[],
-    ask: Ask,
-    route?: RouteBudget,
-  ): Promise<Decision> {
+  #call(r: LimitRequest, ask: Ask): Promise<Decision> {
+    const { ns, name } = r;
+    const limits = r.plan.limits ?? [];
+    const route = r.route ? routeBudget(r.route) : undefined;
     const start = this.now();
     let tries = 0;
     return callObject(
@@ -551,28 +574,45 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     this.leases.saw(entry, { limits: d.limits, decidedAt: d.now, sentAt, applied: d.limitsOverride ?? null });
     if (d.lease) {
       const used = d.allowed ? ask.cost : 0;
-      return this.leases.add(entry, d.lease, sentAt, d.now, d.limits, d.limitsOverride ?? null, used);
+      return this.leases.add(entry, {
+        lease: d.lease,
+        sentAt,
+        issuedAt: d.now,
+        limits: d.limits,
+        applied: d.limitsOverride ?? null,
+        used,
+      });
     }
     if (ask.leaseUnits && !ask.leaseFromLog)
       entry.quietUntil = sentAt + Math.min(...entry.limits.map((l) => l.windowMs));
     return null;
   }
 
+  /** The lease to ask for the key of `entry` under `plan` at `now` (leases.ts, `want`). */
+  #want(entry: KeyLeases, plan: Plan, now: number): LeaseAsk {
+    const sizing = {
+      lifetimeMs: plan.leaseMs,
+      maxUnits: this.config.leases.maxUnits,
+      youngMs: ringSlackMs(plan.limits ?? []),
+    };
+    return this.leases.want(entry, now, sizing);
+  }
+
   /** Asks for the next lease in the background when the held ones run low (off the request's path). */
-  #refill(ns: LimiterNamespace, plan: Plan, name: string, entry: KeyLeases, now: number, bg: Background): void {
-    const limits = plan.limits ?? [];
-    const want = this.leases.want(entry, plan.leaseMs, this.config.leases.maxUnits, now, ringSlackMs(limits));
+  #refill(r: LimitRequest, entry: KeyLeases, now: number): void {
+    const { name, plan } = r;
+    const want = this.#want(entry, plan, now);
     if (!this.leases.needsRefill(entry, now, want)) return;
     const ask = this.#ask(entry, want, 0, now);
     const call = this.leases.calling(entry, want.units, now, ask.leaseFromLog);
-    const done = this.#call(ns, name, limits, this.#penalized(name, plan, ask)).then(
+    const done = this.#call(r, this.#penalized(name, plan, ask)).then(
       (d) => {
         this.#keep(entry, d, now, ask);
         this.leases.returned(entry, ask.settle ?? []);
         this.leases.answered(entry, call);
         this.#sawRefusals(name, d);
-        this.#remember(name, d, 1, now, true);
-        this.#observe(ns, name, d, bg);
+        this.#remember(name, d, { cost: 1, sentAt: now, leaseOnly: true });
+        this.#observe(r, d);
       },
       (e) => {
         this.leases.answered(entry, call);
@@ -580,7 +620,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         this.#log("lease_refill_failed", name, e);
       },
     );
-    bg.waitUntil?.(done);
+    r.bg?.waitUntil?.(done);
   }
 
   /**
@@ -590,11 +630,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * object; until then they spend what they hold (at most 1/4 of the smallest limit a lease, within
    * one lease lifetime), and those units were counted when leased.
    */
-  #observe(ns: LimiterNamespace, name: string, d: Decision, bg: Background): void {
+  #observe(r: LimitRequest, d: Decision): void {
     const dropped: KeySettlements[] = [];
-    if (d.blockedBy !== undefined) this.leases.drop(name, dropped);
-    else this.leases.dropOthers(name, d.limitsOverride ?? null, dropped);
-    this.#settleElsewhere(ns, dropped, bg);
+    if (d.blockedBy !== undefined) this.leases.drop(r.name, dropped);
+    else this.leases.dropOthers(r.name, d.limitsOverride ?? null, dropped);
+    this.#settleElsewhere(r.ns, dropped, r.bg ?? {});
   }
 
   /** Settles leases of keys this request is not about (dropped or idle ones) with their objects, in the background. */
@@ -608,10 +648,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
-   * Stores what the object said about the key being blocked, in local time. A lease-only answer
-   * (`leaseOnly`) never clears an entry: it was not a request's decision.
+   * Stores what the object said about the key being blocked, in local time, for the call sent at `sentAt` asking
+   * for `cost`. A lease-only answer (`leaseOnly`) never clears an entry: it was not a request's decision.
    */
-  #remember(name: string, d: Decision, cost: number, sentAt: number, leaseOnly = false): void {
+  #remember(name: string, d: Decision, call: { cost: number; sentAt: number; leaseOnly?: boolean }): void {
+    const { cost, sentAt, leaseOnly = false } = call;
     const blockedForMs = d.blockedUntil - d.now;
     if (blockedForMs <= 0) {
       if (!leaseOnly) this.denyCache.delete(name);

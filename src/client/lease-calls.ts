@@ -28,17 +28,22 @@ export interface CallSlot {
 const MIN_WAIT_MS = 5;
 
 /**
- * Marks a lease call for `units` as out for the key at `now`, expected a recent round trip (`rttMs`, at least
- * {@link MIN_WAIT_MS}) later, and late once four of the round trips' recent deviations (`devMs`) have passed after
+ * Marks a lease call for `units` as out for the key at `now`, expected a recent round trip (`rtt.meanMs`, at least
+ * {@link MIN_WAIT_MS}) later, and late once four of the round trips' recent deviations (`rtt.devMs`) have passed after
  * that — at least {@link MIN_WAIT_MS}, at most another round trip: an answer seldom comes later, and one that does
  * is waited for no longer. (Late after two round trips always, an answer a few milliseconds past the mean — half of
  * them — kept the requests waiting for it a second round trip before they asked for themselves, three in all.)
  * Cleared with {@link answered}.
  */
-export function callOut(slot: CallSlot, units: number, now: number, rttMs: number, devMs: number): LeaseCall {
-  const rtt = Math.max(rttMs, MIN_WAIT_MS);
-  const dueAt = now + Math.ceil(rtt);
-  const until = dueAt + Math.min(Math.max(4 * devMs, MIN_WAIT_MS), rtt);
+export function callOut(
+  slot: CallSlot,
+  ask: { readonly units: number; readonly now: number },
+  rtt: { readonly meanMs: number; readonly devMs: number },
+): LeaseCall {
+  const { units, now } = ask;
+  const mean = Math.max(rtt.meanMs, MIN_WAIT_MS);
+  const dueAt = now + Math.ceil(mean);
+  const until = dueAt + Math.min(Math.max(4 * rtt.devMs, MIN_WAIT_MS), mean);
   const call: LeaseCall = { spare: units, dueAt, until, done: false };
   slot.call = call;
   return call;

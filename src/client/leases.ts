@@ -37,6 +37,29 @@ export type { LeaseCall } from "./lease-calls.ts";
 export type { LeaseAsk } from "./lease-sizing.ts";
 export { IDLE_RETURN_MS, type KeySettlements } from "./settlement.ts";
 
+/** How a lease is asked for (see lease-sizing.ts, `leaseToAsk`): its lifetime, its most units, a young key's span. */
+export interface LeaseSizing {
+  readonly lifetimeMs: number;
+  readonly maxUnits: number;
+  /** How long a key is young (its first leases sized by the object from its log); 0 by default. */
+  readonly youngMs?: number;
+}
+
+/** A lease as the key's object granted it, with the call it came with ({@link LeaseTable.add}). */
+export interface LeaseGrant {
+  readonly lease: Lease;
+  /** Local time the call was sent at. */
+  readonly sentAt: number;
+  /** The object's clock when it granted the lease. */
+  readonly issuedAt: number;
+  /** The key's limits as the object saw them right after granting it. */
+  readonly limits: readonly LimitStatus[];
+  /** The limits it was granted under when an operator's override, not the plan, applied (null: the plan's). */
+  readonly applied?: readonly NamedLimit[] | null;
+  /** The request's own cost granted with it and recorded in its slot: its first use (at `sentAt`). */
+  readonly used?: number;
+}
+
 export class LeaseTable {
   readonly #entries = new Map<string, KeyLeases>();
   /** Prefixes this table's lease ids: unique to the isolate. */
@@ -221,9 +244,9 @@ export class LeaseTable {
    * The lease to ask for (lease-sizing.ts, {@link leaseToAsk}), at this isolate's recent round trip; none while
    * the object had none to give, or while its latest answer says it would have none ({@link leaseShare}).
    */
-  want(e: KeyLeases, lifetimeMs: number, maxUnits: number, now: number, youngMs = 0): LeaseAsk {
+  want(e: KeyLeases, now: number, sizing: LeaseSizing): LeaseAsk {
     if (now < e.quietUntil || leaseShare(e, now) === 0) return NO_ASK;
-    return leaseToAsk(e, now, { lifetimeMs, maxUnits, youngMs, rttMs: this.#rttMs });
+    return leaseToAsk(e, now, { youngMs: 0, ...sizing, rttMs: this.#rttMs });
   }
 
   /** Whether the key has no rate of its own here yet: its lease is sized from the object's log. */
@@ -271,7 +294,7 @@ export class LeaseTable {
   calling(e: KeyLeases, units: number, now: number, fromLog = false): LeaseCall {
     const share = leaseShare(e, now);
     const expected = fromLog ? (share < 1 ? 0 : Math.min(units, FIRST_LEASE_UNITS)) : Math.floor(units * share);
-    return callOut(e, expected, now, this.#rttMs, this.#rttDevMs);
+    return callOut(e, { units: expected, now }, { meanMs: this.#rttMs, devMs: this.#rttDevMs });
   }
 
   /** The key's lease call a request of `cost` may wait for, its units promised to it (lease-calls.ts, {@link join}). */
@@ -284,19 +307,9 @@ export class LeaseTable {
     answered(e, call);
   }
 
-  /**
-   * Keeps a lease granted for a call sent at `sentAt` (local) and issued at `issuedAt` (the object's clock). `used`:
-   * the request's own cost granted with it and recorded in its slot, its first use (at `sentAt`).
-   */
-  add(
-    e: KeyLeases,
-    lease: Lease,
-    sentAt: number,
-    issuedAt: number,
-    limits: readonly LimitStatus[],
-    applied: readonly NamedLimit[] | null = null,
-    used = 0,
-  ): HeldLease {
+  /** Keeps a lease the key's object granted (see {@link LeaseGrant}). */
+  add(e: KeyLeases, grant: LeaseGrant): HeldLease {
+    const { lease, sentAt, issuedAt, limits, applied = null, used = 0 } = grant;
     const expiresAt = sentAt + lease.lifetimeMs - leaseMargin(lease.lifetimeMs);
     const held: HeldLease = {
       id: `${this.#idPrefix}.${++this.#leases}`,

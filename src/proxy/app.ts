@@ -132,7 +132,7 @@ async function limitAndForward(
   if (isPreflight(request)) {
     // Not an API call and never keyed: through to the origin (which answers it), within its own budget per address.
     const ip = request.headers.get("cf-connecting-ip");
-    const result = await pipeline.decideAddress(env, env.LIMITER, config.cors.preflight, ip, hooks);
+    const result = await pipeline.decideAddress(env, env.LIMITER, { budget: config.cors.preflight, ip, bg: hooks });
     if (!result.allowed) return answer(refusal(result, config.headers), true);
     return forward(request, config, send, url, path.path);
   }

@@ -123,7 +123,7 @@ function setup(settings: Record<string, unknown> = {}) {
     settle: async () => {
       while (pending.length > 0) await pending.shift();
     },
-    limit: (name = "key:a", cost = 1) => client.limit(ns, name, plan, cost, bg),
+    limit: (name = "key:a", cost = 1) => client.limit({ ns, name, plan, cost, bg }),
   };
 }
 
@@ -146,12 +146,12 @@ describe("LimiterClient.limit", () => {
     expect(rampCalls).toBeLessThan(15);
     expect(t.store.count("take") - rampCalls).toBeLessThanOrEqual(4);
     // Never more than the limit, counting what is leased here as used.
-    const peek = await t.client.peek(t.ns, "key:a", t.plan);
+    const peek = await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan });
     expect(peek.limits[0]?.remaining).toBe(1000 - 60);
     // Another isolate's first request for the key comes back with a lease sized from the key's log: a few
     // units, for about as long as the key takes to use them.
     const other = new LimiterClient(t.client.config, { clock: () => t.client.now() });
-    const first = await other.limit(t.ns, "key:a", t.plan, 1, t.bg);
+    const first = await other.limit({ ns: t.ns, name: "key:a", plan: t.plan, cost: 1, bg: t.bg });
     expect(first.reason).toBe("granted");
     expect(other.leases.get("key:a")?.held.map((h) => h.left)).toEqual([4]);
   });
@@ -200,7 +200,7 @@ describe("LimiterClient.limit", () => {
     const never = await t.limit("key:a", 6);
     expect(never).toMatchObject({ allowed: false, reason: "too_costly", retryAfterMs: Number.POSITIVE_INFINITY });
     expect(headersOf(never, "draft-11").has("Retry-After")).toBe(false);
-    const free = await t.client.limit(t.ns, "key:b", { ...t.plan, limits: null }, 1);
+    const free = await t.client.limit({ ns: t.ns, name: "key:b", plan: { ...t.plan, limits: null }, cost: 1 });
     expect(free).toMatchObject({ allowed: true, reason: "unlimited", limits: [] });
     expect(t.store.calls).toEqual([]);
     await expect(t.limit("key:a", 0)).rejects.toThrow(RangeError);
@@ -252,7 +252,7 @@ describe("LimiterClient.refund", () => {
     const r = await t.limit("key:a", 3);
     expect(await t.client.refund(t.ns, grantOf(r))).toBe(true);
     expect(await t.client.refund(t.ns, grantOf(r))).toBe(false);
-    expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(100);
+    expect((await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan })).limits[0]?.remaining).toBe(100);
   });
 
   it("a leased grant goes back to its lease until the lease is settled (no call); a settled one stays counted", async () => {
@@ -318,12 +318,15 @@ describe("LimiterClient.refund", () => {
 describe("LimiterClient.peek", () => {
   it("consumes nothing, counts units held here as remaining, and says when a refused cost would pass", async () => {
     const t = setup({ limits: [{ limit: 3, window: "1m" }], leases: false });
-    expect(await t.client.peek(t.ns, "key:a", t.plan)).toMatchObject({ allowed: true, reason: "peek" });
+    expect(await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan })).toMatchObject({
+      allowed: true,
+      reason: "peek",
+    });
     await t.limit("key:a", 3);
     t.advance(100);
-    const full = await t.client.peek(t.ns, "key:a", t.plan);
+    const full = await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan });
     expect(full).toMatchObject({ allowed: false, reason: "over_limit", retryAfterMs: 60_000 - 100 });
-    expect((await t.client.peek(t.ns, "key:a", t.plan, 4)).reason).toBe("too_costly");
+    expect((await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan, cost: 4 })).reason).toBe("too_costly");
     expect(t.store.count("take")).toBe(1);
   });
 });
@@ -594,14 +597,14 @@ describe("what a result says", () => {
     const held = t.client.leases.get("key:a")?.held.reduce((n, h) => n + h.left, 0) ?? 0;
     expect(held).toBeGreaterThan(0);
     const atObject = 100 - 5 - held;
-    expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject + held);
+    expect((await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan })).limits[0]?.remaining).toBe(atObject + held);
     t.advance(11_000); // expired, not given back yet (no request has seen it): the key's next call gives them back
-    expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject + held);
+    expect((await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan })).limits[0]?.remaining).toBe(atObject + held);
     // Far from every limit, an idle key's expired units wait for its own next call (no call for them): still counted.
-    await t.client.limit(t.ns, "key:b", t.plan, 1, t.bg);
+    await t.client.limit({ ns: t.ns, name: "key:b", plan: t.plan, cost: 1, bg: t.bg });
     await t.settle();
     expect(t.store.count("settle")).toBe(0);
-    expect((await t.client.peek(t.ns, "key:a", t.plan)).limits[0]?.remaining).toBe(atObject + held);
+    expect((await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan })).limits[0]?.remaining).toBe(atObject + held);
   });
 });
 
@@ -658,8 +661,10 @@ describe("no waiting behind other requests", () => {
     // Their own timers: the answer is due a round trip (50 ms) after the call went out, late after two.
     t.client.leases.observeRtt(50);
     const { slow, gate } = gated(t.ns);
-    const first = t.client.limit(slow, "key:a", t.plan, 1, t.bg);
-    const others = Array.from({ length: 3 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    const first = t.client.limit({ ns: slow, name: "key:a", plan: t.plan, cost: 1, bg: t.bg });
+    const others = Array.from({ length: 3 }, () =>
+      t.client.limit({ ns: slow, name: "key:a", plan: t.plan, cost: 1, bg: t.bg }),
+    );
     await flush();
     expect(gate.takes).toBe(1);
     const call = t.client.leases.get("key:a")?.call as LeaseCall;
@@ -678,12 +683,14 @@ describe("no waiting behind other requests", () => {
     const t = await busyKey({ leases: { max_units: 3 } });
     t.client.leases.observeRtt(50);
     const { slow, gate } = gated(t.ns, () => true);
-    const first = t.client.limit(slow, "key:a", t.plan, 1, t.bg);
+    const first = t.client.limit({ ns: slow, name: "key:a", plan: t.plan, cost: 1, bg: t.bg });
     await flush();
     const asked = t.store.calls.at(-1)?.ask;
     expect(asked?.leaseUnits).toBe(3);
     // Three units asked for: three requests wait for them, the fourth and fifth ask for themselves (with no lease ask).
-    const others = Array.from({ length: 5 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    const others = Array.from({ length: 5 }, () =>
+      t.client.limit({ ns: slow, name: "key:a", plan: t.plan, cost: 1, bg: t.bg }),
+    );
     await flush();
     expect(gate.takes).toBe(3);
     expect(t.client.leases.get("key:a")?.call?.spare).toBe(0);
@@ -718,7 +725,9 @@ describe("no waiting behind other requests", () => {
       applied: null,
     });
     const { slow, gate } = gated(t.ns, () => true);
-    const all = Array.from({ length: 3 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    const all = Array.from({ length: 3 }, () =>
+      t.client.limit({ ns: slow, name: "key:a", plan: t.plan, cost: 1, bg: t.bg }),
+    );
     await flush();
     expect(gate.takes).toBe(3); // each asked at once
     gate.release();
@@ -735,9 +744,11 @@ describe("no waiting behind other requests", () => {
     const t = await busyKey();
     t.client.leases.observeRtt(1); // two round trips of at least 5 ms
     const { slow, gate } = gated(t.ns);
-    void t.client.limit(slow, "key:a", t.plan, 1, t.bg); // never answered
+    void t.client.limit({ ns: slow, name: "key:a", plan: t.plan, cost: 1, bg: t.bg }); // never answered
     await flush();
-    const others = await Promise.all(Array.from({ length: 3 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg)));
+    const others = await Promise.all(
+      Array.from({ length: 3 }, () => t.client.limit({ ns: slow, name: "key:a", plan: t.plan, cost: 1, bg: t.bg })),
+    );
     expect(others.map((r) => r.reason)).toEqual(["granted", "granted", "granted"]);
     expect(gate.takes).toBe(4);
   });
@@ -751,7 +762,9 @@ describe("no waiting behind other requests", () => {
     expect((await t.limit()).reason).toBe("cached_denial");
     t.advance(400); // the first unit frees
     const { slow, gate } = gated(t.ns);
-    const all = Array.from({ length: 4 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    const all = Array.from({ length: 4 }, () =>
+      t.client.limit({ ns: slow, name: "key:a", plan: t.plan, cost: 1, bg: t.bg }),
+    );
     await flush();
     expect(gate.takes).toBe(4);
     gate.release();
@@ -764,7 +777,9 @@ describe("no waiting behind other requests", () => {
   it("a key never refused here does not wait: concurrent requests ask at once", async () => {
     const t = setup({ limits: [{ limit: 4, window: "1s" }], leases: { enabled: false } });
     const { slow, gate } = gated(t.ns);
-    const all = Array.from({ length: 4 }, () => t.client.limit(slow, "key:a", t.plan, 1, t.bg));
+    const all = Array.from({ length: 4 }, () =>
+      t.client.limit({ ns: slow, name: "key:a", plan: t.plan, cost: 1, bg: t.bg }),
+    );
     await flush();
     expect(gate.takes).toBe(4);
     gate.release();
@@ -842,7 +857,7 @@ describe("penalties (the client's part)", () => {
         };
       },
     } as unknown as LimiterNamespace;
-    const limit = () => t.client.limit(counting, "key:a", t.plan, 1, t.bg);
+    const limit = () => t.client.limit({ ns: counting, name: "key:a", plan: t.plan, cost: 1, bg: t.bg });
     expect((await limit()).reason).toBe("granted"); // the object has seen no refusal
     expect((await limit()).reason).toBe("cached_denial"); // 0 + 0 + 1 < 3
     expect((await limit()).reason).toBe("cached_denial"); // 0 + 1 + 1 < 3

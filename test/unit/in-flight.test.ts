@@ -95,7 +95,7 @@ function setup(settings: Record<string, unknown> = {}) {
       now += ms;
     },
     settled: () => Promise.all(pending),
-    acquire: (name = "key:a") => client.limit(objects.ns, name, plan, 1, bg, null, true),
+    acquire: (name = "key:a") => client.limit({ ns: objects.ns, name, plan, cost: 1, bg, inFlight: true }),
   };
 }
 
@@ -128,7 +128,8 @@ describe("the client's concurrency slots", () => {
 
   it("limit() without a slot decides the rate limits alone and leases as usual; a plan without concurrency takes none", async () => {
     const t = setup();
-    for (let i = 0; i < 5; i++) await t.client.limit(t.objects.ns, "key:a", t.plan, 1, t.bg);
+    for (let i = 0; i < 5; i++)
+      await t.client.limit({ ns: t.objects.ns, name: "key:a", plan: t.plan, cost: 1, bg: t.bg });
     expect(t.objects.calls.some((c) => c.ask?.slot)).toBe(false);
     expect(t.objects.held("key:a")).toBe(0);
     const u = setup({ concurrency: undefined });

@@ -6,10 +6,18 @@ import { answered, type CallSlot, callOut, join, waitMs } from "../../src/client
 describe("callOut", () => {
   it("is due a round trip after it is sent (at least 5 ms), late four deviations after (5 ms to a round trip)", () => {
     const slot: CallSlot = { call: null };
-    expect(callOut(slot, 4, 100, 20, 2)).toEqual({ spare: 4, dueAt: 120, until: 128, done: false });
+    expect(callOut(slot, { units: 4, now: 100 }, { meanMs: 20, devMs: 2 })).toEqual({
+      spare: 4,
+      dueAt: 120,
+      until: 128,
+      done: false,
+    });
     expect(slot.call?.dueAt).toBe(120);
-    expect(callOut(slot, 1, 100, 0, 0)).toMatchObject({ dueAt: 105, until: 110 });
-    expect(callOut(slot, 1, 100, 20.5, 100)).toMatchObject({ dueAt: 121, until: 141.5 });
+    expect(callOut(slot, { units: 1, now: 100 }, { meanMs: 0, devMs: 0 })).toMatchObject({ dueAt: 105, until: 110 });
+    expect(callOut(slot, { units: 1, now: 100 }, { meanMs: 20.5, devMs: 100 })).toMatchObject({
+      dueAt: 121,
+      until: 141.5,
+    });
   });
 });
 
@@ -17,7 +25,7 @@ describe("join", () => {
   it("promises spare units to a request while the call is not late; none past them", () => {
     const slot: CallSlot = { call: null };
     expect(join(slot, 1, 0)).toBeNull();
-    const call = callOut(slot, 3, 0, 20, 2);
+    const call = callOut(slot, { units: 3, now: 0 }, { meanMs: 20, devMs: 2 });
     expect(join(slot, 2, 27)).toBe(call);
     expect(call.spare).toBe(1);
     expect(join(slot, 2, 27)).toBeNull();
@@ -28,7 +36,7 @@ describe("join", () => {
 });
 
 describe("waitMs", () => {
-  const call = () => callOut({ call: null }, 2, 0, 20, 2); // due at 20, late at 28
+  const call = () => callOut({ call: null }, { units: 2, now: 0 }, { meanMs: 20, devMs: 2 }); // due at 20, late at 28
 
   it("waits until the call is due, then until it is late, then not at all", () => {
     expect(waitMs(call(), 5, 0)).toBe(15);
@@ -43,11 +51,11 @@ describe("waitMs", () => {
     expect(waitMs(call(), 28, 0)).toBeNull();
     expect(waitMs(call(), 28, 1)).toBeNull();
     const slot: CallSlot = { call: null };
-    const c = callOut(slot, 1, 0, 20, 2);
+    const c = callOut(slot, { units: 1, now: 0 }, { meanMs: 20, devMs: 2 });
     answered(slot, c);
     expect([c.done, slot.call, waitMs(c, 0, 0)]).toEqual([true, null, null]);
     // A call answered after another was sent for the key leaves the newer one out.
-    const newer = callOut(slot, 1, 0, 20, 2);
+    const newer = callOut(slot, { units: 1, now: 0 }, { meanMs: 20, devMs: 2 });
     answered(slot, c);
     expect(slot.call).toBe(newer);
   });

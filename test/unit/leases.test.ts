@@ -24,7 +24,7 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     const unused: KeySettlements[] = [];
     const e = table.touch("k", SPECS, 1000, unused);
-    table.add(e, lease(3), 1000, 1000, LIMITS);
+    table.add(e, { lease: lease(3), sentAt: 1000, issuedAt: 1000, limits: LIMITS });
     const last = 1000 + 100 - leaseMargin(100) - 1;
     expect(table.spend(e, 1, 1000)?.left).toBe(2);
     expect(table.spend(e, 1, last)?.left).toBe(1);
@@ -42,7 +42,7 @@ describe("LeaseTable", () => {
   it("settles a lease's uses in at most MAX_USE_GROUPS groups, each at its own last use; the cheapest merge first", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
-    table.add(e, lease(30, 5000, [5000]), 0, 0, LIMITS, null, 1); // the request's own unit, used at 0
+    table.add(e, { lease: lease(30, 5000, [5000]), sentAt: 0, issuedAt: 0, limits: LIMITS, applied: null, used: 1 }); // the request's own unit, used at 0
     table.spend(e, 1, 100);
     table.spend(e, 1, 100); // the same millisecond: the same group
     table.spend(e, 1, 200);
@@ -86,12 +86,12 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
     const far: LimitStatus[] = [{ remaining: 900, resetMs: 1000, exceeded: false }];
-    table.add(e, lease(3, 100, [100]), 0, 0, far);
+    table.add(e, { lease: lease(3, 100, [100]), sentAt: 0, issuedAt: 0, limits: far });
     table.spend(e, 1, 10);
     expect(table.settle(e, 20)).toEqual([]); // 900 + 2 of 1000 left: nothing worth a row
     expect(table.settle(e, 200)).toEqual([{ recordedAt: [100], issuedAt: 0, used: 0, lastUseMs: 10, unused: 2 }]);
     // The object's latest answer says the key is near a limit now: uses are re-dated.
-    table.add(e, lease(3, 100, [300]), 200, 200, far);
+    table.add(e, { lease: lease(3, 100, [300]), sentAt: 200, issuedAt: 200, limits: far });
     table.spend(e, 1, 210);
     table.saw(e, {
       limits: [{ remaining: 400, resetMs: 1000, exceeded: false }],
@@ -102,7 +102,7 @@ describe("LeaseTable", () => {
     expect(table.settle(e, 220)).toEqual([{ recordedAt: [300], issuedAt: 200, used: 1, lastUseMs: 10, unused: 0 }]);
     // Heading for a limit: at its rate here (about one a millisecond) the key would use half of 1000 a second.
     const fast = table.touch("fast", SPECS, 0, []);
-    table.add(fast, lease(3, 200, [200]), 0, 0, far);
+    table.add(fast, { lease: lease(3, 200, [200]), sentAt: 0, issuedAt: 0, limits: far });
     for (let t = 1; t <= 100; t++) table.touch("fast", SPECS, t, []);
     table.spend(fast, 1, 100);
     expect(table.settle(fast, 100)).toEqual([{ recordedAt: [200], issuedAt: 0, used: 1, lastUseMs: 100, unused: 0 }]);
@@ -145,8 +145,8 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     const unused: KeySettlements[] = [];
     const e = table.touch("k", SPECS, 0, unused);
-    table.add(e, lease(5, 200, [200]), 0, 0, LIMITS);
-    table.add(e, lease(2, 100, [100]), 0, 0, LIMITS);
+    table.add(e, { lease: lease(5, 200, [200]), sentAt: 0, issuedAt: 0, limits: LIMITS });
+    table.add(e, { lease: lease(2, 100, [100]), sentAt: 0, issuedAt: 0, limits: LIMITS });
     expect(table.spend(e, 3, 10)?.recordedAt).toEqual([200]); // the 2-unit lease cannot pay 3
     expect(table.spend(e, 2, 10)?.recordedAt).toEqual([100]);
     expect(table.spend(e, 2, 10)?.recordedAt).toEqual([200]);
@@ -159,8 +159,12 @@ describe("LeaseTable", () => {
     const rare = table.touch("rare", SPECS, 0, unused);
     expect(table.fromLog(rare)).toBe(true);
     // A cap: the object sizes it from the key's log.
-    expect(table.want(rare, 1000, 1000, 0)).toEqual({ units: 1000, lifetimeMs: 1000, leadMs: 0 });
-    expect(table.want(rare, 0, 1000, 0).units).toBe(0);
+    expect(table.want(rare, 0, { lifetimeMs: 1000, maxUnits: 1000 })).toEqual({
+      units: 1000,
+      lifetimeMs: 1000,
+      leadMs: 0,
+    });
+    expect(table.want(rare, 0, { lifetimeMs: 0, maxUnits: 1000 }).units).toBe(0);
     table.touch("rare", SPECS, 50_000, unused);
     expect(table.fromLog(rare)).toBe(true);
     // 100 requests in 10 s: 10 a second. The 10 s estimate's decayed count (about 63) over what it reaches in the
@@ -169,20 +173,20 @@ describe("LeaseTable", () => {
     for (let t = 100; t < 10_000; t += 100) hot = table.touch("hot", SPECS, t, unused);
     expect(table.fromLog(hot)).toBe(false);
     // 0.8 of what that rate spends in the lifetime, here as long as the key has been watched (9.9 s): 0.8 · 99.
-    const want = table.want(hot, 10_000, 10_000, 9900);
+    const want = table.want(hot, 9900, { lifetimeMs: 10_000, maxUnits: 10_000 });
     expect(want.lifetimeMs).toBe(9900);
     expect(want.units).toBeGreaterThanOrEqual(77);
     expect(want.units).toBeLessThanOrEqual(79);
     // Capped by max_units: asked for about the time it takes to spend them (20 at 8 a second).
-    const capped = table.want(hot, 10_000, 20, 9900);
+    const capped = table.want(hot, 9900, { lifetimeMs: 10_000, maxUnits: 20 });
     expect(capped.units).toBe(20);
     expect(capped.lifetimeMs).toBeGreaterThan(2400);
     expect(capped.lifetimeMs).toBeLessThan(2600);
-    expect(table.want(hot, 30, 1000, 9900).units).toBe(0); // under two units expected in 30 ms at 10/s
+    expect(table.want(hot, 9900, { lifetimeMs: 30, maxUnits: 1000 }).units).toBe(0); // under two units expected in 30 ms at 10/s
     // While the object has no lease to give, none is asked for.
     hot.quietUntil = 10_500;
-    expect(table.want(hot, 1000, 10_000, 10_499).units).toBe(0);
-    expect(table.want(hot, 1000, 10_000, 10_500).units).toBeGreaterThan(0);
+    expect(table.want(hot, 10_499, { lifetimeMs: 1000, maxUnits: 10_000 }).units).toBe(0);
+    expect(table.want(hot, 10_500, { lifetimeMs: 1000, maxUnits: 10_000 }).units).toBeGreaterThan(0);
   });
 
   it("expects the object's share of a lease from its latest answer: none under 1/4 of a limit free, all from 3/4", () => {
@@ -196,14 +200,14 @@ describe("LeaseTable", () => {
       applied: null,
     });
     expect(leaseShare(e, 1000)).toBe(1); // no answer yet
-    expect(table.want(e, 1000, 1000, 1000).units).toBeGreaterThan(0);
+    expect(table.want(e, 1000, { lifetimeMs: 1000, maxUnits: 1000 }).units).toBeGreaterThan(0);
     table.saw(e, answer(250, 1000)); // a quarter of 1000 left: the object grants no lease
     expect(leaseShare(e, 1000)).toBe(0);
-    expect(table.want(e, 1000, 1000, 1000)).toEqual({ units: 0, lifetimeMs: 0, leadMs: 0 });
+    expect(table.want(e, 1000, { lifetimeMs: 1000, maxUnits: 1000 })).toEqual({ units: 0, lifetimeMs: 0, leadMs: 0 });
     // 250 more held here count as free: half of the limit, half way from 1/4 to 3/4.
-    table.add(e, lease(250, 500, [1500]), 1000, 1000, LIMITS);
+    table.add(e, { lease: lease(250, 500, [1500]), sentAt: 1000, issuedAt: 1000, limits: LIMITS });
     expect(leaseShare(e, 1001)).toBe(0.5);
-    expect(table.want(e, 1000, 1000, 1001).units).toBeGreaterThan(0);
+    expect(table.want(e, 1001, { lifetimeMs: 1000, maxUnits: 1000 }).units).toBeGreaterThan(0);
     // Requests may wait for the share of a call's units the object is expected to grant.
     expect(table.calling(e, 10, 1001).spare).toBe(5);
     table.saw(e, answer(750, 1010));
@@ -214,12 +218,12 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     let e = table.touch("burst", ROOMY, 0, []);
     for (let t = 1; t < 100; t++) e = table.touch("burst", ROOMY, t, []); // about one request a millisecond
-    const now = table.want(e, 10_000, 1_000_000, 99, 31);
+    const now = table.want(e, 99, { lifetimeMs: 10_000, maxUnits: 1_000_000, youngMs: 31 });
     expect(now.lifetimeMs).toBe(99);
     // One a millisecond since it was first seen (the 100 ms estimate, decayed, says 0.62): 0.8 of it over 99 ms.
     expect(now.units).toBeGreaterThanOrEqual(77);
     expect(now.units).toBeLessThanOrEqual(79);
-    expect(table.want(e, 10_000, 1_000_000, 99, 500).lifetimeMs).toBe(500);
+    expect(table.want(e, 99, { lifetimeMs: 10_000, maxUnits: 1_000_000, youngMs: 500 }).lifetimeMs).toBe(500);
   });
 
   it("asks for no lease whose lifetime is under four recent round trips to the object", () => {
@@ -227,14 +231,14 @@ describe("LeaseTable", () => {
     const unused: KeySettlements[] = [];
     let hot = table.touch("hot", ROOMY, 0, unused);
     for (let t = 1; t < 1000; t++) hot = table.touch("hot", ROOMY, t, unused);
-    expect(table.want(hot, 1000, 1000, 1000).units).toBeGreaterThan(0);
+    expect(table.want(hot, 1000, { lifetimeMs: 1000, maxUnits: 1000 }).units).toBeGreaterThan(0);
     table.observeRtt(300);
     expect(table.rttMs).toBe(300);
-    expect(table.want(hot, 1000, 1000, 1000).units).toBe(0); // a 1 s lease would arrive 300 ms into its life
-    expect(table.want(hot, 1200, 1000, 1200).units).toBeGreaterThan(0);
+    expect(table.want(hot, 1000, { lifetimeMs: 1000, maxUnits: 1000 }).units).toBe(0); // a 1 s lease would arrive 300 ms into its life
+    expect(table.want(hot, 1200, { lifetimeMs: 1200, maxUnits: 1000 }).units).toBeGreaterThan(0);
     for (let i = 0; i < 60; i++) table.observeRtt(2);
     expect(table.rttMs).toBeLessThan(3);
-    expect(table.want(hot, 1000, 1000, 1000).units).toBeGreaterThan(0);
+    expect(table.want(hot, 1000, { lifetimeMs: 1000, maxUnits: 1000 }).units).toBeGreaterThan(0);
   });
 
   it("asks for the whole watched span near a limit too: settlement, not a shorter lease, keeps used units cheap", () => {
@@ -247,8 +251,16 @@ describe("LeaseTable", () => {
     let e = table.touch("k", limits, 0, []);
     for (let t = 100; t <= 60_000; t += 100) e = table.touch("k", limits, t, []);
     // 0.8 · ~10/s over the 30 s asked for; capped at max_units, for the time 100 units take at that rate.
-    expect(table.want(e, 30_000, 100, 60_000, 31)).toEqual({ units: 100, lifetimeMs: 12_563, leadMs: 0 });
-    expect(table.want(e, 30_000, 10_000, 60_000, 31)).toEqual({ units: 238, lifetimeMs: 30_000, leadMs: 0 });
+    expect(table.want(e, 60_000, { lifetimeMs: 30_000, maxUnits: 100, youngMs: 31 })).toEqual({
+      units: 100,
+      lifetimeMs: 12_563,
+      leadMs: 0,
+    });
+    expect(table.want(e, 60_000, { lifetimeMs: 30_000, maxUnits: 10_000, youngMs: 31 })).toEqual({
+      units: 238,
+      lifetimeMs: 30_000,
+      leadMs: 0,
+    });
   });
 
   it("asks for a refill when the held units or time would run out within two round trips, never with a call out", () => {
@@ -257,7 +269,7 @@ describe("LeaseTable", () => {
     table.touch("k", SPECS, 0, unused);
     const e = table.touch("k", SPECS, 0, unused); // two requests in 100 ms: 1 unit in the 10 ms lead
     expect(table.needsRefill(e, 0, ask(10))).toBe(true);
-    table.add(e, lease(10), 0, 0, LIMITS); // spendable until 97
+    table.add(e, { lease: lease(10), sentAt: 0, issuedAt: 0, limits: LIMITS }); // spendable until 97
     expect(table.needsRefill(e, 0, ask(10))).toBe(false);
     expect(table.needsRefill(e, 86, ask(10))).toBe(false); // 11 ms left
     expect(table.needsRefill(e, 87, ask(10))).toBe(true); // 10 ms left: two round trips of at least 5 ms
@@ -274,7 +286,12 @@ describe("LeaseTable", () => {
     const table = new LeaseTable(2);
     const unused: KeySettlements[] = [];
     const other = [{ limit: 64, windowMs: 60_000 }];
-    table.add(table.touch("a", other, 0, unused), lease(4, 100, [7]), 0, 0, LIMITS);
+    table.add(table.touch("a", other, 0, unused), {
+      lease: lease(4, 100, [7]),
+      sentAt: 0,
+      issuedAt: 0,
+      limits: LIMITS,
+    });
     table.touch("b", SPECS, 0, unused);
     table.touch("c", SPECS, 0, unused);
     expect(table.size).toBe(2);
@@ -288,8 +305,8 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     const unused: KeySettlements[] = [];
     const e = table.touch("k", SPECS, 0, unused);
-    table.add(e, lease(1, 100, [8]), 0, 0, LIMITS);
-    table.add(e, lease(4, 100, [9]), 0, 0, LIMITS);
+    table.add(e, { lease: lease(1, 100, [8]), sentAt: 0, issuedAt: 0, limits: LIMITS });
+    table.add(e, { lease: lease(4, 100, [9]), sentAt: 0, issuedAt: 0, limits: LIMITS });
     table.spend(e, 1, 0); // the 1-unit lease is used up: nothing of it to hand back
     table.spend(e, 1, 0); // the 4-unit lease pays
     table.drop("k", unused);
@@ -314,7 +331,7 @@ describe("LeaseTable", () => {
     expect([0, 1, 49, 50, 99, 100, 1000].map(leaseMargin)).toEqual([1, 1, 1, 2, 2, 3, 21]);
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
-    table.add(e, lease(1, 1000), 5000, 5000, LIMITS);
+    table.add(e, { lease: lease(1, 1000), sentAt: 5000, issuedAt: 5000, limits: LIMITS });
     expect(e.held[0]?.expiresAt).toBe(5000 + 1000 - 21);
   });
 
@@ -346,37 +363,53 @@ describe("LeaseTable", () => {
     expect(table.fromLog(e)).toBe(false);
     expect(MIN_LEASE_UNITS).toBe(2);
     // The burst estimate leaves out the request just counted: 1 in 100 ms.
-    expect(table.want(e, 250, 1000, 50_000)).toEqual({ units: 2, lifetimeMs: 250, leadMs: 0 });
-    expect(table.want(e, 249, 1000, 50_000).units).toBe(0); // 1.99: one unit costs a call, as asking per request does
-    expect(table.want(e, 1000, 1000, 50_000)).toEqual({ units: 8, lifetimeMs: 1000, leadMs: 0 });
+    expect(table.want(e, 50_000, { lifetimeMs: 250, maxUnits: 1000 })).toEqual({
+      units: 2,
+      lifetimeMs: 250,
+      leadMs: 0,
+    });
+    expect(table.want(e, 50_000, { lifetimeMs: 249, maxUnits: 1000 }).units).toBe(0); // 1.99: one unit costs a call, as asking per request does
+    expect(table.want(e, 50_000, { lifetimeMs: 1000, maxUnits: 1000 })).toEqual({
+      units: 8,
+      lifetimeMs: 1000,
+      leadMs: 0,
+    });
     // The isolate's bound (max_units), for the time it takes to spend it.
-    expect(table.want(e, 1000, 4, 50_000)).toEqual({ units: 4, lifetimeMs: 500, leadMs: 0 });
+    expect(table.want(e, 50_000, { lifetimeMs: 1000, maxUnits: 4 })).toEqual({ units: 4, lifetimeMs: 500, leadMs: 0 });
     // Exactly max_units: the whole lifetime (8 units in 1100 ms, though 8 would take 1000 ms at this rate).
-    expect(table.want(e, 1100, 8, 50_000)).toEqual({ units: 8, lifetimeMs: 1100, leadMs: 0 });
-    expect(table.want(e, 0, 1000, 50_000).units).toBe(0);
-    expect(table.want(e, -1000, 1000, 50_000).units).toBe(0);
+    expect(table.want(e, 50_000, { lifetimeMs: 1100, maxUnits: 8 })).toEqual({ units: 8, lifetimeMs: 1100, leadMs: 0 });
+    expect(table.want(e, 50_000, { lifetimeMs: 0, maxUnits: 1000 }).units).toBe(0);
+    expect(table.want(e, 50_000, { lifetimeMs: -1000, maxUnits: 1000 }).units).toBe(0);
     // The round trip comes first: the units are those spent in the rest of the lifetime, which is the lead plus it.
     table.observeRtt(49.5);
-    expect(table.want(e, 1000, 1000, 50_000)).toEqual({ units: 7, lifetimeMs: 950 + 50, leadMs: 50 });
-    expect(table.want(e, 1000, 4, 50_000)).toEqual({ units: 4, lifetimeMs: 50 + 500, leadMs: 50 });
+    expect(table.want(e, 50_000, { lifetimeMs: 1000, maxUnits: 1000 })).toEqual({
+      units: 7,
+      lifetimeMs: 950 + 50,
+      leadMs: 50,
+    });
+    expect(table.want(e, 50_000, { lifetimeMs: 1000, maxUnits: 4 })).toEqual({
+      units: 4,
+      lifetimeMs: 50 + 500,
+      leadMs: 50,
+    });
   });
 
   it("refills two round trips (at least 5 ms each) before the held units or time run out, counting only leases not yet expired", () => {
     const table = new LeaseTable();
     table.touch("k", SPECS, 0, []);
     const e = table.touch("k", SPECS, 0, []); // two requests in 100 ms: 1 unit in the 10 ms lead
-    table.add(e, lease(2, 100), 0, 0, LIMITS); // expires at 97
+    table.add(e, { lease: lease(2, 100), sentAt: 0, issuedAt: 0, limits: LIMITS }); // expires at 97
     expect(table.needsRefill(e, 0, ask(10))).toBe(false);
     table.spend(e, 1, 0);
     expect(table.needsRefill(e, 0, ask(10))).toBe(true); // 1 left: what the lead uses
     const g = table.touch("g", SPECS, 0, []);
-    table.add(g, lease(50, 100), 0, 0, LIMITS); // expires at 97
+    table.add(g, { lease: lease(50, 100), sentAt: 0, issuedAt: 0, limits: LIMITS }); // expires at 97
     expect(table.needsRefill(g, 86, ask(10))).toBe(false); // 11 ms left
     expect(table.needsRefill(g, 87, ask(10))).toBe(true); // 10 ms left
     // A big lease that has just expired counts for nothing, whatever its units.
     const f = table.touch("f", SPECS, 0, []);
-    table.add(f, lease(100, 100), 0, 0, LIMITS); // expires at 97
-    table.add(f, lease(5, 200), 0, 0, LIMITS); // expires at 195
+    table.add(f, { lease: lease(100, 100), sentAt: 0, issuedAt: 0, limits: LIMITS }); // expires at 97
+    table.add(f, { lease: lease(5, 200), sentAt: 0, issuedAt: 0, limits: LIMITS }); // expires at 195
     expect(table.needsRefill(f, 96, ask(10))).toBe(false);
     expect(table.needsRefill(f, 185, ask(10))).toBe(true);
     table.observeRtt(50); // slower round trips: a longer lead
@@ -387,7 +420,7 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     const e = table.touch("hot", SPECS, 0, []);
     e.burst = 101; // 100 requests in the last 100 ms besides this one: one a millisecond
-    table.add(e, lease(50, 1000), 0, 0, LIMITS); // expires at 979: time is no reason to refill
+    table.add(e, { lease: lease(50, 1000), sentAt: 0, issuedAt: 0, limits: LIMITS }); // expires at 979: time is no reason to refill
     table.spend(e, 39, 0);
     // The 10 ms lead uses 10 units at this rate.
     expect(table.needsRefill(e, 0, ask(10))).toBe(false); // 11 left
@@ -399,8 +432,8 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     table.touch("k", SPECS, 0, []);
     const e = table.touch("k", SPECS, 0, []); // two requests in 100 ms: 1 unit in the 10 ms lead
-    table.add(e, lease(100, 100), 0, 0, LIMITS); // expires at 97
-    table.add(e, lease(1, 1000), 0, 0, LIMITS); // expires at 979
+    table.add(e, { lease: lease(100, 100), sentAt: 0, issuedAt: 0, limits: LIMITS }); // expires at 97
+    table.add(e, { lease: lease(1, 1000), sentAt: 0, issuedAt: 0, limits: LIMITS }); // expires at 979
     expect(table.needsRefill(e, 96, ask(10))).toBe(false);
     expect(table.needsRefill(e, 97, ask(10))).toBe(true); // only the live lease's 1 unit counts
   });
@@ -417,9 +450,9 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     const unused: KeySettlements[] = [];
     const e = table.touch("k", SPECS, 0, unused);
-    table.add(e, lease(1, 100, [1]), 0, 0, LIMITS);
-    table.add(e, lease(1, 100, [2]), 0, 0, LIMITS);
-    table.add(e, lease(1, 100, [3]), 0, 0, LIMITS);
+    table.add(e, { lease: lease(1, 100, [1]), sentAt: 0, issuedAt: 0, limits: LIMITS });
+    table.add(e, { lease: lease(1, 100, [2]), sentAt: 0, issuedAt: 0, limits: LIMITS });
+    table.add(e, { lease: lease(1, 100, [3]), sentAt: 0, issuedAt: 0, limits: LIMITS });
     expect([1, 2, 3].map(() => table.spend(e, 1, 0)?.recordedAt[0])).toEqual([1, 2, 3]);
   });
 
@@ -429,9 +462,9 @@ describe("LeaseTable", () => {
     const e = table.touch("k", SPECS, 0, unused);
     const far: LimitStatus[] = [{ remaining: 900, resetMs: 1000, exceeded: false }];
     const near: LimitStatus[] = [{ remaining: 400, resetMs: 1000, exceeded: false }];
-    table.add(e, lease(2, 100, [1]), 0, 0, far);
-    table.add(e, lease(3, 100, [2]), 10, 10, near);
-    table.add(e, lease(4, 200, [3]), 0, 0, far);
+    table.add(e, { lease: lease(2, 100, [1]), sentAt: 0, issuedAt: 0, limits: far });
+    table.add(e, { lease: lease(3, 100, [2]), sentAt: 10, issuedAt: 10, limits: near });
+    table.add(e, { lease: lease(4, 200, [3]), sentAt: 0, issuedAt: 0, limits: far });
     const later = [{ limit: 1000, windowMs: 1000 }];
     table.touch("k", later, 150, unused);
     expect(e.limits).toBe(later);
@@ -467,9 +500,9 @@ describe("LeaseTable", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
     const vip: NamedLimit[] = [{ limit: 500, windowMs: 1000, tickMs: 1, name: "vip" }];
-    table.add(e, lease(5, 200, [1]), 10, 10, LIMITS); // expires at 10 + 200 − 5 = 205
-    table.add(e, lease(3, 100, [2]), 20, 20, LIMITS); // expires at 117
-    table.add(e, lease(7, 300, [3]), 30, 30, LIMITS, vip);
+    table.add(e, { lease: lease(5, 200, [1]), sentAt: 10, issuedAt: 10, limits: LIMITS }); // expires at 10 + 200 − 5 = 205
+    table.add(e, { lease: lease(3, 100, [2]), sentAt: 20, issuedAt: 20, limits: LIMITS }); // expires at 117
+    table.add(e, { lease: lease(7, 300, [3]), sentAt: 30, issuedAt: 30, limits: LIMITS, applied: vip });
     expect(table.holding(e, 50, null)).toBe(8);
     expect(table.holding(e, 50, vip)).toBe(7);
     // At its expiry a lease no longer counts.
@@ -498,7 +531,7 @@ describe("LeaseTable", () => {
       const table = new LeaseTable();
       const unused: KeySettlements[] = [];
       const e = table.touch("k", two, 0, unused);
-      table.add(e, lease(left, 100, [1, 2]), 0, 0, limits);
+      table.add(e, { lease: lease(left, 100, [1, 2]), sentAt: 0, issuedAt: 0, limits });
       table.idle(100 + IDLE_RETURN_MS, unused);
       return unused.flatMap((k) => k.settle.map((x) => x.unused));
     };
@@ -538,10 +571,16 @@ describe("LeaseTable", () => {
     const unused: KeySettlements[] = [];
     const vip: NamedLimit[] = [{ limit: 500, windowMs: 1000, tickMs: 1, name: "vip" }];
     const e = table.touch("k", SPECS, 0, unused);
-    table.add(e, lease(2, 100, [1]), 0, 0, LIMITS); // the plan's
-    table.add(e, lease(3, 100, [2]), 0, 0, LIMITS, vip);
-    table.add(e, lease(4, 100, [3]), 0, 0, LIMITS); // the plan's
-    table.add(e, lease(5, 100, [4]), 0, 0, LIMITS, [{ ...(vip[0] as NamedLimit) }]); // equal to vip
+    table.add(e, { lease: lease(2, 100, [1]), sentAt: 0, issuedAt: 0, limits: LIMITS }); // the plan's
+    table.add(e, { lease: lease(3, 100, [2]), sentAt: 0, issuedAt: 0, limits: LIMITS, applied: vip });
+    table.add(e, { lease: lease(4, 100, [3]), sentAt: 0, issuedAt: 0, limits: LIMITS }); // the plan's
+    table.add(e, {
+      lease: lease(5, 100, [4]),
+      sentAt: 0,
+      issuedAt: 0,
+      limits: LIMITS,
+      applied: [{ ...(vip[0] as NamedLimit) }],
+    }); // equal to vip
     table.spend(e, 2, 0); // the first plan lease is used up
     table.dropOthers("k", vip, unused);
     expect(e.held.map((h) => h.recordedAt[0])).toEqual([2, 4]);
@@ -598,7 +637,7 @@ describe("LeaseTable, property: never spends a unit at or after its lease's expi
           now += s.dt;
           if (s.kind === "add") {
             const sentAt = now - s.delay;
-            table.add(e, lease(s.units, s.lifetimeMs, [id]), sentAt, sentAt, LIMITS);
+            table.add(e, { lease: lease(s.units, s.lifetimeMs, [id]), sentAt, issuedAt: sentAt, limits: LIMITS });
             model.set(id, { left: s.units, expiresAt: sentAt + s.lifetimeMs - leaseMargin(s.lifetimeMs) });
             added += s.units;
             continue;

@@ -202,7 +202,7 @@ async function drive(shape: Shape, rtt: number, leases: boolean) {
   let heldAtRefusal = 0;
   const send: Send = async () => {
     const at = Date.now();
-    const r = await client.limit(ns, "key:a", plan, 1, {});
+    const r = await client.limit({ ns, name: "key:a", plan, cost: 1, bg: {} });
     const entry = client.leases.get("key:a");
     if (!r.allowed && entry) heldAtRefusal = Math.max(heldAtRefusal, client.leases.holding(entry, Date.now(), null));
     return { at, answeredAt: Date.now(), allowed: r.allowed, reason: r.reason };

@@ -25,7 +25,7 @@ function key(...leases: [units: number, lifetimeMs: number, limits: LimitStatus[
   e.score = 0;
   e.burst = 0;
   leases.forEach(([units, life, limits], i) => {
-    table.add(e, lease(units, life, 5000 + i), 0, 0, limits);
+    table.add(e, { lease: lease(units, life, 5000 + i), sentAt: 0, issuedAt: 0, limits });
   });
   return { table, e };
 }
@@ -175,7 +175,7 @@ describe("held", () => {
   it("unitsReturning: expired leases under the limits applied, a held lease from the moment it expires", () => {
     const { table, e } = key([2, 100, far], [3, 300, far]);
     const override = [{ limit: 5, windowMs: 1000, tickMs: 1, name: "o" }];
-    table.add(e, lease(7, 100, 6000), 0, 0, far, override);
+    table.add(e, { lease: lease(7, 100, 6000), sentAt: 0, issuedAt: 0, limits: far, applied: override });
     const at = (e.held[0]?.expiresAt ?? 0) as number;
     expect(unitsReturning(e, at - 1, null)).toBe(0);
     expect(unitsReturning(e, at, null)).toBe(2);
