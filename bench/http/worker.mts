@@ -125,7 +125,7 @@ export class CountingRateLimiter extends RateLimiter {
     this.#started();
     // A refund counts with the give-backs: a call that is no decision.
     this.#counts.giveBacks += 1;
-    this.#counts.returnedUnits += args[3];
+    this.#counts.returnedUnits += args[1].units;
     return super.refund(...args);
   }
 

@@ -267,8 +267,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const done = await callObject(
       () =>
         route
-          ? ns.getByName(name).refund(limits, id, recordedAt, units, route)
-          : ns.getByName(name).refund(limits, id, recordedAt, units),
+          ? ns.getByName(name).refund(limits, { id, recordedAt, units }, route)
+          : ns.getByName(name).refund(limits, { id, recordedAt, units }),
       this.config.objectTimeoutMs,
       (e) => this.#log("limiter_retry", name, e, "warn"),
     );

@@ -22,9 +22,7 @@ export interface LimiterStub {
   take(limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Promise<Decision>;
   refund(
     limits: readonly LimitSpec[],
-    id: string,
-    recordedAt: readonly number[],
-    units: number,
+    grant: { readonly id: string; readonly recordedAt: readonly number[]; readonly units: number },
     route?: RouteBudget,
   ): Promise<boolean>;
   settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): Promise<number>;

@@ -7,10 +7,10 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
-import { combine, type RouteBudget, takeTogether } from "../core/budgets.ts";
+import { combine, type RouteBudget, type TakenTogether, takeTogether } from "../core/budgets.ts";
 import type { Decision, NamedLimit } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
-import { type Ask, type History, KeyLog, type Settlement } from "../core/log.ts";
+import { type Ask, type History, KeyLog, type Outcome, type Settlement } from "../core/log.ts";
 import { NO_PENALTY, type PenaltySpec, type PenaltyState, refused } from "../core/penalty.ts";
 import type { SlotRow } from "../core/ring.ts";
 import { checkSlotAsk, checkSlotTimeout, Slots } from "../core/slots.ts";
@@ -28,6 +28,29 @@ const ROUTE_UPSERT =
 export const MAX_TIME_MS = Date.UTC(2100, 0, 1);
 
 /** The decision, saying which override's limits it applied. */
+/** A grant to give back ({@link RateLimiter.refund}): its id, where its units were recorded, how many. */
+export interface RefundedGrant {
+  readonly id: string;
+  readonly recordedAt: readonly number[];
+  readonly units: number;
+}
+
+/** A request being decided ({@link RateLimiter.take}): its time, what it asks, the override in force, and how its budgets refuse. */
+interface Deciding {
+  readonly now: number;
+  readonly ask: Ask;
+  readonly override: Override | null;
+  /** When nothing its budgets hold counts any more. */
+  readonly idleAt: number;
+  /** The refusal of its budgets until `until` (a block's end). */
+  readonly refuse: (until: number) => Decision;
+}
+
+/** One log's outcome in {@link takeTogether}'s shape: its decision and its rows, as the first of the logs. */
+function single(o: Outcome): TakenTogether {
+  return { decision: o.decision, writes: [o.writes] };
+}
+
 function withOverride(decision: Decision, override: Override | null): Decision {
   return override ? { ...decision, limitsOverride: override.limits } : decision;
 }
@@ -137,36 +160,36 @@ export class RateLimiter extends DurableObject<unknown> {
     }
   }
 
-  /** {@link take} at `now`. Settlements sent with a request the key's block refuses stay where they are (later: safe). */
+  /**
+   * {@link take} at `now`, for the key's own budget and, with `route`, the route's: one path for both (a route's
+   * request must fit both and is recorded in both or neither, per request: a route's requests never lease).
+   * Settlements sent with a request the key's block refuses stay where they are (later: safe).
+   */
   #take(now: number, limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Decision | Promise<Decision> {
     const override = this.#activeOverride(now);
     const log = this.#logFor(override?.limits ?? limits);
+    const logs = route === undefined ? [log] : [log, this.#routeLogFor(route)];
+    const refuse = (until: number) => combine(logs.map((l) => l.refuse(now, ask.cost, until)));
+    const idleAt = () => Math.max(...logs.map((l) => l.idleAt));
     // The refusals the caller answered from its deny cache count first: when they complete a penalty, this request
     // is decided under the block they start (docs/design.md, "What real clients do").
     const reported = this.#countReported(now, ask);
-    if (reported !== null) {
-      const refuse = (until: number) => log.refuse(now, ask.cost, until);
-      const both =
-        route === undefined
-          ? refuse
-          : (until: number) => combine([refuse(until), this.#routeLogFor(route).refuse(now, ask.cost, until)]);
-      return this.#armAfter(true, this.#idleAt(), this.#blocked(both(reported), override));
-    }
+    if (reported !== null) return this.#armAfter(true, this.#idleAt(), this.#blocked(refuse(reported), override));
     const own = { ...ask, refused: 0 };
-    if (route !== undefined) return this.#takeRoute(now, log, override, own, route);
-    if (this.#blockUntil !== null && this.#blockUntil > now)
-      return this.#blocked(log.refuse(now, ask.cost, this.#blockUntil), override);
-    const full = this.#slotsFull(now, own, [log]);
-    if (full) return this.#full(now, own, full, override, log.idleAt, (until) => log.refuse(now, ask.cost, until));
-    const { decision, writes } = log.take(now, own);
-    this.#write(writes);
+    if (this.#blockUntil !== null && this.#blockUntil > now) return this.#blocked(refuse(this.#blockUntil), override);
+    const full = this.#slotsFull(now, own, logs);
+    if (full) return this.#full({ now, ask: own, override, idleAt: idleAt(), refuse }, full);
+    const { decision, writes } = route === undefined ? single(log.take(now, own)) : takeTogether(logs, now, ask.cost);
+    const [rows = [], routed = []] = writes;
+    this.#write(rows);
+    if (route !== undefined) this.#writeRoute(route.name, routed);
     if (decision.allowed) this.#takeSlot(now, own);
     const penalized = this.#countRefusals(now, own, decision);
     if (penalized !== null) {
-      const out = decision.allowed ? decision : log.refuse(now, ask.cost, penalized);
-      return this.#armAfter(true, log.idleAt, this.#blocked(out, override, decision.allowed));
+      const out = decision.allowed ? decision : refuse(penalized);
+      return this.#armAfter(true, idleAt(), this.#blocked(out, override, decision.allowed));
     }
-    return this.#armAfter(writes.length > 0, log.idleAt, withOverride(decision, override));
+    return this.#armAfter(rows.length > 0, idleAt(), withOverride(decision, override));
   }
 
   /**
@@ -196,38 +219,6 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /**
-   * A request of a route with its own budget: it must fit the key's limits and the route's, and is
-   * recorded in both or neither, per request (a route's requests never lease).
-   */
-  #takeRoute(
-    now: number,
-    log: KeyLog,
-    override: Override | null,
-    ask: Ask,
-    route: RouteBudget,
-  ): Decision | Promise<Decision> {
-    const routeLog = this.#routeLogFor(route);
-    const refuseBoth = (until: number) =>
-      combine([log.refuse(now, ask.cost, until), routeLog.refuse(now, ask.cost, until)]);
-    if (this.#blockUntil !== null && this.#blockUntil > now)
-      return this.#blocked(refuseBoth(this.#blockUntil), override);
-    const full = this.#slotsFull(now, ask, [log, routeLog]);
-    if (full) return this.#full(now, ask, full, override, Math.max(log.idleAt, routeLog.idleAt), refuseBoth);
-    const { decision, writes } = takeTogether([log, routeLog], now, ask.cost);
-    const [own = [], routed = []] = writes;
-    this.#write(own);
-    this.#writeRoute(route.name, routed);
-    if (decision.allowed) this.#takeSlot(now, ask);
-    const idleAt = Math.max(log.idleAt, routeLog.idleAt);
-    const penalized = this.#countRefusals(now, ask, decision);
-    if (penalized !== null) {
-      const out = decision.allowed ? decision : refuseBoth(penalized);
-      return this.#armAfter(true, idleAt, this.#blocked(out, override, decision.allowed));
-    }
-    return this.#armAfter(own.length > 0, idleAt, withOverride(decision, override));
-  }
-
-  /**
    * When `ask` wants a concurrency slot and every one is held by other requests while its rate limits (all of
    * `logs`) would grant it, what those limits say: such a request is refused for its concurrency alone. Null
    * otherwise — one the limits refuse anyway is refused by them (a rate refusal says how long to wait, and counts
@@ -246,16 +237,10 @@ export class RateLimiter extends DurableObject<unknown> {
   /**
    * The refusal of a request that found every slot held (`fits`: what its rate limits say), nothing recorded. It is
    * no refusal towards a penalty, but the refusals the caller reports with it are: when they complete one, the
-   * request is refused by the block (`refuse` until its end).
+   * request is refused by the block (`c.refuse` until its end).
    */
-  #full(
-    now: number,
-    ask: Ask,
-    fits: Decision,
-    override: Override | null,
-    idleAt: number,
-    refuse: (until: number) => Decision,
-  ): Decision | Promise<Decision> {
+  #full(c: Deciding, fits: Decision): Decision | Promise<Decision> {
+    const { now, ask, override, idleAt, refuse } = c;
     const out: Decision = {
       ...fits,
       allowed: false,
@@ -380,40 +365,33 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /**
-   * Gives back a request's grant (a result's handle: its `id`, where its units were recorded, how many), once: a
+   * Gives back a request's grant (from a result's handle: its `id`, where its units were recorded, how many), once: a
    * second refund of the same id gives back nothing and resolves false. The id is kept (a `meta` row) until the
    * grant's record has left every window, when giving it back would take nothing anyway.
    *
    * @throws RangeError for an id that is not 1 to 128 characters
    */
-  refund(
-    limits: readonly LimitSpec[],
-    id: string,
-    recordedAt: readonly number[],
-    units: number,
-    route?: RouteBudget,
-  ): boolean | Promise<boolean> {
+  refund(limits: readonly LimitSpec[], grant: RefundedGrant, route?: RouteBudget): boolean | Promise<boolean> {
     try {
-      return this.#refund(limits, id, recordedAt, units, route);
+      return this.#refund(limits, grant, route);
     } catch (e) {
       return Promise.reject(e); // as from an async method: invalid input is a rejection
     }
   }
 
-  #refund(
-    limits: readonly LimitSpec[],
-    id: string,
-    recordedAt: readonly number[],
-    units: number,
-    route?: RouteBudget,
-  ): boolean {
+  #refund(limits: readonly LimitSpec[], grant: RefundedGrant, route?: RouteBudget): boolean {
+    const { id, recordedAt, units } = grant ?? ({} as Partial<RefundedGrant>);
     if (typeof id !== "string" || id.length === 0 || id.length > 128)
       throw new RangeError("id: expected a grant's id (1 to 128 characters)");
+    if (!Array.isArray(recordedAt) || !recordedAt.every((t) => Number.isSafeInteger(t)))
+      throw new RangeError("recordedAt: expected the times the grant was recorded at, in ms");
+    if (!Number.isSafeInteger(units) || (units as number) < 1)
+      throw new RangeError("units: expected a positive integer");
     this.#ensureTables();
     const k = `${REFUND_PREFIX}${id}`;
     if (this.#sql.exec("SELECT 1 FROM meta WHERE k = ?", k).toArray().length > 0) return false;
     const now = this.clock();
-    this.giveBack(limits, recordedAt, units, route);
+    this.giveBack(limits, recordedAt, units as number, route);
     let longest = 0;
     for (const l of [...limits, ...(route?.limits ?? [])]) longest = Math.max(longest, l.windowMs);
     const until = Math.max(now, ...recordedAt) + longest;

@@ -214,7 +214,8 @@ describe("leases", () => {
     // Called on the instance: the test pool's RPC wrapper reports a rejected RPC call as unhandled.
     await runInDurableObject(o.stub, async (instance: RateLimiter) => {
       for (const id of ["", "x".repeat(129), 7]) {
-        await expect(instance.refund(perSecond, id as string, e.recordedAt ?? [], 1)).rejects.toThrow(/^id: /);
+        const grant = { id: id as string, recordedAt: e.recordedAt ?? [], units: 1 };
+        await expect(instance.refund(perSecond, grant)).rejects.toThrow(/^id: /);
       }
     });
   });

@@ -46,7 +46,7 @@ export async function object(name = crypto.randomUUID()) {
       return stub.giveBack(limits, recordedAt, units) as Promise<number>;
     },
     refund(limits: readonly LimitSpec[], id: string, recordedAt: readonly number[], units: number): Promise<boolean> {
-      return stub.refund(limits, id, recordedAt, units) as Promise<boolean>;
+      return stub.refund(limits, { id, recordedAt, units }) as Promise<boolean>;
     },
     settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): Promise<number> {
       return stub.settle(limits, settle) as Promise<number>;

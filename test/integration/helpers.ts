@@ -1,4 +1,5 @@
 // Shared by the integration tests: the Worker with a chosen config, fake limiter namespaces, the origin's log.
+
 import { env } from "cloudflare:workers";
 import { inject, it } from "vitest";
 import type { Decision } from "../../src/core/index.ts";
@@ -68,8 +69,8 @@ export function fakeLimiter(take: (call: number, ask: Ask) => Promise<Decision>)
       for (const x of ask.settle ?? []) if (x.unused > 0) returns.push({ recordedAt: x.recordedAt, units: x.unused });
       return take(asks.length, ask);
     },
-    refund: (_limits: unknown, _id: string, recordedAt: readonly number[], units: number) => {
-      returns.push({ recordedAt, units });
+    refund: (_limits: unknown, grant: { id: string; recordedAt: readonly number[]; units: number }) => {
+      returns.push({ recordedAt: grant.recordedAt, units: grant.units });
       return Promise.resolve(true);
     },
     settle: (_limits: unknown, settle: readonly Settlement[]) => {

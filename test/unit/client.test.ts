@@ -1,6 +1,7 @@
 // The client in Node, against an in-memory object built on the real core (KeyLog) and one clock the test
 // moves for both: leases spent here and given back, the deny cache, refunds, peek, what shadow mode and the
 // failure mode make of a decision, and the one retry.
+
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type Background, LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
@@ -75,7 +76,11 @@ class Store {
         await this.#maybeFail();
         return this.#decide(name, limits, (log) => log.take(this.now(), ask).decision, ask.cost);
       },
-      refund: async (limits: readonly LimitSpec[], id: string, recordedAt: readonly number[], units: number) => {
+      refund: async (
+        limits: readonly LimitSpec[],
+        grant: { id: string; recordedAt: readonly number[]; units: number },
+      ) => {
+        const { id, recordedAt, units } = grant;
         this.calls.push({ name, method: "refund", units });
         if (this.refunded.has(id)) return false;
         this.refunded.add(id);

@@ -2,6 +2,7 @@
 // Node, against an in-memory object built on the real core (KeyLog and Slots) at a clock the test moves: a granted
 // request holds a slot until released (once), renewed every third of the timeout meanwhile; a full key's refusal;
 // keys with concurrency never lease; shadow mode; a response's end, failure or cancellation releases its slot.
+
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { InFlight } from "../../src/client/in-flight.ts";
 import { type Background, LimiterClient, type LimiterNamespace, type RateLimitResult } from "../../src/client/index.ts";
@@ -46,7 +47,11 @@ function memoryObjects(now: () => number) {
         if (d.allowed && ask.slot) s.take(now(), ask.slot.id, ask.slot);
         return d;
       },
-      refund: async (limits: readonly LimitSpec[], _id: string, recordedAt: readonly number[], units: number) => {
+      refund: async (
+        limits: readonly LimitSpec[],
+        grant: { id: string; recordedAt: readonly number[]; units: number },
+      ) => {
+        const { recordedAt, units } = grant;
         calls.push({ name, method: "refund" });
         log(name, limits).giveBack(recordedAt, units);
         return true;

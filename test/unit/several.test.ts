@@ -3,6 +3,7 @@
 // a clock the test moves. Properties over random traffic from several keys and addresses, at real use times: no
 // window of either budget is ever over its limit (leases on), and every request ends counted in both budgets or in
 // neither (leases off, so that what the objects hold is exactly what was granted).
+
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type Background, LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
@@ -29,7 +30,11 @@ function memoryNamespace(now: () => number) {
   const ns = {
     getByName: (name: string) => ({
       take: async (limits: readonly LimitSpec[], ask: Ask) => log(name, limits).take(now(), ask).decision,
-      refund: async (limits: readonly LimitSpec[], id: string, recordedAt: readonly number[], units: number) => {
+      refund: async (
+        limits: readonly LimitSpec[],
+        grant: { id: string; recordedAt: readonly number[]; units: number },
+      ) => {
+        const { id, recordedAt, units } = grant;
         if (refunded.has(id)) return false;
         refunded.add(id);
         log(name, limits).giveBack(recordedAt, units);
