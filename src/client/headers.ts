@@ -19,6 +19,13 @@ export interface HeaderState {
   readonly resetMs: number;
 }
 
+/** What the rate-limit fields show: the limits, each one's state (null: not known), and when it was decided (ms). */
+export interface HeaderView {
+  readonly limits: readonly HeaderLimit[];
+  readonly states: readonly (HeaderState | null)[];
+  readonly at: number;
+}
+
 /** Whole seconds, rounded up (Retry-After, `t`, `reset`). */
 export function seconds(ms: number): number {
   return Math.max(0, Math.ceil(ms / 1000));
@@ -70,16 +77,11 @@ export function closest(states: readonly (HeaderState | null)[]): number {
 }
 
 /**
- * Sets the rate-limit fields of `form` on `headers`. `now` (ms since the epoch) is used only by
+ * Sets the rate-limit fields of `form` on `headers`. `view.at` (ms since the epoch) is used only by
  * the legacy form, whose reset is a Unix time in seconds.
  */
-export function setRateLimitHeaders(
-  headers: Headers,
-  form: HeaderForm,
-  limits: readonly HeaderLimit[],
-  states: readonly (HeaderState | null)[],
-  now: number,
-): void {
+export function setRateLimitHeaders(headers: Headers, form: HeaderForm, view: HeaderView): void {
+  const { limits, states, at: now } = view;
   if (form === "none" || limits.length === 0) return;
   if (form === "draft-11" || form === "draft-8") {
     headers.set("RateLimit-Policy", policyHeader(limits, form));

@@ -160,7 +160,7 @@ export function headersOf(r: RateLimitResult, form: HeaderForm): Headers {
     const states = r.limits.map((l) =>
       l.remaining === null || l.resetMs === null ? null : { remaining: l.remaining, resetMs: l.resetMs },
     );
-    setRateLimitHeaders(headers, form, r.limits, states, r.at);
+    setRateLimitHeaders(headers, form, { limits: r.limits, states, at: r.at });
   }
   if (!r.allowed && Number.isFinite(r.retryAfterMs)) headers.set("Retry-After", String(seconds(r.retryAfterMs)));
   return headers;

@@ -114,51 +114,17 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
   if (rl.penalty === false) throw new ConfigError(`${root}.penalty: leave it out for no penalty (false is for a plan)`);
   const penalty = rl.penalty === undefined ? null : parsePenalty(rl.penalty, `${root}.penalty`);
   const concurrency = parseConcurrency(rl, root, null, false);
-  const plans = optionalArray(rl.plans, `${root}.plans`).map((p, i) => {
-    const field = `${root}.plans[${i}]`;
-    const plan = parsePlan(p, field, key.maxLength, leases, root, routes, routePaths, ip);
-    const own = (p as Obj).penalty;
-    if (plan.limits === null && own !== undefined && own !== false) {
-      throw new ConfigError(
-        `${field}.penalty: an unlimited plan's keys are never refused; remove penalty or unlimited = true`,
-      );
-    }
-    const spec =
-      plan.limits === null || own === false
-        ? null
-        : own === undefined
-          ? penalty
-          : parsePenalty(own, `${field}.penalty`);
-    return {
-      ...plan,
-      penalty: spec,
-      concurrency: plan.limits === null ? null : parseConcurrency(p as Obj, field, concurrency, true),
-    };
-  });
-  const names = new Set<string>();
-  for (const [i, p] of plans.entries()) {
-    if (names.has(p.name)) throw new ConfigError(`${root}.plans[${i}].name: ${JSON.stringify(p.name)} is used twice`);
-    names.add(p.name);
-    const earlier = plans.findIndex((q, j) => j < i && p.keyPrefix.startsWith(q.keyPrefix));
-    if (earlier !== -1) {
-      throw new ConfigError(
-        `${root}.plans[${i}].key_prefix: ${JSON.stringify(p.keyPrefix)} can never match, every such key already matches ${root}.plans[${earlier}] (key_prefix ${JSON.stringify(plans[earlier]?.keyPrefix)}) and the first match wins; put the longer prefix first`,
-      );
-    }
-  }
+  const ctx: PlanContext = { root, maxKeyLength: key.maxLength, leases, routes, routePaths, ip };
+  const plans = parsePlans(rl, ctx, { penalty, concurrency });
   const defaultPlan =
     rl.limits === undefined
       ? null
       : {
           ...makePlan(
-            "default",
-            "",
-            parseLimits(rl.limits, `${root}.limits`),
+            { name: "default", keyPrefix: "", limits: parseLimits(rl.limits, `${root}.limits`) },
             leases,
-            routes,
-            `${root}.routes`,
-            ip,
-            `${root}.ip`,
+            { settings: routes, field: `${root}.routes` },
+            { budget: ip, field: `${root}.ip` },
           ),
           penalty,
           concurrency,
@@ -166,36 +132,8 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
   if (!defaultPlan && plans.length === 0) {
     throw new ConfigError(`${root}.limits: required (or give ${root}.plans); without limits nothing would be limited`);
   }
-  let anonymous: Plan | null = null;
-  if (rl.anonymous !== undefined) {
-    const a = object(rl.anonymous, `${root}.anonymous`);
-    unknownFields(a, ["limits", "routes"], `${root}.anonymous`);
-    const own = a.routes === undefined ? null : parseRoutes(a.routes, `${root}.anonymous.routes`, routePaths);
-    anonymous = makePlan(
-      "anonymous",
-      "",
-      parseLimits(a.limits, `${root}.anonymous.limits`),
-      leases,
-      own ?? routes,
-      own ? `${root}.anonymous.routes` : `${root}.routes`,
-      // Requests without a key are already counted per address: by the anonymous limits alone.
-      null,
-      `${root}.anonymous`,
-    );
-    anonymous = { ...anonymous, penalty, concurrency };
-  }
-
-  const takers = optionalArray(rl.plans, `${root}.plans`).filter((p) => {
-    const raw = p as Obj;
-    return raw.unlimited !== true && raw.routes === undefined;
-  });
-  const anonymousTakes = anonymous !== null && (rl.anonymous as Obj).routes === undefined;
-  if (!defaultPlan && routes.length > 0 && takers.length === 0 && !anonymousTakes) {
-    // Top-level routes that no plan takes would silently do nothing.
-    throw new ConfigError(
-      `${root}.routes: no plan uses them (every plan with limits has its own routes, and there is no ${root}.limits); remove them or move them into a plan`,
-    );
-  }
+  const anonymous = parseAnonymous(rl, ctx, { penalty, concurrency });
+  checkRoutesTaken(rl, ctx, defaultPlan !== null, anonymous !== null);
   return {
     objectTimeoutMs: parseTimeout(rl.object_timeout, `${root}.object_timeout`, DEFAULTS.objectTimeoutMs),
     leases,
@@ -211,6 +149,95 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
     ipv6Subnet: parseIpv6Subnet(rl.ipv6_subnet, root),
     ip,
   };
+}
+
+/** What every plan of a limiter is parsed with: the limiter's own settings that plans inherit or are checked against. */
+interface PlanContext {
+  readonly root: string;
+  readonly maxKeyLength: number;
+  readonly leases: LeaseSettings;
+  /** The limiter's routes, for plans without their own. */
+  readonly routes: readonly RouteSetting[];
+  /** Whether every route needs a `path` (the proxy matches on nothing else). */
+  readonly routePaths: boolean;
+  /** The limiter's per-address budget, for plans without their own. */
+  readonly ip: AddressBudget | null;
+}
+
+/** What plans inherit from the limiter unless they say otherwise. */
+interface Inherited {
+  readonly penalty: PenaltySpec | null;
+  readonly concurrency: ConcurrencySpec | null;
+}
+
+/** `plans = [...]`: each plan with its penalty and concurrency; names unique, no prefix hidden by an earlier one. */
+function parsePlans(rl: Obj, ctx: PlanContext, inherited: Inherited): Plan[] {
+  const { root } = ctx;
+  const plans = optionalArray(rl.plans, `${root}.plans`).map((p, i) => {
+    const field = `${root}.plans[${i}]`;
+    const plan = parsePlan(p, field, ctx);
+    const own = (p as Obj).penalty;
+    if (plan.limits === null && own !== undefined && own !== false) {
+      throw new ConfigError(
+        `${field}.penalty: an unlimited plan's keys are never refused; remove penalty or unlimited = true`,
+      );
+    }
+    const spec =
+      plan.limits === null || own === false
+        ? null
+        : own === undefined
+          ? inherited.penalty
+          : parsePenalty(own, `${field}.penalty`);
+    return {
+      ...plan,
+      penalty: spec,
+      concurrency: plan.limits === null ? null : parseConcurrency(p as Obj, field, inherited.concurrency, true),
+    };
+  });
+  const names = new Set<string>();
+  for (const [i, p] of plans.entries()) {
+    if (names.has(p.name)) throw new ConfigError(`${root}.plans[${i}].name: ${JSON.stringify(p.name)} is used twice`);
+    names.add(p.name);
+    const earlier = plans.findIndex((q, j) => j < i && p.keyPrefix.startsWith(q.keyPrefix));
+    if (earlier !== -1) {
+      throw new ConfigError(
+        `${root}.plans[${i}].key_prefix: ${JSON.stringify(p.keyPrefix)} can never match, every such key already matches ${root}.plans[${earlier}] (key_prefix ${JSON.stringify(plans[earlier]?.keyPrefix)}) and the first match wins; put the longer prefix first`,
+      );
+    }
+  }
+  return plans;
+}
+
+/** `anonymous = { limits, routes? }`: the limits of requests without a key, per client address; null without. */
+function parseAnonymous(rl: Obj, ctx: PlanContext, inherited: Inherited): Plan | null {
+  const { root, leases, routes, routePaths } = ctx;
+  if (rl.anonymous === undefined) return null;
+  const a = object(rl.anonymous, `${root}.anonymous`);
+  unknownFields(a, ["limits", "routes"], `${root}.anonymous`);
+  const own = a.routes === undefined ? null : parseRoutes(a.routes, `${root}.anonymous.routes`, routePaths);
+  const anonymous = makePlan(
+    { name: "anonymous", keyPrefix: "", limits: parseLimits(a.limits, `${root}.anonymous.limits`) },
+    leases,
+    { settings: own ?? routes, field: own ? `${root}.anonymous.routes` : `${root}.routes` },
+    // Requests without a key are already counted per address: by the anonymous limits alone.
+    { budget: null, field: `${root}.anonymous` },
+  );
+  return { ...anonymous, ...inherited };
+}
+
+/** Top-level routes that no plan takes would silently do nothing: an error. */
+function checkRoutesTaken(rl: Obj, ctx: PlanContext, hasDefault: boolean, hasAnonymous: boolean): void {
+  const { root, routes } = ctx;
+  const takers = optionalArray(rl.plans, `${root}.plans`).filter((p) => {
+    const raw = p as Obj;
+    return raw.unlimited !== true && raw.routes === undefined;
+  });
+  const anonymousTakes = hasAnonymous && (rl.anonymous as Obj).routes === undefined;
+  if (!hasDefault && routes.length > 0 && takers.length === 0 && !anonymousTakes) {
+    throw new ConfigError(
+      `${root}.routes: no plan uses them (every plan with limits has its own routes, and there is no ${root}.limits); remove them or move them into a plan`,
+    );
+  }
 }
 
 /**
@@ -304,7 +331,13 @@ function parseAddressBudget(value: unknown, field: string, kind: string, leases:
   const t = object(value, field);
   unknownFields(t, ["limits"], field);
   const limits = parseLimits(t.limits, `${field}.limits`, (w) => `ip-${w}`);
-  return { kind, plan: makePlan("ip", "", limits, leases, [], `${field}.routes`, null, field) };
+  const plan = makePlan(
+    { name: "ip", keyPrefix: "", limits },
+    leases,
+    { settings: [], field: `${field}.routes` },
+    { budget: null, field },
+  );
+  return { kind, plan };
 }
 
 /** `cors = { origins = [...] | "*", preflight_limits = [...] }` (proxy only). */
@@ -339,7 +372,12 @@ function parseCors(value: unknown, root: string, leases: LeaseSettings): CorsSet
   );
   const preflight = {
     kind: "preflight",
-    plan: makePlan("preflight", "", preflightLimits, leases, [], `${field}.routes`, null, field),
+    plan: makePlan(
+      { name: "preflight", keyPrefix: "", limits: preflightLimits },
+      leases,
+      { settings: [], field: `${field}.routes` },
+      { budget: null, field },
+    ),
   };
   return { origins, preflight };
 }
@@ -468,16 +506,8 @@ function parseLeases(value: unknown, root: string): LeaseSettings {
   return { enabled, maxUnits, maxLifetimeMs };
 }
 
-function parsePlan(
-  value: unknown,
-  field: string,
-  maxKeyLength: number,
-  leases: LeaseSettings,
-  root: string,
-  routes: readonly RouteSetting[],
-  routePaths: boolean,
-  ip: AddressBudget | null,
-): Plan {
+function parsePlan(value: unknown, field: string, ctx: PlanContext): Plan {
+  const { root, maxKeyLength, leases, routes, routePaths, ip } = ctx;
   const p = object(value, field);
   unknownFields(
     p,
@@ -519,20 +549,18 @@ function parsePlan(
       `${field}.ip: an unlimited plan's keys never consult the limiter; remove ip or unlimited = true`,
     );
   }
-  if (unlimited) return makePlan(name, keyPrefix, null, leases, [], field, null, field);
+  if (unlimited) {
+    return makePlan({ name, keyPrefix, limits: null }, leases, { settings: [], field }, { budget: null, field });
+  }
   const own = p.routes === undefined ? null : parseRoutes(p.routes, `${field}.routes`, routePaths);
   const limits = parseLimits(p.limits, `${field}.limits`);
   const ownIp =
     p.ip === undefined || p.ip === false ? null : parseAddressBudget(p.ip, `${field}.ip`, `addr.${name}`, leases);
   return makePlan(
-    name,
-    keyPrefix,
-    limits,
+    { name, keyPrefix, limits },
     leases,
-    own ?? routes,
-    own ? `${field}.routes` : `${root}.routes`,
-    p.ip === false ? null : (ownIp ?? ip),
-    ownIp ? `${field}.ip` : `${root}.ip`,
+    { settings: own ?? routes, field: own ? `${field}.routes` : `${root}.routes` },
+    { budget: p.ip === false ? null : (ownIp ?? ip), field: ownIp ? `${field}.ip` : `${root}.ip` },
   );
 }
 
@@ -541,15 +569,14 @@ function parsePlan(
  * budget (its limits named apart from both: the headers show them together).
  */
 function makePlan(
-  name: string,
-  keyPrefix: string,
-  limits: Limit[] | null,
+  head: { readonly name: string; readonly keyPrefix: string; readonly limits: Limit[] | null },
   leases: LeaseSettings,
-  settings: readonly RouteSetting[],
-  routesField: string,
-  ip: AddressBudget | null,
-  ipField: string,
+  routeSettings: { readonly settings: readonly RouteSetting[]; readonly field: string },
+  address: { readonly budget: AddressBudget | null; readonly field: string },
 ): Plan {
+  const { name, keyPrefix, limits } = head;
+  const { settings, field: routesField } = routeSettings;
+  const { budget: ip, field: ipField } = address;
   const leaseMs = limits && leases.enabled ? Math.min(leases.maxLifetimeMs, maxLeaseMs(limits)) : 0;
   if (!limits) return { name, keyPrefix, limits, leaseMs, routes: [], ip: null };
   for (const [j, l] of (ip?.plan.limits ?? []).entries()) {

@@ -262,30 +262,31 @@ export class KeyLog {
     const allowed = this.rings.every((r) => r.fits(cost));
     if (!allowed) {
       if (cost <= this.#minLimit) this.#refusedAt = t;
-      return { decision: this.#decision(t, cost, false, null), writes: given };
+      return { decision: this.#decision(t, cost, { allowed: false }), writes: given };
     }
 
     // A key refused within its shortest window is at its limit: leases there would hold units
     // others are waiting for, so it gets the per-request path until the pressure is gone.
     const { units: extra, lifetimeMs: lifetime } =
       leaseUnits > 0 && leaseMs > 0 && t - this.#refusedAt >= this.#shortestWindow
-        ? this.#leaseFor(
-            t,
-            cost,
-            leaseUnits,
-            Math.min(leaseMs, this.maxLeaseMs),
-            leaseLeadMs,
-            ask.leaseFromLog === true,
-          )
+        ? this.#leaseFor(t, cost, {
+            want: leaseUnits,
+            lifetimeMs: Math.min(leaseMs, this.maxLeaseMs),
+            leadMs: leaseLeadMs,
+            fromLog: ask.leaseFromLog === true,
+          })
         : NO_LEASE;
     const units = cost + extra;
-    if (units === 0) return { decision: this.#decision(t, cost, true, null), writes: given };
+    if (units === 0) return { decision: this.#decision(t, cost, { allowed: true }), writes: given };
     const at = extra > 0 ? t + lifetime : t;
     const recorded = this.rings.map((r) => r.record(at, units));
     const writes = given.length > 0 ? [...given, ...recorded] : recorded;
     const recordedAt = recorded.map((w) => w.ts);
     const lease = extra > 0 ? { units: extra, lifetimeMs: lifetime, recordedAt } : null;
-    return { decision: this.#decision(t, cost, true, lease, cost > 0 ? recordedAt : undefined), writes };
+    return {
+      decision: this.#decision(t, cost, { allowed: true, lease, recordedAt: cost > 0 ? recordedAt : undefined }),
+      writes,
+    };
   }
 
   /**
@@ -352,7 +353,7 @@ export class KeyLog {
   /** The key's state at `now` without recording anything (as a denial of cost 0 would see it). */
   peek(now: number): Decision {
     const t = this.#advance(now);
-    return this.#decision(t, 0, true, null);
+    return this.#decision(t, 0, { allowed: true });
   }
 
   /**
@@ -366,12 +367,7 @@ export class KeyLog {
       throw new RangeError(`cost: expected a whole number ≥ 1, got ${describe(cost)}`);
     }
     const t = this.#advance(now);
-    return this.#decision(
-      t,
-      cost,
-      this.rings.every((r) => r.fits(cost)),
-      null,
-    );
+    return this.#decision(t, cost, { allowed: this.rings.every((r) => r.fits(cost)) });
   }
 
   /**
@@ -383,7 +379,7 @@ export class KeyLog {
     const t = this.#advance(now);
     const end = Math.max(t, Math.floor(until));
     const free = cost > this.#minLimit ? Number.POSITIVE_INFINITY : Math.max(end, this.#freeAt(t, cost));
-    const open = this.#decision(t, 0, true, null);
+    const open = this.#decision(t, 0, { allowed: true });
     return {
       ...open,
       allowed: false,
@@ -452,11 +448,9 @@ export class KeyLog {
   #leaseFor(
     t: number,
     cost: number,
-    want: number,
-    lifetimeMs: number,
-    leadMs: number,
-    fromLog: boolean,
+    asked: { want: number; lifetimeMs: number; leadMs: number; fromLog: boolean },
   ): { units: number; lifetimeMs: number } {
+    const { want, lifetimeMs, leadMs, fromLog } = asked;
     let units = want;
     let free = 1;
     /** The key's fastest recent rate (units per ms) over its limits' windows, units ahead of now left out. */
@@ -527,10 +521,9 @@ export class KeyLog {
   #decision(
     t: number,
     cost: number,
-    allowed: boolean,
-    lease: Decision["lease"],
-    recordedAt?: readonly number[],
+    outcome: { allowed: boolean; lease?: Decision["lease"]; recordedAt?: readonly number[] | undefined },
   ): Decision {
+    const { allowed, lease = null, recordedAt } = outcome;
     const limits: LimitStatus[] = this.#places.map((p) => ({
       remaining: p.ring.remaining(p.j),
       resetMs: p.ring.resetMs(p.j, t),

@@ -102,7 +102,7 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
           now,
         });
       }
-      return await limitAndForward(request, url, path, env, pipeline, hooks, answer);
+      return await limitAndForward({ request, url, path, env, hooks }, pipeline, answer);
     } catch (e) {
       if (e instanceof HttpError) return answer(e.toResponse(), true);
       if (e instanceof LimiterError) return answer(problemFor(e, config.key.bearer), true);
@@ -118,15 +118,25 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
   };
 }
 
+/** A request the proxy limits and forwards: the request, its URL and normalised path, the Worker's env and hooks. */
+interface Proxied {
+  readonly request: Request;
+  readonly url: URL;
+  readonly path: NormalPath;
+  readonly env: WorkerEnv;
+  readonly hooks: Hooks;
+}
+
+/**
+ * Decides `q` and, granted, forwards it to the origin with the decision's headers on the origin's response (`answer`
+ * adds what the whole proxy adds, CORS); refused, answers it.
+ */
 async function limitAndForward(
-  request: Request,
-  url: URL,
-  path: NormalPath,
-  env: WorkerEnv,
+  q: Proxied,
   pipeline: Pipeline<Config>,
-  hooks: Hooks,
   answer: (response: Response, own: boolean) => Response,
 ): Promise<Response> {
+  const { request, url, path, env, hooks } = q;
   const { config } = pipeline;
   const send: OriginFetcher = env.ORIGIN_SERVICE ? (r) => (env.ORIGIN_SERVICE as Fetcher).fetch(r) : (r) => fetch(r);
   if (isPreflight(request)) {

@@ -16,7 +16,7 @@ const NOW = 1_700_000_000_250;
 
 function written(form: HeaderForm, s: readonly (HeaderState | null)[] = states): Record<string, string> {
   const h = new Headers();
-  setRateLimitHeaders(h, form, limits, s, NOW);
+  setRateLimitHeaders(h, form, { limits, states: s, at: NOW });
   return Object.fromEntries(h);
 }
 
@@ -62,7 +62,7 @@ describe("setRateLimitHeaders", () => {
     expect(written("legacy", [null, null])).toEqual({});
     for (const form of HEADER_FORMS) {
       const h = new Headers();
-      setRateLimitHeaders(h, form, [], [], NOW);
+      setRateLimitHeaders(h, form, { limits: [], states: [], at: NOW });
       expect([...h], form).toEqual([]);
     }
   });
