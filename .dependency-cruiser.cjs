@@ -1,5 +1,6 @@
 // The layers of src/ (npm run lint): no import cycles; the core imports nothing outside itself; the config layer
-// imports only the core and the path normaliser, never the client, the object, the proxy or the adapters.
+// imports only the core and the path normaliser, never the client, the object, the proxy or the adapters; the hono
+// middleware imports only the package's public API.
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
   forbidden: [
@@ -30,6 +31,13 @@ module.exports = {
       severity: "error",
       from: { path: "^src/path[.]ts$" },
       to: { path: "^src/" },
+    },
+    {
+      name: "hono-on-the-public-api",
+      comment: "The hono middleware is built on the package's public API (src/index.ts) alone, as a user's would be.",
+      severity: "error",
+      from: { path: "^src/hono[.]ts$" },
+      to: { path: "^src/", pathNot: "^src/index[.]ts$" },
     },
   ],
   options: {

@@ -15,7 +15,9 @@ export type LimiterErrorCode =
   /** The key matches no plan (no default plan, and no plan's `key_prefix`). */
   | "no_plan"
   /** The client address (`CF-Connecting-IP`) is needed (the `anonymous` or `ip` limits) and missing or malformed. */
-  | "no_client_address";
+  | "no_client_address"
+  /** The request's path holds what the path normaliser refuses (an encoded slash under `paths.escaped_slashes`, …). */
+  | "malformed_path";
 
 /** A request the limiter cannot decide: its `code` says why, its message says so in words. */
 export class LimiterError extends Error {

@@ -14,15 +14,17 @@
 
 import type { Context, Env, MiddlewareHandler } from "hono";
 import { HTTPException } from "hono/http-exception";
-import type { Background } from "./client/index.ts";
-import type { RateLimitResult } from "./client/result.ts";
-import { LimiterError } from "./errors.ts";
-import { clientSignal, copyHeaders, HttpError, httpErrorOf, normalized, refusal } from "./http.ts";
-import { createLimiter, type Limiter, type LimiterOptions } from "./index.ts";
-import { readKey } from "./key.ts";
-import { type Decided, namespaceOf } from "./pipeline.ts";
+import {
+  createLimiter,
+  type Limiter,
+  LimiterError,
+  type LimiterOptions,
+  problemFor,
+  type RateLimitResult,
+  refusal,
+} from "./index.ts";
 
-export type { RateLimitResult } from "./client/result.ts";
+export type { RateLimitResult } from "./index.ts";
 
 /** What the middleware sets on the context: `c.get("rateLimit")` is the request's decision. */
 export type RateLimitVariables = {
@@ -64,56 +66,45 @@ export function rateLimit<E extends Env = Env>(
   const { key, cost, skip, refund, handler, limiter: given, ...settings } = options;
   const limiter =
     given ?? createLimiter({ ...settings, ...(typeof key === "function" || key === undefined ? {} : { key }) });
-  const { pipeline, binding, config } = limiter;
+  const { config } = limiter;
 
   return async (c, next) => {
     const ctx = c as unknown as Context<E>;
     if (skip && (await skip(ctx))) return next();
     const env = c.env as object;
-    const ns = namespaceOf(env, binding);
     const bg = background(c);
-    let decided: Decided | null;
+    let result: RateLimitResult | null;
     try {
-      decided = await pipeline.decide(env, ns, {
-        key: typeof key === "function" ? () => key(ctx) : () => readKey(c.req.raw, config.key),
-        ip: c.req.header("cf-connecting-ip") ?? null,
+      result = await limiter.decideRequest(env, c.req.raw, {
+        ...(typeof key === "function" ? { key: () => key(ctx) } : {}),
         ...(cost === undefined ? {} : { cost: typeof cost === "number" ? cost : () => cost(ctx) }),
-        method: c.req.method,
-        path: () => normalized(new URL(c.req.url).pathname, config).match,
-        bg,
-        inFlight: true,
+        ctx: bg,
       });
     } catch (e) {
-      const http = e instanceof LimiterError ? httpErrorOf(e, config.key.bearer) : e;
-      if (http instanceof HttpError)
-        throw new HTTPException(http.status as 400, { res: http.toResponse(), message: http.message, cause: e });
-      throw e;
+      if (!(e instanceof LimiterError)) throw e;
+      const res = problemFor(e, config.key.bearer);
+      throw new HTTPException(res.status as 400, { res, message: e.message, cause: e });
     }
-    if (!decided) return next();
-    const { result } = decided;
+    if (!result) return next();
     c.set("rateLimit", result);
     if (!result.allowed) return handler ? handler(ctx, result) : refusal(result, config.headers);
-    // A client that goes away frees its slot at once (workerd's `request.signal`, flag `enable_request_signal`).
-    // Not for a WebSocket: its slot is held until the socket closes, whatever the request's signal.
-    if (c.req.header("upgrade")?.toLowerCase() !== "websocket")
-      pipeline.releaseOnAbort(ns, result, clientSignal(c.req.raw), bg);
     try {
       await next();
-      setHeaders(c, pipeline.headers(result));
+      setHeaders(c, limiter.headers(result));
       // The response stands whatever happens to the refund: units not given back count until they leave the window.
-      if (refund && (await refund(ctx))) await pipeline.refund(ns, result);
+      if (refund && (await refund(ctx))) await limiter.refund(env, result);
     } catch (e) {
-      await pipeline.release(ns, result);
+      await limiter.release(env, result);
       throw e;
     }
     // With `concurrency`, the request's slot is freed once the handler's response has ended (or its socket closed).
-    const sent = pipeline.sent(ns, result, c.res, bg);
+    const sent = limiter.whenEnded(env, result, c.res, bg);
     if (sent !== c.res) c.res = sent;
   };
 }
 
 /** The runtime's `waitUntil`, when the app runs with an execution context (not under `app.request()`). */
-function background(c: Context): Background {
+function background(c: Context): { waitUntil?(promise: Promise<unknown>): void } {
   try {
     const ctx = c.executionCtx;
     return { waitUntil: (p) => ctx.waitUntil(p) };
@@ -125,9 +116,9 @@ function background(c: Context): Background {
 /** Copies the decision's headers onto the handler's response (copied first when its headers are immutable). */
 function setHeaders(c: Context, headers: Headers): void {
   try {
-    copyHeaders(headers, c.res.headers);
+    for (const [name, value] of headers) c.res.headers.set(name, value);
   } catch {
     c.res = new Response(c.res.body, c.res);
-    copyHeaders(headers, c.res.headers);
+    for (const [name, value] of headers) c.res.headers.set(name, value);
   }
 }

@@ -6,7 +6,7 @@
 import { seconds } from "./client/headers.ts";
 import { headersOf, type RateLimitResult, violated } from "./client/result.ts";
 import type { HeaderForm, LimiterConfig } from "./config/types.ts";
-import type { LimiterError, LimiterErrorCode } from "./errors.ts";
+import { LimiterError, type LimiterErrorCode } from "./errors.ts";
 import { type NormalPath, normalizePath, PathError } from "./path.ts";
 
 /** An error that is an HTTP response: thrown inside the Worker, turned into JSON at the edge. */
@@ -96,6 +96,7 @@ export function refusal(r: RateLimitResult, form: HeaderForm = "draft-11"): Resp
 const PROBLEMS: Record<LimiterErrorCode, readonly [status: number, title: string]> = {
   malformed_key: [400, "Malformed API key"],
   no_client_address: [400, "Bad Request"],
+  malformed_path: [400, "Bad Request"],
   key_required: [401, "Unauthorized"],
   invalid_key: [401, "Unauthorized"],
   no_plan: [401, "Unauthorized"],
@@ -120,6 +121,20 @@ export function problemFor(e: LimiterError, bearer = false): Response {
 /** Copies `from` onto `to` (a response's headers: the decision's rate-limit fields). */
 export function copyHeaders(from: Headers, to: Headers): void {
   for (const [name, value] of from) to.set(name, value);
+}
+
+/**
+ * The request's path as rules match it, normalised under the limiter's `paths` settings.
+ *
+ * @throws LimiterError `malformed_path` for a path the normaliser refuses
+ */
+export function normalizedPath(pathname: string, config: LimiterConfig): string {
+  try {
+    return normalizePath(pathname, config.paths.escapedSlashes).match;
+  } catch (e) {
+    if (e instanceof PathError) throw new LimiterError("malformed_path", e.message);
+    throw e;
+  }
 }
 
 /** The request's normalised path under the limiter's `paths` settings; a path it refuses is a `400`. */

@@ -21,7 +21,7 @@ import { parseLimiterConfig } from "./config/parse.ts";
 import { ConfigError, type HeaderForm, type LimiterConfig } from "./config/types.ts";
 import type { Duration } from "./core/duration.ts";
 import { type Identity, settingsName } from "./key.ts";
-import { namespaceOf, Pipeline, routeNamed } from "./pipeline.ts";
+import { namespaceOf, Pipeline, type RequestOptions, routeNamed } from "./pipeline.ts";
 
 export type { Background, LimiterNamespace } from "./client/index.ts";
 export {
@@ -41,6 +41,7 @@ export { LimiterError, type LimiterErrorCode } from "./errors.ts";
 export { problemFor, refusal } from "./http.ts";
 export type { Identity } from "./key.ts";
 export { RateLimiter } from "./object/index.ts";
+export type { RequestOptions } from "./pipeline.ts";
 
 /** One limit: at most `limit` cost units in any window of `window`. */
 export interface LimitSetting {
@@ -247,6 +248,21 @@ export interface Limiter {
    * @throws TypeError when the handle is not as the limiter gave it
    */
   refund(env: object, result: RateLimitResult): Promise<boolean>;
+  /**
+   * Decides an HTTP request as the proxy and the middleware do: its key read as the `key` setting says (or
+   * `options.key`), its client address from `CF-Connecting-IP`, its cost by the `costs` rules and its route by its
+   * method and path; for a plan with `concurrency`, a granted request takes a slot, released at once when the client
+   * goes away (`request.signal`, not for a WebSocket upgrade) — else release it with {@link whenEnded} or
+   * {@link release}. Resolves null when the request costs nothing (not limited, no headers).
+   *
+   * @throws LimiterError for a request without a usable key or client address, or a path the normaliser refuses
+   */
+  decideRequest(env: object, request: Request, options?: RequestOptions): Promise<RateLimitResult | null>;
+  /**
+   * The response to send for a request {@link decideRequest} granted: when the request holds a concurrency slot, it
+   * is released once the response has ended — its body read to the end, failed, or cancelled, a WebSocket closed.
+   */
+  whenEnded(env: object, result: RateLimitResult, response: Response, ctx?: Background): Response;
   /** Forgets the key's grants (units leased to isolates and not yet expired still count). */
   reset(env: object, key: string): Promise<void>;
   /**
@@ -262,19 +278,16 @@ export interface Limiter {
 const LIMITER_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
 
 /**
- * A limiter for these settings, validated now: a bad setting throws a {@link ConfigError} that
- * names it (`createLimiter.limits[0].window: …`). Create it once, at module level: its leases and
- * deny cache live as long as the isolate.
+ * Checks the binding's name and the limiter's (`prefix`: its old spelling).
  *
- * @throws ConfigError naming the first bad setting
+ * @throws ConfigError naming the bad setting
  */
-export function createLimiter(options: LimiterOptions): Limiter {
-  const { binding = "LIMITER", name: given, prefix, clock, ...settings } = options;
+function checkNaming(binding: unknown, name: unknown, prefix: unknown): void {
   if (typeof binding !== "string" || binding === "") {
     throw new ConfigError(`createLimiter.binding: expected a binding name, got ${JSON.stringify(binding)}`);
   }
   for (const [field, value] of [
-    ["name", given],
+    ["name", name],
     ["prefix", prefix],
   ] as const) {
     if (value !== undefined && value !== null && (typeof value !== "string" || !LIMITER_NAME.test(value))) {
@@ -283,26 +296,45 @@ export function createLimiter(options: LimiterOptions): Limiter {
       );
     }
   }
-  if (given !== undefined && prefix !== undefined) {
+  if (name !== undefined && prefix !== undefined) {
     throw new ConfigError("createLimiter.prefix: give name only (prefix is its old spelling)");
   }
+}
+
+/** The runtime's `waitUntil` of `ctx`, bound (an `ExecutionContext`'s method needs its `this`). */
+function bgOf(ctx: Background | undefined): Background {
+  return ctx ? { waitUntil: (p: Promise<unknown>) => ctx.waitUntil?.(p) } : {};
+}
+
+/** `cost`, checked: a whole number ≥ 1. @throws RangeError */
+function checked(cost: number): number {
+  if (!Number.isSafeInteger(cost) || cost < 1) {
+    throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)}`);
+  }
+  return cost;
+}
+
+/** `key`, checked: a non-empty string. @throws TypeError */
+function keyOf(key: string): string {
+  if (typeof key !== "string" || key === "") throw new TypeError("key: expected a non-empty string");
+  return key;
+}
+
+/**
+ * A limiter for these settings, validated now: a bad setting throws a {@link ConfigError} that
+ * names it (`createLimiter.limits[0].window: …`). Create it once, at module level: its leases and
+ * deny cache live as long as the isolate.
+ *
+ * @throws ConfigError naming the first bad setting
+ */
+export function createLimiter(options: LimiterOptions): Limiter {
+  const { binding = "LIMITER", name: given, prefix, clock, ...settings } = options;
+  checkNaming(binding, given, prefix);
   const config = parseLimiterConfig(settings, "createLimiter");
   const name = given !== undefined ? given : (prefix ?? settingsName(config));
   const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name);
   const { client } = pipeline;
   const namespace = (env: object): LimiterNamespace => namespaceOf(env, binding);
-  const bgOf = (ctx: Background | undefined): Background =>
-    ctx ? { waitUntil: (p: Promise<unknown>) => ctx.waitUntil?.(p) } : {};
-  const checked = (cost: number): number => {
-    if (!Number.isSafeInteger(cost) || cost < 1) {
-      throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)}`);
-    }
-    return cost;
-  };
-  const keyOf = (key: string): string => {
-    if (typeof key !== "string" || key === "") throw new TypeError("key: expected a non-empty string");
-    return key;
-  };
 
   const decide = async (env: object, key: string, options: LimitCallOptions, inFlight: boolean) => {
     const { cost = 1, ctx, route, ip } = options;
@@ -328,6 +360,9 @@ export function createLimiter(options: LimiterOptions): Limiter {
     limit: (env, key, options = {}) => decide(env, key, options, false),
     acquire: (env, key, options = {}) => decide(env, key, options, true),
     release: (env, result) => pipeline.release(namespace(env), result),
+    decideRequest: (env, request, options = {}) =>
+      pipeline.decideRequest(env, namespace(env), request, { ...options, ctx: bgOf(options.ctx) }),
+    whenEnded: (env, result, response, ctx) => pipeline.sent(namespace(env), result, response, bgOf(ctx)),
     headers: (result) => pipeline.headers(result),
     async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);

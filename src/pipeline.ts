@@ -11,7 +11,8 @@ import { errorName } from "./client/policy.ts";
 import { bothOf, headersOf, type RateLimitResult } from "./client/result.ts";
 import { costFor, routeFor } from "./config/lookup.ts";
 import { type AddressBudget, ConfigError, type LimiterConfig, type Plan, type Route } from "./config/types.ts";
-import { checkKey, type Identity, identify, noClientAddress, objectName } from "./key.ts";
+import { clientSignal, normalizedPath } from "./http.ts";
+import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { untilEnd } from "./response-end.ts";
 import { keyId, logEvent, recordDecision, type TelemetryEnv } from "./telemetry.ts";
 
@@ -51,6 +52,16 @@ export interface AddressAsking {
   /** The client's address (`CF-Connecting-IP`). */
   readonly ip: string | null;
   readonly bg?: Background;
+}
+
+/** How {@link Pipeline.decideRequest} reads a request, where the configuration's rules are not what is wanted. */
+export interface RequestOptions {
+  /** The request's key (`undefined`, `null` or `""`: it has none); by default read as the `key` setting says. */
+  readonly key?: () => Maybe<string | null | undefined>;
+  /** The request's units; by default the first matching `costs` rule's, else 1. 0: not limited. */
+  readonly cost?: number | (() => Maybe<number>);
+  /** The runtime's `ExecutionContext` (or anything with `waitUntil`). */
+  readonly ctx?: Background;
 }
 
 /** A request's decision and the identity it was made for (what a refund needs). */
@@ -132,6 +143,36 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     observe?.(result, identity.name);
     await recordDecision(env as TelemetryEnv, identity.name, result);
     return { result, identity };
+  }
+
+  /**
+   * Decides an HTTP request as the proxy and the middleware do: its key read as the `key` setting says (or
+   * `options.key`), its address from `CF-Connecting-IP`, its cost and route by its method and path; a granted
+   * request's concurrency slot is released at once when the client goes away (`request.signal`; not for a
+   * WebSocket upgrade, whose slot is its socket's). Null when it costs nothing.
+   *
+   * @throws LimiterError for a request without a usable key or client address, or a path the normaliser refuses
+   */
+  async decideRequest(
+    env: object,
+    ns: LimiterNamespace,
+    request: Request,
+    options: RequestOptions = {},
+  ): Promise<RateLimitResult | null> {
+    const { key, cost, ctx: bg = {} } = options;
+    const decided = await this.decide(env, ns, {
+      key: key ?? (() => readKey(request, this.config.key)),
+      ip: request.headers.get("cf-connecting-ip"),
+      ...(cost === undefined ? {} : { cost }),
+      method: request.method,
+      path: () => normalizedPath(new URL(request.url).pathname, this.config),
+      bg,
+      inFlight: true,
+    });
+    if (!decided) return null;
+    if (decided.result.allowed && request.headers.get("upgrade")?.toLowerCase() !== "websocket")
+      this.releaseOnAbort(ns, decided.result, clientSignal(request), bg);
+    return decided.result;
   }
 
   /**

@@ -247,6 +247,54 @@ describe("settings", () => {
   });
 });
 
+describe("decideRequest() and whenEnded(): an HTTP request as the proxy reads it", () => {
+  it("reads the key, cost and path as configured; null for a request that costs nothing; errors with a code", async () => {
+    const limiter = createLimiter({
+      ...perMinute(5),
+      costs: [
+        { path: "/health", cost: 0 },
+        { path: "/export", cost: 3 },
+      ],
+      leases: false,
+    });
+    const key = freshKey();
+    const req = (path: string, headers: Record<string, string> = { "x-api-key": key }) =>
+      new Request(`https://api.example${path}`, { headers });
+    expect(await limiter.decideRequest(env, req("/health"))).toBeNull();
+    const r = await limiter.decideRequest(env, req("/export"));
+    expect(r).toMatchObject({ allowed: true, cost: 3, limits: [{ remaining: 2 }] });
+    expect((await limiter.decideRequest(env, req("/x"), { key: () => key, cost: 2 }))?.limits[0]?.remaining).toBe(0);
+    const code = (p: Promise<unknown>) => p.then(String, (e: unknown) => (e instanceof LimiterError ? e.code : e));
+    expect(await code(limiter.decideRequest(env, req("/x", {})))).toBe("key_required");
+    expect(await code(limiter.decideRequest(env, req("/a%2Fb")))).toBe("malformed_path");
+  });
+
+  it("whenEnded releases a slot when the response has been read; a client that leaves releases it at once", async () => {
+    const limiter = createLimiter({ ...perMinute(60), concurrency: 1, leases: false });
+    const key = freshKey();
+    const req = (signal?: AbortSignal) =>
+      new Request("https://api.example/x", { headers: { "x-api-key": key }, ...(signal ? { signal } : {}) });
+    const first = (await limiter.decideRequest(env, req())) as RateLimitResult;
+    expect(first.handle?.slot).not.toBeNull();
+    expect((await limiter.decideRequest(env, req()))?.reason).toBe("concurrency");
+    const response = limiter.whenEnded(env, first, new Response("body"));
+    expect(await response.text()).toBe("body");
+    // The release is on its way once the body is read; a request after it finds the slot free (and gives it back).
+    const freeSlot = async () => {
+      const r = await limiter.decideRequest(env, req());
+      if (r?.allowed) await limiter.release(env, r);
+      return r?.reason;
+    };
+    await expect.poll(freeSlot).toBe("granted");
+    const gone = new AbortController();
+    const second = (await limiter.decideRequest(env, req(gone.signal))) as RateLimitResult;
+    expect(second.allowed).toBe(true);
+    expect(await freeSlot()).toBe("concurrency");
+    gone.abort();
+    await expect.poll(freeSlot).toBe("granted");
+  });
+});
+
 describe("routes", () => {
   it("limit(…, { route }) checks the route's budget with the key's; peek and reset see both; an unknown name throws", async () => {
     const limiter = createLimiter({
