@@ -2,7 +2,7 @@
 // unit tests pin down — the core, the client, config, key, errors, path, http, telemetry — against the unit tests in plain
 // Node (vitest.mutation.config.ts). Incremental: results are kept in test/mutation/incremental.json (committed), and
 // a run tests again only the mutants whose code or covering tests changed since. `--force` runs them all and
-// rewrites the file. The object, the proxy and the adapters: stryker.full.config.mjs (npm run test:mutation:full).
+// rewrites the file. The object, the proxy and the adapters are not mutated: CONTRIBUTING.md, "Mutation testing".
 /** @type {import("@stryker-mutator/api/core").PartialStrykerOptions} */
 export default {
   testRunner: "vitest",

@@ -1,5 +1,5 @@
 /**
- * @module `npm run test:mutation` and `npm run test:mutation:full`: Stryker with the arguments given, then every
+ * @module `npm run test:mutation`: Stryker with the arguments given, then every
  * mutated file's score against its floor (./mutation-floors.ts). Fails when Stryker fails or a file
  * is below its floor. The gate (stryker.config.mjs, CI) is incremental: only mutants whose code or covering tests
  * changed since test/mutation/incremental.json run again; commit the file it rewrites.
@@ -7,8 +7,7 @@
  *   npm run test:mutation                              # the gate, incremental, one test process at a time
  *   npm run test:mutation -- --concurrency 2           # as CI runs it, on a machine of its own
  *   npm run test:mutation -- --force                   # every mutant of the gate again (rewrites the baseline)
- *   npm run test:mutation:full -- --concurrency 2      # every file of src/ (stryker.full.config.mjs), ~45 min
- *   npm run test:mutation:full -- --mutate src/object/index.ts   # one file, judged alone
+ *   npm run test:mutation -- --mutate src/client/leases.ts   # one file, judged alone
  */
 
 import { spawnSync } from "node:child_process";
@@ -20,9 +19,7 @@ const REPORT = "reports/mutation/mutation.json";
 // A report left by an earlier run must not be judged as this one's.
 rmSync(REPORT, { force: true });
 const args = process.argv.slice(2);
-const full = args[0] === "--full";
-const config = full ? "stryker.full.config.mjs" : "stryker.config.mjs";
-const run = spawnSync("npx", ["--no-install", "stryker", "run", config, ...args.slice(full ? 1 : 0)], {
+const run = spawnSync("npx", ["--no-install", "stryker", "run", "stryker.config.mjs", ...args], {
   stdio: "inherit",
 });
 if (run.status !== 0) {

@@ -13,17 +13,7 @@ import type { LimitSpec } from "../../src/core/limits.ts";
 import { type RateLimitVariables, rateLimit } from "../../src/hono.ts";
 import { createLimiter } from "../../src/index.ts";
 import { problemOf } from "../support/problem.ts";
-import {
-  arrivalsFor,
-  background,
-  envWith,
-  freshKey,
-  handle,
-  nextMessage,
-  originUrl,
-  request,
-  workerdOnly,
-} from "./helpers.ts";
+import { arrivalsFor, background, envWith, freshKey, handle, nextMessage, originUrl, request } from "./helpers.ts";
 
 const minute: LimitSpec[] = [{ limit: 100, windowMs: 60_000, tickMs: 1 }];
 /** Requests holding a slot now, as the object says: the proxy's key's (`key:<key>`), or an object by its name. */
@@ -244,7 +234,7 @@ describe("concurrency behind the hono middleware", () => {
     await (await slow).text();
   });
 
-  workerdOnly("a WebSocket holds its slot until it closes", async () => {
+  it("a WebSocket holds its slot until it closes", async () => {
     const app = new Hono<{ Variables: RateLimitVariables }>();
     app.use("/ws", rateLimit({ limits: [{ limit: 100, window: "1m" }], concurrency: 1, name: "mw-ws" }));
     app.get(
@@ -273,7 +263,7 @@ describe("concurrency behind the hono middleware", () => {
 });
 
 describe("WebSockets through the proxy with concurrency", () => {
-  workerdOnly("an open socket holds its slot, relayed both ways, until it closes; it counts once", async () => {
+  it("an open socket holds its slot, relayed both ways, until it closes; it counts once", async () => {
     const e = envWith(config(1));
     const key = freshKey();
     const h = background();

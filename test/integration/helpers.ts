@@ -1,7 +1,7 @@
 // Shared by the integration tests: the Worker with a chosen config, fake limiter namespaces, the origin's log.
 
 import { env } from "cloudflare:workers";
-import { inject, it } from "vitest";
+import { inject } from "vitest";
 import type { Decision } from "../../src/core/index.ts";
 import type { Ask, Settlement } from "../../src/core/log.ts";
 import { createProxy, type WorkerEnv } from "../../src/proxy/app.ts";
@@ -14,12 +14,6 @@ import { type Problem, problemOf } from "../support/problem.ts";
 export const proxy = createProxy();
 /** Handles one request through {@link proxy}. */
 export const handle = proxy.handle;
-
-/**
- * A test of what workerd itself does (its fetch's errors and framing, `crypto.DigestStream`, refused methods): skipped
- * when these tests run against the Node stand-in for the mutation gate (test/node/, vitest.stryker.config.ts).
- */
-export const workerdOnly = it.runIf(navigator.userAgent === "Cloudflare-Workers");
 
 /** Base URL of the Node origin started by test/setup/origin.ts. */
 export const originUrl = inject("originUrl");

@@ -4,7 +4,7 @@ import { env, exports } from "cloudflare:workers";
 import { beforeAll, describe, expect, inject, it } from "vitest";
 import type { RateLimitResult } from "../../src/client/result.ts";
 import { problemOf } from "../support/problem.ts";
-import { handle, type WorkerEnv, workerdOnly } from "./helpers.ts";
+import { handle, type WorkerEnv } from "./helpers.ts";
 
 const originUrl = inject("originUrl");
 const originHost = new URL(originUrl).host;
@@ -66,7 +66,7 @@ async function readAll(body: ReadableStream<Uint8Array>): Promise<{ bytes: Uint8
 }
 
 describe("what reaches the origin", () => {
-  workerdOnly("method, path, query, headers and body arrive as sent, under ORIGIN's path prefix", async () => {
+  it("method, path, query, headers and body arrive as sent, under ORIGIN's path prefix", async () => {
     const decisions: RateLimitResult[] = [];
     const path = "/v1/items%3Fx/a%20b/caf%C3%A9;v=1/@:x";
     const query = "?q=1&q=2&s=a%2Bb+c&empty=&flag&u=%E2%9C%93";
@@ -203,7 +203,7 @@ describe("what reaches the origin", () => {
     expect(await head.text()).toBe("");
   });
 
-  workerdOnly("workerd refuses custom methods outright, so none can reach the Worker", () => {
+  it("workerd refuses custom methods outright, so none can reach the Worker", () => {
     // Finding: workerd accepts only the methods it knows (GET…PATCH, WebDAV's, PURGE, QUERY…);
     // a Request with any other method cannot even be constructed, so no Worker can proxy one.
     expect(() => new Request("https://w.example/m", { method: "FROBNICATE" })).toThrow(
@@ -218,7 +218,7 @@ describe("bodies stream both ways", () => {
   const MB20 = 20 * 1024 * 1024;
   const CHUNK = 64 * 1024;
 
-  workerdOnly("a 20 MB request body streams to the origin intact, before the client has sent all of it", async () => {
+  it("a 20 MB request body streams to the origin intact, before the client has sent all of it", async () => {
     const id = crypto.randomUUID();
     const digest = new crypto.DigestStream("SHA-256");
     const writer = digest.getWriter();
@@ -255,7 +255,7 @@ describe("bodies stream both ways", () => {
     expect(echo.sha256).toBe(hex(await digest.digest));
   });
 
-  workerdOnly("a 20 MB response streams back intact through the real Worker (exports.default.fetch)", async () => {
+  it("a 20 MB response streams back intact through the real Worker (exports.default.fetch)", async () => {
     const res = await exports.default.fetch(new Request(`https://w.example/__special/bytes/${MB20}?seed=7`, keyed()));
     expect(res.status).toBe(200);
     expect(res.headers.get("ratelimit")).not.toBeNull();
@@ -373,26 +373,23 @@ describe("when the origin fails", () => {
     closedUrl = ((await res.json()) as { url: string }).url;
   });
 
-  workerdOnly(
-    "unreachable origin (closed port): 502 problem+json, no stack, RateLimit headers (quota was spent)",
-    async () => {
-      const decisions: RateLimitResult[] = [];
-      const res = await handle(
-        new Request("https://w.example/x", keyed({ method: "POST", body: "payload" })),
-        { ...env, ORIGIN: closedUrl },
-        { onDecision: (d) => decisions.push(d) },
-      );
-      expect(decisions.map((d) => d.allowed)).toEqual([true]);
-      expect(res.headers.get("ratelimit-policy")).toBe('"per-second";q=100;w=1, "per-minute";q=1000;w=60');
-      expect(res.headers.get("ratelimit")).toMatch(/^"per-second";r=99;t=1, "per-minute";r=999;t=60$/);
-      const body = await problemOf(res, 502);
-      expect(body.title).toBe("Bad Gateway");
-      // workerd reports a refused connection (it logs "Connection refused (os error 111)") to
-      // JavaScript as "Network connection lost."; the detail carries it with one period (it
-      // used to come out as "lost..").
-      expect(body.detail).toBe("The origin could not be reached: Network connection lost.");
-    },
-  );
+  it("unreachable origin (closed port): 502 problem+json, no stack, RateLimit headers (quota was spent)", async () => {
+    const decisions: RateLimitResult[] = [];
+    const res = await handle(
+      new Request("https://w.example/x", keyed({ method: "POST", body: "payload" })),
+      { ...env, ORIGIN: closedUrl },
+      { onDecision: (d) => decisions.push(d) },
+    );
+    expect(decisions.map((d) => d.allowed)).toEqual([true]);
+    expect(res.headers.get("ratelimit-policy")).toBe('"per-second";q=100;w=1, "per-minute";q=1000;w=60');
+    expect(res.headers.get("ratelimit")).toMatch(/^"per-second";r=99;t=1, "per-minute";r=999;t=60$/);
+    const body = await problemOf(res, 502);
+    expect(body.title).toBe("Bad Gateway");
+    // workerd reports a refused connection (it logs "Connection refused (os error 111)") to
+    // JavaScript as "Network connection lost."; the detail carries it with one period (it
+    // used to come out as "lost..").
+    expect(body.detail).toBe("The origin could not be reached: Network connection lost.");
+  });
 
   it("unreachable origin on a cost-0 route: 502, and no RateLimit headers (no plan applied)", async () => {
     const res = await handle(new Request("https://w.example/x"), { ...free, ORIGIN: closedUrl });
@@ -428,24 +425,21 @@ describe("when the origin fails", () => {
   // Content-Length, and the same through the real Worker's HTTP path as through handle().
   // (workerd also logs "disconnected: HTTP body: error reading a body from connection".)
   for (const length of [false, true]) {
-    workerdOnly(
-      `origin dropping mid-response (${length ? "Content-Length" : "chunked"}): 200, then a body read error`,
-      async () => {
-        const url = `https://w.example/__special/drop?after=5000${length ? "&length=1" : ""}`;
-        for (const via of ["handle", "exports.default.fetch"]) {
-          const req = new Request(url, keyed());
-          const res = via === "handle" ? await handle(req, limited) : await exports.default.fetch(req);
-          expect(res.status, via).toBe(200);
-          expect(res.headers.get("ratelimit"), via).not.toBeNull();
-          if (length) expect(res.headers.get("content-length"), via).toBe("10000");
-          const { bytes, error } = await readAll(res.body as ReadableStream<Uint8Array>);
-          expect(bytes.length, via).toBe(5000);
-          expect(new TextDecoder().decode(bytes), via).toBe("a".repeat(5000));
-          expect(error, via).toBeInstanceOf(Error);
-          expect((error as Error).message, via).toBe("Network connection lost.");
-        }
-      },
-    );
+    it(`origin dropping mid-response (${length ? "Content-Length" : "chunked"}): 200, then a body read error`, async () => {
+      const url = `https://w.example/__special/drop?after=5000${length ? "&length=1" : ""}`;
+      for (const via of ["handle", "exports.default.fetch"]) {
+        const req = new Request(url, keyed());
+        const res = via === "handle" ? await handle(req, limited) : await exports.default.fetch(req);
+        expect(res.status, via).toBe(200);
+        expect(res.headers.get("ratelimit"), via).not.toBeNull();
+        if (length) expect(res.headers.get("content-length"), via).toBe("10000");
+        const { bytes, error } = await readAll(res.body as ReadableStream<Uint8Array>);
+        expect(bytes.length, via).toBe(5000);
+        expect(new TextDecoder().decode(bytes), via).toBe("a".repeat(5000));
+        expect(error, via).toBeInstanceOf(Error);
+        expect((error as Error).message, via).toBe("Network connection lost.");
+      }
+    });
   }
 });
 
