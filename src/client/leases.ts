@@ -62,8 +62,11 @@ export interface LeaseGrant {
 
 export class LeaseTable {
   readonly #entries = new Map<string, KeyLeases>();
-  /** Prefixes this table's lease ids: unique to the isolate. */
-  readonly #idPrefix = crypto.randomUUID();
+  /**
+   * Prefixes this table's lease ids: unique to the isolate. Made with the first lease, not with the table: a limiter
+   * is made at module level, where workerd allows no random values.
+   */
+  #idPrefix: string | null = null;
   #leases = 0;
   readonly #max: number;
   #rttMs = 0;
@@ -312,7 +315,7 @@ export class LeaseTable {
     const { lease, sentAt, issuedAt, limits, applied = null, used = 0 } = grant;
     const expiresAt = sentAt + lease.lifetimeMs - leaseMargin(lease.lifetimeMs);
     const held: HeldLease = {
-      id: `${this.#idPrefix}.${++this.#leases}`,
+      id: `${(this.#idPrefix ??= crypto.randomUUID())}.${++this.#leases}`,
       grants: 0,
       left: lease.units,
       used,
