@@ -314,8 +314,9 @@ export class LeaseTable {
   add(e: KeyLeases, grant: LeaseGrant): HeldLease {
     const { lease, sentAt, issuedAt, limits, applied = null, used = 0 } = grant;
     const expiresAt = sentAt + lease.lifetimeMs - leaseMargin(lease.lifetimeMs);
+    this.#idPrefix ??= crypto.randomUUID();
     const held: HeldLease = {
-      id: `${(this.#idPrefix ??= crypto.randomUUID())}.${++this.#leases}`,
+      id: `${this.#idPrefix}.${++this.#leases}`,
       grants: 0,
       left: lease.units,
       used,

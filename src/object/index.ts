@@ -16,9 +16,13 @@ import type { SlotRow } from "../core/ring.ts";
 import { checkSlotAsk, checkSlotTimeout, Slots } from "../core/slots.ts";
 
 const UPSERT =
-  "INSERT INTO grants (ring, key, ts, cost) VALUES (?, ?, ?, ?) ON CONFLICT (ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
-const ROUTE_UPSERT =
-  "INSERT INTO route_grants (route, ring, key, ts, cost) VALUES (?, ?, ?, ?, ?) ON CONFLICT (route, ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
+  "INSERT INTO budget_slots (budget, ring, key, ts, cost) VALUES (?, ?, ?, ?, ?) ON CONFLICT (budget, ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
+
+/** The key's own budget in `budget_slots` and the logs; a route's budget is its route's name (never empty). */
+const KEY_BUDGET = "";
+
+/** A budget's longest window as its rows were last written under (`meta` row `window:<budget>`, ms). */
+const windowKey = (budget: string) => `window:${budget}`;
 
 /**
  * The latest time an operator may give (a block's end, an override's expiry), and the latest alarm
@@ -102,7 +106,8 @@ const REFUND_END = "refund;";
 
 export class RateLimiter extends DurableObject<unknown> {
   readonly #sql: SqlStorage;
-  #log: KeyLog | null = null;
+  /** The logs in memory, by budget: the key's own ({@link KEY_BUDGET}) and its routes' (docs/configuration.md, "Per-route budgets"). */
+  readonly #logs = new Map<string, KeyLog>();
   /**
    * When the scheduled idle alarm fires (ms), or null when none is set; Infinity while an
    * override without expiry keeps the key's state (no alarm is needed then).
@@ -115,8 +120,6 @@ export class RateLimiter extends DurableObject<unknown> {
   /** Refusals counted towards a penalty (docs/configuration.md, "Penalties") and the last penalty's length and end. */
   #penalty: PenaltyState & { readonly withinMs?: number } = NO_PENALTY;
   #override: Override | null = null;
-  /** Route budgets' logs in memory, by route name (docs/configuration.md, "Per-route budgets"). */
-  readonly #routes = new Map<string, KeyLog>();
   /** Concurrency slots held (docs/configuration.md, "Concurrency"), each stored as a row of `inflight`. */
   #slots = new Slots();
   /** Whether the `inflight` table exists (made by the key's first slot). */
@@ -131,7 +134,7 @@ export class RateLimiter extends DurableObject<unknown> {
       // One look at the schema: a key's state, and its concurrency slots' table (made by its first slot).
       const tables = this.#sql
         .exec<{ name: string }>(
-          "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('grants', 'slots', 'inflight')",
+          "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('budget_slots', 'grants', 'slots', 'inflight')",
         )
         .toArray()
         .map((t) => t.name);
@@ -167,8 +170,8 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   #take(now: number, limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Decision | Promise<Decision> {
     const override = this.#activeOverride(now);
-    const log = this.#logFor(override?.limits ?? limits);
-    const logs = route === undefined ? [log] : [log, this.#routeLogFor(route)];
+    const log = this.#logOf(KEY_BUDGET, override?.limits ?? limits);
+    const logs = route === undefined ? [log] : [log, this.#routeLog(route)];
     const refuse = (until: number) => combine(logs.map((l) => l.refuse(now, ask.cost, until)));
     const idleAt = () => Math.max(...logs.map((l) => l.idleAt));
     // The refusals the caller answered from its deny cache count first: when they complete a penalty, this request
@@ -181,8 +184,8 @@ export class RateLimiter extends DurableObject<unknown> {
     if (full) return this.#full({ now, ask: own, override, idleAt: idleAt(), refuse }, full);
     const { decision, writes } = route === undefined ? single(log.take(now, own)) : takeTogether(logs, now, ask.cost);
     const [rows = [], routed = []] = writes;
-    this.#write(rows);
-    if (route !== undefined) this.#writeRoute(route.name, routed);
+    this.#write(KEY_BUDGET, rows);
+    if (route !== undefined) this.#write(route.name, routed);
     if (decision.allowed) this.#takeSlot(now, own);
     const penalized = this.#countRefusals(now, own, decision);
     if (penalized !== null) {
@@ -351,16 +354,16 @@ export class RateLimiter extends DurableObject<unknown> {
    * record has left every window are skipped. Returns the units' rows written.
    */
   giveBack(limits: readonly LimitSpec[], recordedAt: readonly number[], units: number, route?: RouteBudget): number {
-    const log = this.#logFor(this.#activeOverride(this.clock())?.limits ?? limits);
-    const routeLog = route === undefined ? null : this.#routeLogFor(route);
+    const log = this.#logOf(KEY_BUDGET, this.#activeOverride(this.clock())?.limits ?? limits);
+    const routeLog = route === undefined ? null : this.#routeLog(route);
     const rings = log.rings.length + (routeLog?.rings.length ?? 0);
     // A lease granted under other limits (an override came or went): its units simply expire.
     if (!Array.isArray(recordedAt) || recordedAt.length !== rings) return 0;
     const writes = log.giveBack(recordedAt.slice(0, log.rings.length), units);
-    this.#write(writes);
+    this.#write(KEY_BUDGET, writes);
     if (routeLog === null || route === undefined) return writes.length;
     const routed = routeLog.giveBack(recordedAt.slice(log.rings.length), units);
-    this.#writeRoute(route.name, routed);
+    this.#write(route.name, routed);
     return writes.length + routed.length;
   }
 
@@ -414,11 +417,11 @@ export class RateLimiter extends DurableObject<unknown> {
   settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): number {
     if (!Array.isArray(settle)) throw new RangeError("settle: expected a list of lease settlements");
     const now = this.clock();
-    const log = this.#logFor(this.#activeOverride(now)?.limits ?? limits);
+    const log = this.#logOf(KEY_BUDGET, this.#activeOverride(now)?.limits ?? limits);
     let written = 0;
     for (const s of settle) {
       const writes = log.settle(now, s);
-      this.#write(writes);
+      this.#write(KEY_BUDGET, writes);
       written += writes.length;
     }
     return written;
@@ -431,8 +434,8 @@ export class RateLimiter extends DurableObject<unknown> {
   peek(limits: readonly LimitSpec[], cost = 1, route?: RouteBudget): Decision {
     const now = this.clock();
     const override = this.#activeOverride(now, false);
-    const logs = [this.#view(override?.limits ?? limits)];
-    if (route !== undefined) logs.push(this.#routeView(route));
+    const logs = [this.#view(KEY_BUDGET, override?.limits ?? limits)];
+    if (route !== undefined) logs.push(this.#view(route.name, route.limits));
     if (this.#blockUntil !== null && this.#blockUntil > now) {
       const until = this.#blockUntil;
       return withOverride(combine(logs.map((log) => log.refuse(now, cost, until))), override);
@@ -448,7 +451,7 @@ export class RateLimiter extends DurableObject<unknown> {
   status(limits: readonly LimitSpec[], buckets = 60, routes: readonly RouteBudget[] = []): KeyStatus {
     const now = this.clock();
     const override = this.#activeOverride(now, false);
-    const log = this.#view(override?.limits ?? limits);
+    const log = this.#view(KEY_BUDGET, override?.limits ?? limits);
     const decision = log.peek(now);
     let longest = 0;
     log.limits.forEach((l, i) => {
@@ -466,7 +469,7 @@ export class RateLimiter extends DurableObject<unknown> {
       stored: this.#tables,
       routes: (Array.isArray(routes) ? routes : []).map((r) => ({
         name: r.name,
-        decision: this.#routeView(r).peek(now),
+        decision: this.#view(r.name, r.limits).peek(now),
       })),
     };
   }
@@ -480,12 +483,11 @@ export class RateLimiter extends DurableObject<unknown> {
     this.#penalty = { ...this.#penalty, refusals: [] };
     if (this.#tables) {
       this.#sql.exec("DELETE FROM meta WHERE k = 'penalty'");
-      const log = this.#logFor(this.#activeOverride(this.clock())?.limits ?? limits);
+      const log = this.#logOf(KEY_BUDGET, this.#activeOverride(this.clock())?.limits ?? limits);
       const through = log.forget(this.clock());
-      this.#sql.exec("DELETE FROM grants WHERE ts <= ?", through);
-      // Route budgets never lease: everything they recorded up to now goes (logs in memory are rebuilt on next use).
-      this.#routes.clear();
-      this.#sql.exec("DELETE FROM route_grants WHERE ts <= ?", through);
+      // Route budgets never lease: everything they recorded up to now goes (their logs are rebuilt on next use).
+      for (const budget of [...this.#logs.keys()]) if (budget !== KEY_BUDGET) this.#logs.delete(budget);
+      this.#sql.exec("DELETE FROM budget_slots WHERE ts <= ?", through);
     }
     return this.status(limits, buckets, routes);
   }
@@ -544,8 +546,7 @@ export class RateLimiter extends DurableObject<unknown> {
     this.#alarmAt = null;
     const idleAt = this.#idleAt();
     if (idleAt <= this.clock()) {
-      this.#log = null;
-      this.#routes.clear();
+      this.#logs.clear();
       this.#blockUntil = null;
       this.#blockCause = "operator";
       this.#penalty = NO_PENALTY;
@@ -566,10 +567,8 @@ export class RateLimiter extends DurableObject<unknown> {
 
   /** When nothing stored counts any more: the grants' last window, a block's end, an override's expiry. */
   #idleAt(): number {
-    const stored = this.#tables ? this.#storedIdleAt() : null;
-    let at = (this.#log ? this.#log.idleAt : stored) ?? Number.NEGATIVE_INFINITY;
-    for (const log of this.#routes.values()) at = Math.max(at, log.idleAt);
-    if (this.#tables) at = Math.max(at, this.#storedRouteIdleAt() ?? at);
+    let at = (this.#tables ? this.#storedIdleAt() : null) ?? Number.NEGATIVE_INFINITY;
+    for (const log of this.#logs.values()) at = Math.max(at, log.idleAt);
     if (this.#blockUntil !== null) at = Math.max(at, this.#blockUntil);
     // Refusals count towards a penalty for its span, and a block's end for the next one's doubling.
     const within = this.#penalty.withinMs ?? 0;
@@ -627,128 +626,123 @@ export class RateLimiter extends DurableObject<unknown> {
     if (!this.#tables) this.#createTables();
   }
 
-  #write(rows: readonly SlotRow[]): void {
-    for (const w of rows) this.#sql.exec(UPSERT, w.ring, w.key, w.ts, w.cost);
-  }
-
-  #writeRoute(route: string, rows: readonly SlotRow[]): void {
-    for (const w of rows) this.#sql.exec(ROUTE_UPSERT, route, w.ring, w.key, w.ts, w.cost);
+  /** Writes a budget's rows (one per slot touched). */
+  #write(budget: string, rows: readonly SlotRow[]): void {
+    for (const w of rows) this.#sql.exec(UPSERT, budget, w.ring, w.key, w.ts, w.cost);
   }
 
   #createTables(): void {
     this.#tables = true;
-    // WITHOUT ROWID: the key is the row, so writing it writes one row, not a row and an index entry.
+    // One table for every budget of the key: its own (budget '') and its routes' (the route's name). WITHOUT ROWID:
+    // the key is the row, so writing it writes one row, not a row and an index entry.
     this.#sql.exec(
-      "CREATE TABLE IF NOT EXISTS grants (ring INTEGER NOT NULL, key INTEGER NOT NULL, ts INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (ring, key)) WITHOUT ROWID",
+      "CREATE TABLE IF NOT EXISTS budget_slots (budget TEXT NOT NULL, ring INTEGER NOT NULL, key INTEGER NOT NULL, ts INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (budget, ring, key)) WITHOUT ROWID",
     );
     this.#sql.exec("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID");
-    // Route budgets (docs/configuration.md, "Per-route budgets"): the same rows, per route name.
-    this.#sql.exec(
-      "CREATE TABLE IF NOT EXISTS route_grants (route TEXT NOT NULL, ring INTEGER NOT NULL, key INTEGER NOT NULL, ts INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (route, ring, key)) WITHOUT ROWID",
-    );
-    // 0.1.0 kept one 1ms ring in `slots (slot, ts, cost)`: carry its rows over once.
-    const old = this.#sql.exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'slots'").toArray();
-    if (old.length > 0) {
-      this.#sql.exec("INSERT OR REPLACE INTO grants (ring, key, ts, cost) SELECT 1, slot, ts, cost FROM slots");
-      this.#sql.exec("DROP TABLE slots");
-    }
+    this.#upgrade();
   }
 
-  /** Without a log in memory (no call since a restart): the newest stored slot plus the stored longest window. */
+  /**
+   * Carries the state of earlier versions over, once: 0.1.0 kept one 1ms ring in `slots (slot, ts, cost)`; 0.2.0 the
+   * key's rows in `grants (ring, key, ts, cost)` and the routes' in `route_grants (route, …)`, with the key's longest
+   * window in `meta` as `longest_window_ms` and the routes' longest as `route_window_ms`.
+   */
+  #upgrade(): void {
+    const old = this.#sql
+      .exec<{ name: string }>(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('slots', 'grants', 'route_grants')",
+      )
+      .toArray()
+      .map((t) => t.name);
+    if (old.length === 0) return;
+    this.ctx.storage.transactionSync(() => {
+      if (old.includes("slots")) {
+        this.#sql.exec(
+          "INSERT OR REPLACE INTO budget_slots (budget, ring, key, ts, cost) SELECT '', 1, slot, ts, cost FROM slots",
+        );
+        this.#sql.exec("DROP TABLE slots");
+      }
+      if (old.includes("grants")) {
+        this.#sql.exec(
+          "INSERT OR REPLACE INTO budget_slots (budget, ring, key, ts, cost) SELECT '', ring, key, ts, cost FROM grants",
+        );
+        this.#sql.exec("DROP TABLE grants");
+      }
+      if (old.includes("route_grants")) {
+        this.#sql.exec(
+          "INSERT OR REPLACE INTO budget_slots (budget, ring, key, ts, cost) SELECT route, ring, key, ts, cost FROM route_grants",
+        );
+        // Each route's rows keep counting for the longest route window 0.2.0 knew.
+        this.#sql.exec(
+          "INSERT OR IGNORE INTO meta (k, v) SELECT 'window:' || route, (SELECT v FROM meta WHERE k = 'route_window_ms') FROM route_grants WHERE EXISTS (SELECT 1 FROM meta WHERE k = 'route_window_ms') GROUP BY route",
+        );
+        this.#sql.exec("DROP TABLE route_grants");
+      }
+      this.#sql.exec("INSERT OR IGNORE INTO meta (k, v) SELECT 'window:', v FROM meta WHERE k = 'longest_window_ms'");
+      this.#sql.exec("DELETE FROM meta WHERE k IN ('longest_window_ms', 'route_window_ms')");
+    });
+  }
+
+  /**
+   * Without the logs in memory (no call since a restart): when the stored rows stop counting — each budget's newest
+   * row plus the longest window it was written under.
+   */
   #storedIdleAt(): number | null {
     const row = this.#sql
-      .exec<{ ts: number | null; w: string | null }>(
-        "SELECT (SELECT MAX(ts) FROM grants) AS ts, (SELECT v FROM meta WHERE k = 'longest_window_ms') AS w",
+      .exec<{ at: number | null }>(
+        "SELECT MAX(s.ts + CAST(m.v AS INTEGER)) AS at FROM (SELECT budget, MAX(ts) AS ts FROM budget_slots GROUP BY budget) AS s JOIN meta AS m ON m.k = 'window:' || s.budget",
       )
       .one();
-    if (row.ts === null) return null;
-    return row.ts + Number(row.w ?? 0);
+    return row.at;
   }
 
-  /** Route rows' last window: the newest route row plus the longest route window ever used (it only grows). */
-  #storedRouteIdleAt(): number | null {
-    const row = this.#sql
-      .exec<{ ts: number | null; w: string | null }>(
-        "SELECT (SELECT MAX(ts) FROM route_grants) AS ts, (SELECT v FROM meta WHERE k = 'route_window_ms') AS w",
-      )
-      .one();
-    if (row.ts === null) return null;
-    return row.ts + Number(row.w ?? 0);
-  }
-
-  /** A route's log to read from: the one in memory, else one built from storage without writing. */
-  #routeView(route: RouteBudget): KeyLog {
-    const log = this.#routes.get(route.name);
-    if (log !== undefined && builtFor(log, route.limits)) return log;
-    if (!this.#tables) return new KeyLog(route.limits);
-    return KeyLog.restore(route.limits, this.#routeRows(route.name), this.clock()).log;
-  }
-
-  /** A route's log: built from storage on first use, rebuilt when its limits change. */
-  #routeLogFor(route: RouteBudget): KeyLog {
-    const have = this.#routes.get(route.name);
-    if (have !== undefined && builtFor(have, route.limits)) return have;
+  /** A route's log, checked to be named. */
+  #routeLog(route: RouteBudget): KeyLog {
     if (typeof route.name !== "string" || route.name.length === 0) {
       throw new RangeError(`route.name: expected a non-empty string, got ${JSON.stringify(route.name)}`);
     }
-    this.#ensureTables();
-    const { log, rewrite } = KeyLog.restore(route.limits, this.#routeRows(route.name), this.clock());
-    if (rewrite) {
-      this.ctx.storage.transactionSync(() => {
-        this.#sql.exec("DELETE FROM route_grants WHERE route = ?", route.name);
-        this.#writeRoute(route.name, log.rows());
-      });
-    }
-    const longest = Math.max(...log.limits.map((l) => l.windowMs));
-    const stored = this.#sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'route_window_ms'").toArray()[0];
-    if (stored === undefined || Number(stored.v) < longest) {
-      this.#sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('route_window_ms', ?)", String(longest));
-    }
-    this.#routes.set(route.name, log);
-    return log;
+    return this.#logOf(route.name, route.limits);
   }
 
-  #routeRows(name: string): { ring: number; key: number; ts: number; cost: number }[] {
+  /** A budget's stored rows. */
+  #rows(budget: string): { ring: number; key: number; ts: number; cost: number }[] {
     return this.#sql
       .exec<{ ring: number; key: number; ts: number; cost: number }>(
-        "SELECT ring, key, ts, cost FROM route_grants WHERE route = ?",
-        name,
+        "SELECT ring, key, ts, cost FROM budget_slots WHERE budget = ?",
+        budget,
       )
       .toArray();
   }
 
-  /** The log for these limits to read from: the one in memory, else one built from storage without writing. */
-  #view(limits: readonly LimitSpec[]): KeyLog {
-    if (this.#log !== null && builtFor(this.#log, limits)) return this.#log;
+  /** A budget's log under these limits to read from: the one in memory, else one built from storage without writing. */
+  #view(budget: string, limits: readonly LimitSpec[]): KeyLog {
+    const log = this.#logs.get(budget);
+    if (log !== undefined && builtFor(log, limits)) return log;
     if (!this.#tables) return new KeyLog(limits);
-    const rows = this.#sql
-      .exec<{ ring: number; key: number; ts: number; cost: number }>("SELECT ring, key, ts, cost FROM grants")
-      .toArray();
-    return KeyLog.restore(limits, rows, this.clock()).log;
+    return KeyLog.restore(limits, this.#rows(budget), this.clock()).log;
   }
 
-  /** The log for these limits: built from storage on first use, rebuilt when the limits change. */
-  #logFor(limits: readonly LimitSpec[]): KeyLog {
-    if (this.#log !== null && builtFor(this.#log, limits)) return this.#log;
+  /** A budget's log under these limits: built from storage on first use, rebuilt when the limits change. */
+  #logOf(budget: string, limits: readonly LimitSpec[]): KeyLog {
+    const have = this.#logs.get(budget);
+    if (have !== undefined && builtFor(have, limits)) return have;
     this.#ensureTables();
-    const rows = this.#sql
-      .exec<{ ring: number; key: number; ts: number; cost: number }>("SELECT ring, key, ts, cost FROM grants")
-      .toArray();
-    const { log, rewrite } = KeyLog.restore(limits, rows, this.clock());
-    if (rewrite) this.#rewrite(log.rows());
-    const longest = String(Math.max(...log.limits.map((l) => l.windowMs)));
-    const stored = this.#sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'longest_window_ms'").toArray()[0];
-    if (stored?.v !== longest) {
-      this.#sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('longest_window_ms', ?)", longest);
+    const { log, rewrite } = KeyLog.restore(limits, this.#rows(budget), this.clock());
+    if (rewrite) {
+      this.ctx.storage.transactionSync(() => {
+        this.#sql.exec("DELETE FROM budget_slots WHERE budget = ?", budget);
+        this.#write(budget, log.rows());
+      });
     }
-    this.#log = log;
+    // The longest window its rows count for: the key's follows its limits; a route's only grows (routes of several
+    // plans may share a name).
+    const longest = Math.max(...log.limits.map((l) => l.windowMs));
+    const stored = this.#sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = ?", windowKey(budget)).toArray()[0];
+    const keep = budget !== KEY_BUDGET && stored !== undefined && Number(stored.v) >= longest;
+    if (!keep && stored?.v !== String(longest)) {
+      this.#sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)", windowKey(budget), String(longest));
+    }
+    this.#logs.set(budget, log);
     return log;
-  }
-
-  #rewrite(rows: readonly SlotRow[]): void {
-    this.ctx.storage.transactionSync(() => {
-      this.#sql.exec("DELETE FROM grants");
-      this.#write(rows);
-    });
   }
 }

@@ -185,7 +185,7 @@ describe("override", () => {
     expect(d.limitsOverride).toBeUndefined();
     expect(d).toMatchObject({ allowed: false, limits: [{ remaining: 0 }] }); // 6 granted still count against 3
     expect((await o.status()).override).toBeNull();
-    expect((await o.stored()).meta.map((r) => r.k)).toEqual(["longest_window_ms"]);
+    expect((await o.stored()).meta.map((r) => r.k)).toEqual(["window:"]);
   });
 
   it("survives an eviction, is removed by clearOverride, and keeps the state alive while it lasts", async () => {

@@ -362,6 +362,85 @@ describe("storage", () => {
   });
 });
 
+describe("0.2.0's state", () => {
+  /** An object whose storage is as 0.2.0 left it: the key's rows in `grants`, a route's in `route_grants`. */
+  async function stored020() {
+    const name = crypto.randomUUID();
+    const stub = env.LIMITER.getByName(name);
+    await runInDurableObject(stub, (_: RateLimiter, state) => {
+      const sql = state.storage.sql;
+      sql.exec(
+        "CREATE TABLE grants (ring INTEGER NOT NULL, key INTEGER NOT NULL, ts INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (ring, key)) WITHOUT ROWID",
+      );
+      sql.exec("CREATE TABLE meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID");
+      sql.exec(
+        "CREATE TABLE route_grants (route TEXT NOT NULL, ring INTEGER NOT NULL, key INTEGER NOT NULL, ts INTEGER NOT NULL, cost INTEGER NOT NULL, PRIMARY KEY (route, ring, key)) WITHOUT ROWID",
+      );
+      // Two grants of the key (3 units) and one of its search route, 10 ms apart; a lease of 4 recorded ahead.
+      sql.exec("INSERT INTO grants VALUES (1, 0, ?, 2), (1, 1, ?, 1), (1, 2, ?, 4)", T0, T0 + 10, T0 + 500);
+      sql.exec("INSERT INTO route_grants VALUES ('search', 1, 0, ?, 1)", T0 + 10);
+      sql.exec("INSERT INTO meta VALUES ('longest_window_ms', '1000'), ('route_window_ms', '60000')");
+      // 0.2.0 set the idle alarm with its grants.
+      return state.storage.setAlarm(T0 + 1500);
+    });
+    await evictDurableObject(stub);
+    await runInDurableObject(stub, (instance: RateLimiter) => {
+      instance.clock = () => T0 + 20;
+    });
+    return stub;
+  }
+  const own: LimitSpec[] = [{ limit: 10, windowMs: 1000, tickMs: 1 }];
+  const search = { name: "search", limits: [{ limit: 2, windowMs: 60_000, tickMs: 1 }] };
+
+  it("is read by this version: the key's grants and leases and the route's count, in one table, old ones gone", async () => {
+    const stub = await stored020();
+    // 7 of 10 used by the key (the lease's 4 included), 1 of 2 by the route: a cost of 1 fits both, a cost of 2 not.
+    const peeked = (await stub.peek(own, 1, search)) as Decision;
+    expect(peeked.limits.map((l) => l.remaining)).toEqual([3, 1]);
+    expect(((await stub.take(own, { cost: 2 }, search)) as Decision).allowed).toBe(false);
+    expect(((await stub.take(own, { cost: 1 }, search)) as Decision).allowed).toBe(true);
+    expect(((await stub.take(own, { cost: 1 }, search)) as Decision).allowed).toBe(false);
+    await runInDurableObject(stub, (_: RateLimiter, state) => {
+      const sql = state.storage.sql;
+      const tables = sql.exec<{ name: string }>(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_cf\\_%' ESCAPE '\\' ORDER BY name",
+      );
+      expect(tables.toArray().map((t) => t.name)).toEqual(["budget_slots", "meta"]);
+      const rows = sql.exec("SELECT budget, ts, cost FROM budget_slots ORDER BY budget, ts").toArray();
+      expect(rows).toEqual([
+        { budget: "", ts: T0, cost: 2 },
+        { budget: "", ts: T0 + 10, cost: 1 },
+        { budget: "", ts: T0 + 20, cost: 1 },
+        { budget: "", ts: T0 + 500, cost: 4 },
+        { budget: "search", ts: T0 + 10, cost: 1 },
+        { budget: "search", ts: T0 + 20, cost: 1 },
+      ]);
+      const meta = sql.exec("SELECT k, v FROM meta WHERE k LIKE 'window:%' ORDER BY k").toArray();
+      expect(meta).toEqual([
+        { k: "window:", v: "1000" },
+        { k: "window:search", v: "60000" },
+      ]);
+    });
+  });
+
+  it("keeps the key alive until the route's 0.2.0 window has passed, even before any call", async () => {
+    const stub = await stored020();
+    // The alarm 0.2.0 set fires before any call: the route's row at T0 + 10 counts for 60 s, so the state stays and
+    // the alarm is set again for then.
+    await runInDurableObject(stub, (instance: RateLimiter) => {
+      instance.clock = () => T0 + 1500;
+    });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await runInDurableObject(stub, (_: RateLimiter, state) => state.storage.getAlarm())).toBe(T0 + 60_010);
+    expect(((await stub.peek(own, 2, search)) as Decision).allowed).toBe(false);
+    await runInDurableObject(stub, (instance: RateLimiter) => {
+      instance.clock = () => T0 + 60_010;
+    });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(((await stub.status(own, 1, [search])) as { stored: boolean }).stored).toBe(false);
+  });
+});
+
 describe("idle alarm", () => {
   it("is set on the first grant, re-arms while the key is active, and deletes the state once idle", async () => {
     const o = await object();
@@ -435,12 +514,12 @@ describe("route budgets", () => {
   const search = { name: "search", limits: [{ limit: 2, windowMs: 60_000, tickMs: 1 }] };
   const take = (o: Awaited<ReturnType<typeof object>>, cost = 1, route = search) =>
     o.stub.take(own, { cost }, route) as Promise<Decision>;
-  /** The route_grants rows: route, time and cost. */
+  /** The routes' rows: route, time and cost. */
   const routeRows = (o: Awaited<ReturnType<typeof object>>) =>
     runInDurableObject(o.stub, (_: RateLimiter, state) =>
       state.storage.sql
         .exec<{ route: string; ts: number; cost: number }>(
-          "SELECT route, ts, cost FROM route_grants ORDER BY route, ts",
+          "SELECT budget AS route, ts, cost FROM budget_slots WHERE budget <> '' ORDER BY budget, ts",
         )
         .toArray()
         .map((r) => ({ ...r })),
@@ -449,7 +528,7 @@ describe("route budgets", () => {
   it("commits a request to the key's budget and the route's together: one row each, and none when one refuses", async () => {
     const o = await object();
     expect(await take(o)).toMatchObject({ allowed: true, recordedAt: [T0, T0] });
-    expect(o.written()).toBe(1);
+    expect(o.written()).toBe(2); // the key's row and the route's
     expect(await routeRows(o)).toEqual([{ route: "search", ts: T0, cost: 1 }]);
     o.at(T0 + 10);
     await take(o);
@@ -464,7 +543,7 @@ describe("route budgets", () => {
       ],
     });
     // The refusal wrote nothing: the key's budget still holds 8, the route's rows are the two grants.
-    expect(o.written()).toBe(1);
+    expect(o.written()).toBe(2);
     expect(await routeRows(o)).toHaveLength(2);
     expect((await o.take(own, 8)).allowed).toBe(true);
     // Now the key's budget refuses too: the route's request waits for the later of the two.

@@ -21,14 +21,14 @@ export async function object(name = crypto.randomUUID()) {
   const install = () =>
     runInDurableObject(stub, (instance: RateLimiter, state) => {
       instance.clock = () => now;
-      // Count the grants rows every write statement reports written (the object holds this same SqlStorage).
+      // Count the budget_slots rows every write statement reports written (the object holds this same SqlStorage).
       const sql = state.storage.sql;
       const exec = sql.exec.bind(sql);
       Object.defineProperty(sql, "exec", {
         configurable: true,
         value: (query: string, ...bindings: unknown[]) => {
           const cursor = exec(query, ...bindings);
-          if (/^\s*(INSERT|UPDATE|DELETE|REPLACE)\b/i.test(query) && /\bgrants\b/.test(query)) {
+          if (/^\s*(INSERT|UPDATE|DELETE|REPLACE)\b/i.test(query) && /\bbudget_slots\b/.test(query)) {
             written += cursor.rowsWritten;
           }
           return cursor;
@@ -77,18 +77,18 @@ export async function object(name = crypto.randomUUID()) {
       });
       await install();
     },
-    /** The grants rows with their storage keys; [] when the object has no tables (a key with no state has none). */
+    /** The key's own budget's rows with their storage keys; [] when the object has no tables (a key with no state has none). */
     rows: () =>
       runInDurableObject(stub, (_: RateLimiter, state) => {
         const sql = state.storage.sql;
-        if (sql.exec("SELECT name FROM sqlite_master WHERE name = 'grants'").toArray().length === 0) return [];
+        if (sql.exec("SELECT name FROM sqlite_master WHERE name = 'budget_slots'").toArray().length === 0) return [];
         return sql
           .exec<{ ring: number; key: number; ts: number; cost: number }>(
-            "SELECT ring, key, ts, cost FROM grants ORDER BY ring, ts",
+            "SELECT ring, key, ts, cost FROM budget_slots WHERE budget = '' ORDER BY ring, ts",
           )
           .toArray();
       }),
-    /** The grants rows without their storage keys. */
+    /** The key's own budget's rows without their storage keys. */
     async slots() {
       return (await this.rows()).map(({ ring, ts, cost }) => ({ ring, ts, cost }));
     },

@@ -142,7 +142,7 @@ describe("the admin API over HTTP", () => {
     expect(added.map(([, tables]) => tables)).toEqual([[], [], []]);
     // The check bites: one request creates the tables.
     await traffic(key());
-    expect([...(await objectTables()).values()]).toContainEqual(["grants", "meta", "route_grants"]);
+    expect([...(await objectTables()).values()]).toContainEqual(["budget_slots", "meta"]);
   });
 
   it("block → 429 with Retry-After from every request; override shows in the headers; both undone", async () => {
