@@ -6,6 +6,8 @@ export default defineConfig({
     name: "unit",
     environment: "node",
     include: ["test/unit/**/*.test.ts"],
+    // The code's shape is read from src/ as written: Stryker's instrumented copy is longer by design.
+    exclude: ["test/unit/function-shape.test.ts"],
     // One worker reused across Stryker's many small runs (its runner already limits Vitest to one worker).
     isolate: false,
   },
