@@ -20,6 +20,8 @@ export interface HeldLease {
   readonly id: string;
   /** Grants spent from it so far: each one's id is the lease's and this count. */
   grants: number;
+  /** The count of grants whose uses a settlement has re-dated: those are refunded by nobody (their record moved). */
+  settledGrants?: number;
   /** Ids of its grants refunded to it (each is refunded once). */
   refunded?: Set<string>;
   /** Units still to spend. */

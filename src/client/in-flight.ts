@@ -99,7 +99,11 @@ export class InFlight {
           (kept) => {
             if (held.released) return; // released while the renewal was out
             if (kept) this.#schedule(held);
-            else this.#log("slot_lapsed", held.name, new Error("the slot lapsed before it was renewed"), "warn");
+            else {
+              // Lapsed, or released by another isolate holding a copy of the result: no longer this isolate's.
+              this.#held.delete(held.id);
+              this.#log("slot_lapsed", held.name, new Error("the slot lapsed or was released elsewhere"), "warn");
+            }
           },
           (e: unknown) => {
             this.#log("slot_renew_failed", held.name, e, "warn");

@@ -88,7 +88,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   /** Keys no request can pass before a known time (exposed for tests and measurements). */
   readonly denyCache = new DenyCache();
   readonly #clock: () => number;
-  /** An operator's override limits as `Limit` lists, one per distinct override (header strings are cached per list). */
+  /** An operator's override limits as `Limit` lists, one per distinct override (and route). */
   readonly #views = new Map<string, readonly Limit[]>();
   /** Per key: refusals answered from the deny cache since its last call, sent with the next (a penalty counts them). */
   readonly #refusals = new Map<string, number>();

@@ -190,7 +190,11 @@ export class LeaseTable {
     const e = this.#entries.get(name);
     if (!e || !grantId.startsWith(`${leaseId}.`)) return false;
     const h = e.held.find((l) => l.id === leaseId) ?? e.expired.find((l) => l.id === leaseId);
-    if (!h || h.refunded?.has(grantId) || !this.unspend(e, h, units)) return false;
+    // A grant settled since (its use re-dated to when it happened) stays counted: giving back a later, unsettled
+    // use's unit in its place would leave that use without a record at or after it.
+    const n = Number(grantId.slice(leaseId.length + 1));
+    if (!h || !Number.isSafeInteger(n) || n <= (h.settledGrants ?? 0) || n > h.grants) return false;
+    if (h.refunded?.has(grantId) || !this.unspend(e, h, units)) return false;
     h.refunded ??= new Set();
     h.refunded.add(grantId);
     return true;

@@ -95,6 +95,7 @@ function settlements(h: HeldLease, unused: number, redate = true, groups = MAX_U
   if (redate) {
     h.used = 0;
     h.earlier = [];
+    h.settledGrants = h.grants;
   }
   return out;
 }

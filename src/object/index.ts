@@ -31,7 +31,6 @@ const windowKey = (budget: string) => `window:${budget}`;
  */
 export const MAX_TIME_MS = Date.UTC(2100, 0, 1);
 
-/** The decision, saying which override's limits it applied. */
 /** A grant to give back ({@link RateLimiter.refund}): its id, where its units were recorded, how many. */
 export interface RefundedGrant {
   readonly id: string;
@@ -55,6 +54,7 @@ function single(o: Outcome): TakenTogether {
   return { decision: o.decision, writes: [o.writes] };
 }
 
+/** The decision, saying which override's limits it applied. */
 function withOverride(decision: Decision, override: Override | null): Decision {
   return override ? { ...decision, limitsOverride: override.limits } : decision;
 }
@@ -370,9 +370,11 @@ export class RateLimiter extends DurableObject<unknown> {
   /**
    * Gives back a request's grant (from a result's handle: its `id`, where its units were recorded, how many), once: a
    * second refund of the same id gives back nothing and resolves false. The id is kept (a `meta` row) until the
-   * grant's record has left every window, when giving it back would take nothing anyway.
+   * grant's record has left every window it counts in, when giving it back would take nothing anyway (the alarm
+   * prunes it). Resolves false, giving back nothing, for a key with no state, or one whose log is kept under other
+   * limits than the grant was recorded under (a plan changed, an override came or went).
    *
-   * @throws RangeError for an id that is not 1 to 128 characters
+   * @throws RangeError for a field that is not a grant's (an id of 1 to 128 characters, times, a positive count)
    */
   refund(limits: readonly LimitSpec[], grant: RefundedGrant, route?: RouteBudget): boolean | Promise<boolean> {
     try {
@@ -382,7 +384,7 @@ export class RateLimiter extends DurableObject<unknown> {
     }
   }
 
-  #refund(limits: readonly LimitSpec[], grant: RefundedGrant, route?: RouteBudget): boolean {
+  #refund(limits: readonly LimitSpec[], grant: RefundedGrant, route?: RouteBudget): boolean | Promise<boolean> {
     const { id, recordedAt, units } = grant ?? ({} as Partial<RefundedGrant>);
     if (typeof id !== "string" || id.length === 0 || id.length > 128)
       throw new RangeError("id: expected a grant's id (1 to 128 characters)");
@@ -390,23 +392,41 @@ export class RateLimiter extends DurableObject<unknown> {
       throw new RangeError("recordedAt: expected the times the grant was recorded at, in ms");
     if (!Number.isSafeInteger(units) || (units as number) < 1)
       throw new RangeError("units: expected a positive integer");
-    this.#ensureTables();
+    if (route !== undefined && (typeof route.name !== "string" || route.name.length === 0))
+      throw new RangeError(`route.name: expected a non-empty string, got ${JSON.stringify(route.name)}`);
+    // A key with no state has nothing it recorded still counting: nothing to give back, nothing to write.
+    if (!this.#tables) return false;
     const k = `${REFUND_PREFIX}${id}`;
     if (this.#sql.exec("SELECT 1 FROM meta WHERE k = ?", k).toArray().length > 0) return false;
     const now = this.clock();
-    this.giveBack(limits, recordedAt, units as number, route);
+    const own = this.#refundLog(KEY_BUDGET, this.#activeOverride(now)?.limits ?? limits);
+    const routed = route === undefined ? null : this.#refundLog(route.name, route.limits);
+    const rings = (own?.rings.length ?? 0) + (routed?.rings.length ?? 0);
+    // Recorded under other limits than the key's log now keeps (a plan changed, an override came or went): its
+    // units are not where the handle says; they count until they leave the window, as any grant does.
+    if (own === null || (route !== undefined && routed === null) || recordedAt.length !== rings) return false;
+    const split = own.rings.length;
+    this.#write(KEY_BUDGET, own.giveBack(recordedAt.slice(0, split), units as number));
+    if (route !== undefined && routed !== null) {
+      this.#write(route.name, routed.giveBack(recordedAt.slice(split), units as number));
+    }
+    // Kept until the grant's record has left every window it counts in (the idle alarm prunes it after).
     let longest = 0;
-    for (const l of [...limits, ...(route?.limits ?? [])]) longest = Math.max(longest, l.windowMs);
-    const until = Math.max(now, ...recordedAt) + longest;
-    // Ids whose grants have left every window are forgotten as refunds come (the idle alarm deletes the rest).
-    this.#sql.exec(
-      "DELETE FROM meta WHERE k > ? AND k < ? AND CAST(v AS INTEGER) <= ?",
-      REFUND_PREFIX,
-      REFUND_END,
-      now,
-    );
-    this.#sql.exec("INSERT INTO meta (k, v) VALUES (?, ?)", k, String(until));
-    return true;
+    for (const l of [...own.limits, ...(routed?.limits ?? [])]) longest = Math.max(longest, l.windowMs);
+    this.#sql.exec("INSERT INTO meta (k, v) VALUES (?, ?)", k, String(Math.max(now, ...recordedAt) + longest));
+    return this.#armAlarm().then(() => true);
+  }
+
+  /**
+   * The log a refund gives back to: the budget's log in memory when it was built for `limits`; else, when the
+   * rows in storage fit `limits` as they are, one built from them — not kept, so the next decision builds its own
+   * (with its window). Null when the budget keeps its rows under other limits.
+   */
+  #refundLog(budget: string, limits: readonly LimitSpec[]): KeyLog | null {
+    const have = this.#logs.get(budget);
+    if (have !== undefined) return builtFor(have, limits) ? have : null;
+    const { log, rewrite } = KeyLog.restore(limits, this.#rows(budget), this.clock());
+    return rewrite ? null : log;
   }
 
   /**
@@ -557,6 +577,13 @@ export class RateLimiter extends DurableObject<unknown> {
       this.#tables = false;
       return;
     }
+    // Refunded ids whose grants have left every window are forgotten while the key stays.
+    this.#sql.exec(
+      "DELETE FROM meta WHERE k > ? AND k < ? AND CAST(v AS INTEGER) <= ?",
+      REFUND_PREFIX,
+      REFUND_END,
+      this.clock(),
+    );
     if (idleAt === Number.POSITIVE_INFINITY) {
       this.#alarmAt = idleAt;
       return;
@@ -690,7 +717,7 @@ export class RateLimiter extends DurableObject<unknown> {
   #storedIdleAt(): number | null {
     const row = this.#sql
       .exec<{ at: number | null }>(
-        "SELECT MAX(s.ts + CAST(m.v AS INTEGER)) AS at FROM (SELECT budget, MAX(ts) AS ts FROM budget_slots GROUP BY budget) AS s JOIN meta AS m ON m.k = 'window:' || s.budget",
+        "SELECT MAX(s.ts + COALESCE(CAST(m.v AS INTEGER), 0)) AS at FROM (SELECT budget, MAX(ts) AS ts FROM budget_slots GROUP BY budget) AS s LEFT JOIN meta AS m ON m.k = 'window:' || s.budget",
       )
       .one();
     return row.at;

@@ -206,10 +206,12 @@ describe("leases", () => {
           .map((r) => r.k),
       );
     expect(await refunds()).toEqual(["refund:g1"]);
-    // A second refund a window later prunes the first id: its grant counts nowhere any more.
+    // A window later the first id's grant counts nowhere any more: the alarm forgets it, and keeps the second's.
     o.at(T0 + 1000);
     const e = await o.take(perSecond, 1);
     expect(await o.refund(perSecond, "g2", e.recordedAt ?? [], 1)).toBe(true);
+    expect(await refunds()).toEqual(["refund:g1", "refund:g2"]);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await refunds()).toEqual(["refund:g2"]);
     // Called on the instance: the test pool's RPC wrapper reports a rejected RPC call as unhandled.
     await runInDurableObject(o.stub, async (instance: RateLimiter) => {
@@ -218,6 +220,29 @@ describe("leases", () => {
         await expect(instance.refund(perSecond, grant)).rejects.toThrow(/^id: /);
       }
     });
+  });
+
+  it("refunds nothing recorded under other limits than the key's log keeps, and nothing of a key with no state", async () => {
+    const o = await object();
+    expect(await o.refund(perSecond, "none", [T0], 1)).toBe(false);
+    expect(await o.stored()).toMatchObject({ tables: [] });
+    const d = await o.take(perSecond, 2);
+    // The plan changed since (another window): the handle's record is not where the key's log now keeps its units.
+    const other: LimitSpec[] = [{ limit: 3, windowMs: 2000, tickMs: 1 }];
+    expect(await o.refund(other, "g1", d.recordedAt ?? [], 2)).toBe(false);
+    expect((await o.peek(perSecond)).limits[0]?.remaining).toBe(1);
+    // Not remembered: refunded with the limits it was granted under, it gives back.
+    expect(await o.refund(perSecond, "g1", d.recordedAt ?? [], 2)).toBe(true);
+    expect((await o.peek(perSecond)).limits[0]?.remaining).toBe(3);
+    // After a restart the log is built from storage for the refund alone, and the refund is kept until the
+    // grant's window has passed (then the alarm forgets it).
+    const e = await o.take(perSecond, 1);
+    await o.evict();
+    expect(await o.refund(perSecond, "g2", e.recordedAt ?? [], 1)).toBe(true);
+    expect((await o.peek(perSecond)).limits[0]?.remaining).toBe(3);
+    const ids = async () => (await o.stored()).meta.map((r) => String(r.k)).filter((k) => k.startsWith("refund:"));
+    expect(await ids()).toEqual(["refund:g1", "refund:g2"]);
+    expect(await o.alarm()).not.toBeNull();
   });
 
   it("counts leased units after a restart, and takes them back after it", async () => {

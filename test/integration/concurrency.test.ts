@@ -1,8 +1,7 @@
 // Concurrency through the proxy and the middleware (docs/configuration.md, "Concurrency"): at most N of a key's
 // requests at the origin at once; the next is refused at once (429, reason concurrency, Retry-After 1) and never
 // reaches the origin; a slot is held until the response body has been streamed to the end, the client cancelled
-// it, or the origin failed; a WebSocket holds its slot until it closes (in workerd only: the Node stand-in the
-// mutation runs use has no WebSocketPair). Generated request sequences check that the
+// it, or the origin failed; a WebSocket holds its slot until it closes. Generated request sequences check that the
 // origin never sees more than N of a key's requests at once, and that a request is refused only when N are held.
 import { env } from "cloudflare:workers";
 import fc from "fast-check";

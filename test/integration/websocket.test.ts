@@ -1,7 +1,7 @@
 // WebSockets through the proxy, against the real origin's echo socket: an upgrade is proxied as one (the origin's
 // 101 with its socket, the frames relayed both ways), decided and counted like any request of its key, and a refused
 // upgrade gets the usual 429 without reaching the origin. (Upgrade stays a hop-by-hop field for everything else:
-// test/integration/proxy.test.ts.) In workerd only: the Node stand-in the mutation runs use opens no WebSockets.
+// test/integration/proxy.test.ts.)
 import { env } from "cloudflare:workers";
 import { Hono } from "hono";
 import { upgradeWebSocket } from "hono/cloudflare-workers";

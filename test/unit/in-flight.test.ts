@@ -167,7 +167,7 @@ describe("the client's concurrency slots", () => {
     expect(t.objects.count("renew")).toBe(3);
     await vi.advanceTimersByTimeAsync(5000);
     expect(t.objects.count("renew")).toBe(3);
-    expect(t.client.holdsSlot(slotOf(b))).toBe(true);
+    expect(t.client.holdsSlot(slotOf(b))).toBe(false); // lapsed: forgotten here
     await t.client.release(t.objects.ns, slotOf(b));
   });
 
@@ -307,18 +307,26 @@ describe("InFlight alone", () => {
 
   it("a slot held by another isolate (its record, copied) is released at its object, once; its holder stops renewing", async () => {
     vi.useFakeTimers();
-    const r = rig(async () => false);
+    // The object keeps the slot until it is released: renewals before that find it, after it do not.
+    let released = false;
+    const r = rig(async () => !released);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(r.calls).toEqual(["renew"]);
+    r.calls.length = 0;
     const elsewhere = new InFlight(5_000, () => {});
     const copy = structuredClone(r.slot);
     expect(elsewhere.holds(copy)).toBe(false);
+    released = true;
     expect(await elsewhere.release(r.ns, copy)).toBe(true);
     expect(await elsewhere.release(r.ns, copy)).toBe(false);
     expect(r.calls).toEqual(["release"]);
-    // The holder's next renewal finds it gone (the object says so): logged, and not renewed again.
+    // The holder's next renewal finds it gone (the object says so): logged, forgotten, and not renewed again.
+    expect(r.slots.holds(r.slot)).toBe(true);
     await vi.advanceTimersByTimeAsync(1_000);
     await vi.advanceTimersByTimeAsync(5_000);
     expect(r.calls).toEqual(["release", "renew"]);
     expect(r.events.map((e) => e.event)).toEqual(["slot_lapsed"]);
+    expect(r.slots.holds(r.slot)).toBe(false);
   });
 
   it("a renewal that fails is logged and tried again a period later; one refused (lapsed) is logged and not", async () => {
@@ -334,12 +342,13 @@ describe("InFlight alone", () => {
     expect(r.calls).toEqual(["renew", "renew"]);
     expect(r.events[1]).toEqual({
       event: "slot_lapsed",
-      message: "the slot lapsed before it was renewed",
+      message: "the slot lapsed or was released elsewhere",
       level: "warn",
     });
     await vi.advanceTimersByTimeAsync(5_000);
     expect(r.calls).toEqual(["renew", "renew"]);
-    expect(r.slots.holds(r.slot)).toBe(true);
+    // Forgotten here: nothing of it is left to release or renew.
+    expect(r.slots.holds(r.slot)).toBe(false);
   });
 
   it("released while a renewal is out: its answer schedules nothing more, failed or not", async () => {

@@ -39,6 +39,29 @@ describe("LeaseTable", () => {
     expect(unused).toEqual([]);
   });
 
+  it("refund: a grant back to its own lease once, never one settled since, never another lease's", () => {
+    const table = new LeaseTable();
+    const e = table.touch("k", SPECS, 0, []);
+    const h = table.add(e, { lease: lease(10, 5000, [5000]), sentAt: 0, issuedAt: 0, limits: LIMITS });
+    const spend = (at: number) => {
+      const from = table.spend(e, 1, at) as NonNullable<ReturnType<typeof table.spend>>;
+      return table.grantId(from);
+    };
+    const a = spend(10);
+    const b = spend(20);
+    expect(table.refund("k", h.id, b, 1)).toBe(true);
+    expect(table.refund("k", h.id, b, 1)).toBe(false); // once
+    expect(table.refund("other", h.id, a, 1)).toBe(false);
+    expect(table.refund("k", "elsewhere.1", a, 1)).toBe(false);
+    expect(table.refund("k", h.id, `${h.id}.99`, 1)).toBe(false); // no such grant yet
+    expect(h.left).toBe(9);
+    // Settled: a's use was re-dated to when it happened. A later use's unit must not go back in its place.
+    expect(table.settle(e, 30, true).reduce((n, x) => n + x.used, 0)).toBe(1);
+    spend(40);
+    expect(table.refund("k", h.id, a, 1)).toBe(false);
+    expect([h.left, h.used]).toEqual([8, 1]);
+  });
+
   it("settles a lease's uses in at most MAX_USE_GROUPS groups, each at its own last use; the cheapest merge first", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
