@@ -33,6 +33,13 @@ module.exports = {
       to: { path: "^src/" },
     },
     {
+      name: "protocol-below-client-and-object",
+      comment: "The wire types between client and object import only the core: both sides read them.",
+      severity: "error",
+      from: { path: "^src/protocol[.]ts$" },
+      to: { path: "^src/", pathNot: "^src/core/" },
+    },
+    {
       name: "hono-on-the-public-api",
       comment: "The hono middleware is built on the package's public API (src/index.ts) alone, as a user's would be.",
       severity: "error",

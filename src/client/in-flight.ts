@@ -7,9 +7,9 @@
  */
 
 import type { ConcurrencySpec } from "../core/slots.ts";
+import type { LimiterNamespace } from "../protocol.ts";
 import { callObject } from "./policy.ts";
 import type { SlotRecord } from "./result.ts";
-import type { LimiterNamespace } from "./stub.ts";
 
 /** A slot asked for with a decision: the request's id and the plan's `concurrency`. */
 export type SlotAsk = { readonly id: string } & ConcurrencySpec;

@@ -9,7 +9,7 @@ import { routeBudget } from "../config/lookup.ts";
 import type { Limit, LimiterConfig, Plan, Route } from "../config/types.ts";
 import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
 import { ringSlackMs } from "../core/limits.ts";
-import type { Ask } from "../core/log.ts";
+import type { Background, LimiterNamespace, TakeAsk } from "../protocol.ts";
 import { keyId, logEvent } from "../telemetry.ts";
 import { type Blocked, DenyCache } from "./deny-cache.ts";
 import type { HeaderState } from "./headers.ts";
@@ -35,10 +35,9 @@ import {
   resultOf,
   type SlotRecord,
 } from "./result.ts";
-import type { Background, LimiterNamespace } from "./stub.ts";
 
+export type { Background, LimiterNamespace, LimiterStub } from "../protocol.ts";
 export { type LimitResult, type RateLimitResult, type Reason, UNAVAILABLE_RETRY_MS, violated } from "./result.ts";
-export type { Background, LimiterNamespace, LimiterStub } from "./stub.ts";
 
 /** One request as the pipeline hands it to the client: who is asking, for what, under which plan, and where. */
 export interface LimitRequest {
@@ -114,7 +113,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * `ask` with the plan's penalty (docs/configuration.md, "Penalties") and the refusals this isolate answered
    * for the key from its deny cache since its last call; they count at the object as its own refusals do.
    */
-  #penalized(name: string, plan: Plan, ask: Ask): Ask {
+  #penalized(name: string, plan: Plan, ask: TakeAsk): TakeAsk {
     if (!plan.penalty) return ask;
     // Net of refusals the object counted that this isolate then granted from a lease (they may make it negative).
     const refused = Math.max(0, this.#refusals.get(name) ?? 0);
@@ -527,7 +526,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * requests: workerd binds a stub to the request that made it. A retry carries no settlements: the
    * first try may have applied them, and moving a lease's units twice would move units not yet used.
    */
-  #call(r: LimitRequest, ask: Ask): Promise<Decision> {
+  #call(r: LimitRequest, ask: TakeAsk): Promise<Decision> {
     const { ns, name } = r;
     const limits = r.plan.limits ?? [];
     const route = r.route ? routeBudget(r.route) : undefined;
@@ -552,7 +551,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * What a call for the key asks: the request's `cost`, the lease `want`ed (sized by the object from the
    * key's log when this isolate has no rate of its own for it), and the settlement of the key's leases here.
    */
-  #ask(entry: KeyLeases | undefined, want: LeaseAsk | undefined, cost: number, now: number): Ask {
+  #ask(entry: KeyLeases | undefined, want: LeaseAsk | undefined, cost: number, now: number): TakeAsk {
     const leaseUnits = want?.units ?? 0;
     return {
       cost,
@@ -570,7 +569,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * a first lease sized from the key's log, which may simply have found no history. A request's own cost granted
    * with the lease is recorded with it: it counts as the lease's first use, settled like the others.
    */
-  #keep(entry: KeyLeases, d: Decision, sentAt: number, ask: Ask): HeldLease | null {
+  #keep(entry: KeyLeases, d: Decision, sentAt: number, ask: TakeAsk): HeldLease | null {
     this.leases.saw(entry, { limits: d.limits, decidedAt: d.now, sentAt, applied: d.limitsOverride ?? null });
     if (d.lease) {
       const used = d.allowed ? ask.cost : 0;

@@ -29,9 +29,7 @@ import {
   normalizeLimits,
   ringLayout,
 } from "./limits.ts";
-import type { PenaltySpec } from "./penalty.ts";
 import { Ring, roundUp, type SlotRow } from "./ring.ts";
-import type { ConcurrencySpec } from "./slots.ts";
 
 /** A decision and the rows it changed (one per ring for a grant, none for a denial). */
 export interface Outcome {
@@ -63,15 +61,6 @@ export interface Ask {
    * their last use, unused ones given back.
    */
   readonly settle?: readonly Settlement[];
-  /** The key's plan's penalty for repeated refusals (docs/configuration.md, "Penalties"): the object counts them. */
-  readonly penalty?: PenaltySpec;
-  /** Refusals the caller answered from its deny cache since its last call: they count towards the penalty too. */
-  readonly refused?: number;
-  /**
-   * The request's concurrency slot (docs/configuration.md, "Concurrency"): its id and the plan's `concurrency`. A
-   * grant takes the slot; a request finding every slot held is refused at once, nothing recorded.
-   */
-  readonly slot?: { readonly id: string } & ConcurrencySpec;
 }
 
 /**

@@ -10,10 +10,11 @@ import { DurableObject } from "cloudflare:workers";
 import { combine, type RouteBudget, type TakenTogether, takeTogether } from "../core/budgets.ts";
 import type { Decision, NamedLimit } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
-import { type Ask, type History, KeyLog, type Outcome, type Settlement } from "../core/log.ts";
+import { type History, KeyLog, type Outcome, type Settlement } from "../core/log.ts";
 import { NO_PENALTY, type PenaltySpec, type PenaltyState, refused } from "../core/penalty.ts";
 import type { SlotRow } from "../core/ring.ts";
 import { checkSlotAsk, checkSlotTimeout, Slots } from "../core/slots.ts";
+import type { RefundedGrant, TakeAsk } from "../protocol.ts";
 
 const UPSERT =
   "INSERT INTO budget_slots (budget, ring, key, ts, cost) VALUES (?, ?, ?, ?, ?) ON CONFLICT (budget, ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
@@ -31,17 +32,10 @@ const windowKey = (budget: string) => `window:${budget}`;
  */
 export const MAX_TIME_MS = Date.UTC(2100, 0, 1);
 
-/** A grant to give back ({@link RateLimiter.refund}): its id, where its units were recorded, how many. */
-export interface RefundedGrant {
-  readonly id: string;
-  readonly recordedAt: readonly number[];
-  readonly units: number;
-}
-
 /** A request being decided ({@link RateLimiter.take}): its time, what it asks, the override in force, and how its budgets refuse. */
 interface Deciding {
   readonly now: number;
-  readonly ask: Ask;
+  readonly ask: TakeAsk;
   readonly override: Override | null;
   /** When nothing its budgets hold counts any more. */
   readonly idleAt: number;
@@ -154,7 +148,7 @@ export class RateLimiter extends DurableObject<unknown> {
    * slot, nothing else. Synchronous up to the alarm, so no other call interleaves;
    * the output gate holds the answer until the rows are durable.
    */
-  take(limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Decision | Promise<Decision> {
+  take(limits: readonly LimitSpec[], ask: TakeAsk, route?: RouteBudget): Decision | Promise<Decision> {
     try {
       const now = this.clock();
       return this.#withRefusalsSeen(now, ask, this.#take(now, limits, ask, route));
@@ -168,7 +162,7 @@ export class RateLimiter extends DurableObject<unknown> {
    * request must fit both and is recorded in both or neither, per request: a route's requests never lease).
    * Settlements sent with a request the key's block refuses stay where they are (later: safe).
    */
-  #take(now: number, limits: readonly LimitSpec[], ask: Ask, route?: RouteBudget): Decision | Promise<Decision> {
+  #take(now: number, limits: readonly LimitSpec[], ask: TakeAsk, route?: RouteBudget): Decision | Promise<Decision> {
     const override = this.#activeOverride(now);
     const log = this.#logOf(KEY_BUDGET, override?.limits ?? limits);
     const logs = route === undefined ? [log] : [log, this.#routeLog(route)];
@@ -199,7 +193,7 @@ export class RateLimiter extends DurableObject<unknown> {
    * Counts the refusals the caller reports from its deny cache (`ask.refused`) towards the plan's penalty, before
    * the request is decided: the block's end when they complete it (it starts now, for this request too), else null.
    */
-  #countReported(now: number, ask: Ask): number | null {
+  #countReported(now: number, ask: TakeAsk): number | null {
     const local = ask.refused;
     if (ask.penalty === undefined || !Number.isSafeInteger(local) || (local as number) <= 0) return null;
     // An ask the log would reject changes nothing, a penalty's count included.
@@ -209,7 +203,7 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /** `out` with the refusals counted towards the penalty the request was sent with (none: as it is). */
-  #withRefusalsSeen(now: number, ask: Ask, out: Decision | Promise<Decision>): Decision | Promise<Decision> {
+  #withRefusalsSeen(now: number, ask: TakeAsk, out: Decision | Promise<Decision>): Decision | Promise<Decision> {
     const spec = ask.penalty;
     if (spec === undefined) return out;
     const add = (d: Decision): Decision => ({ ...d, refusalsSeen: this.#refusalsWithin(now, spec.withinMs) });
@@ -227,7 +221,7 @@ export class RateLimiter extends DurableObject<unknown> {
    * otherwise — one the limits refuse anyway is refused by them (a rate refusal says how long to wait, and counts
    * towards a penalty).
    */
-  #slotsFull(now: number, ask: Ask, logs: readonly KeyLog[]): Decision | null {
+  #slotsFull(now: number, ask: TakeAsk, logs: readonly KeyLog[]): Decision | null {
     const slot = ask.slot;
     if (slot === undefined) return null;
     checkSlotAsk(slot);
@@ -258,7 +252,7 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /** Takes the granted request's slot, when it asked for one, and stores it (#slotsFull found room). */
-  #takeSlot(now: number, ask: Ask): void {
+  #takeSlot(now: number, ask: TakeAsk): void {
     if (ask.slot === undefined) return;
     const taken = this.#slots.take(now, ask.slot.id, ask.slot);
     if (!taken.held) return;
@@ -315,7 +309,7 @@ export class RateLimiter extends DurableObject<unknown> {
    * penalty; when they complete it, blocks the key — never shorter than the window's own wait — and returns the
    * block's end. Null: no penalty, or none due.
    */
-  #countRefusals(now: number, ask: Ask, decision: Decision): number | null {
+  #countRefusals(now: number, ask: TakeAsk, decision: Decision): number | null {
     const spec = ask.penalty;
     if (spec === undefined) return null;
     const local = ask.refused;

@@ -4,8 +4,9 @@ import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { expect } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
-import type { Ask, Settlement } from "../../src/core/log.ts";
+import type { Settlement } from "../../src/core/log.ts";
 import type { KeyStatus, RateLimiter } from "../../src/object/index.ts";
+import type { TakeAsk as Ask } from "../../src/protocol.ts";
 
 /** The time every test object starts at (ms). */
 export const T0 = 1_800_000_000_000;

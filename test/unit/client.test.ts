@@ -9,14 +9,8 @@ import type { HeldLease, KeyLeases, LeaseCall } from "../../src/client/leases.ts
 import { type GrantRecord, headersOf, type RateLimitResult } from "../../src/client/result.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
-import {
-  type Ask,
-  type Decision,
-  KeyLog,
-  type LimitSpec,
-  type NamedLimit,
-  type Settlement,
-} from "../../src/core/index.ts";
+import { type Decision, KeyLog, type LimitSpec, type NamedLimit, type Settlement } from "../../src/core/index.ts";
+import type { TakeAsk as Ask } from "../../src/protocol.ts";
 
 const T0 = 1_800_000_000_000;
 

@@ -9,9 +9,10 @@ import { type Background, LimiterClient, type LimiterNamespace, type RateLimitRe
 import { headersOf, type SlotRecord } from "../../src/client/result.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
-import { type Ask, type Decision, KeyLog, type LimitSpec } from "../../src/core/index.ts";
+import { type Decision, KeyLog, type LimitSpec } from "../../src/core/index.ts";
 import { Slots } from "../../src/core/slots.ts";
 import { Pipeline } from "../../src/pipeline.ts";
+import type { TakeAsk as Ask } from "../../src/protocol.ts";
 import { join, type Socket, untilEnd } from "../../src/response-end.ts";
 
 const T0 = 1_800_000_000_000;

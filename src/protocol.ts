@@ -1,0 +1,58 @@
+/**
+ * @module The wire between an isolate and a key's object (docs/design.md, "Architecture"): what a call asks
+ * ({@link TakeAsk}: the log's ask and what only the object reads), what a refund carries, the object's RPC methods
+ * the client calls, the namespace that hands out a stub per object name, and the runtime's `waitUntil`. Types only:
+ * the client and the object both import it; it imports only the core.
+ */
+
+import type { RouteBudget } from "./core/budgets.ts";
+import type { Decision } from "./core/decision.ts";
+import type { LimitSpec } from "./core/limits.ts";
+import type { Ask, Settlement } from "./core/log.ts";
+import type { PenaltySpec } from "./core/penalty.ts";
+import type { ConcurrencySpec } from "./core/slots.ts";
+
+/** What a call asks of a key's object: the log's {@link Ask}, and what the object reads around the log. */
+export interface TakeAsk extends Ask {
+  /** The key's plan's penalty for repeated refusals (docs/configuration.md, "Penalties"): the object counts them. */
+  readonly penalty?: PenaltySpec;
+  /** Refusals the caller answered from its deny cache since its last call: they count towards the penalty too. */
+  readonly refused?: number;
+  /**
+   * The request's concurrency slot (docs/configuration.md, "Concurrency"): its id and the plan's `concurrency`. A
+   * grant takes the slot; a request finding every slot held is refused at once, nothing recorded.
+   */
+  readonly slot?: { readonly id: string } & ConcurrencySpec;
+}
+
+/** A grant to give back (`refund`): its id (each is given back once), where its units were recorded, how many. */
+export interface RefundedGrant {
+  readonly id: string;
+  readonly recordedAt: readonly number[];
+  readonly units: number;
+}
+
+/**
+ * What a client needs of the `RateLimiter` namespace (`[[durable_objects.bindings]]`): a stub per
+ * object name with the object's RPC methods. A `DurableObjectNamespace<RateLimiter>` is one; tests
+ * may pass their own.
+ */
+export interface LimiterNamespace {
+  getByName(name: string): LimiterStub;
+}
+
+/** The object's RPC methods the client calls (see src/object/index.ts). */
+export interface LimiterStub {
+  take(limits: readonly LimitSpec[], ask: TakeAsk, route?: RouteBudget): Promise<Decision>;
+  refund(limits: readonly LimitSpec[], grant: RefundedGrant, route?: RouteBudget): Promise<boolean>;
+  settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): Promise<number>;
+  release(id: string): Promise<boolean>;
+  renew(id: string, timeoutMs: number): Promise<boolean>;
+  peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget): Promise<Decision>;
+  reset(limits: readonly LimitSpec[], buckets: number, routes?: readonly RouteBudget[]): Promise<unknown>;
+}
+
+/** Keeps background work (lease refills, give-backs) alive after the response: the runtime's `waitUntil`. */
+export interface Background {
+  waitUntil?(promise: Promise<unknown>): void;
+}
