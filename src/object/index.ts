@@ -344,24 +344,6 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /**
-   * Takes back `units` of a lease (its `recordedAt`) that the caller will never use. Units whose
-   * record has left every window are skipped. Returns the units' rows written.
-   */
-  giveBack(limits: readonly LimitSpec[], recordedAt: readonly number[], units: number, route?: RouteBudget): number {
-    const log = this.#logOf(KEY_BUDGET, this.#activeOverride(this.clock())?.limits ?? limits);
-    const routeLog = route === undefined ? null : this.#routeLog(route);
-    const rings = log.rings.length + (routeLog?.rings.length ?? 0);
-    // A lease granted under other limits (an override came or went): its units simply expire.
-    if (!Array.isArray(recordedAt) || recordedAt.length !== rings) return 0;
-    const writes = log.giveBack(recordedAt.slice(0, log.rings.length), units);
-    this.#write(KEY_BUDGET, writes);
-    if (routeLog === null || route === undefined) return writes.length;
-    const routed = routeLog.giveBack(recordedAt.slice(log.rings.length), units);
-    this.#write(route.name, routed);
-    return writes.length + routed.length;
-  }
-
-  /**
    * Gives back a request's grant (from a result's handle: its `id`, where its units were recorded, how many), once: a
    * second refund of the same id gives back nothing and resolves false. The id is kept (a `meta` row) until the
    * grant's record has left every window it counts in, when giving it back would take nothing anyway (the alarm

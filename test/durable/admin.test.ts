@@ -211,7 +211,7 @@ describe("override", () => {
     const d = await o.take(plan, 1, { leaseUnits: 10, leaseMs: 50 });
     expect(d.lease?.recordedAt).toHaveLength(2);
     await o.stub.override(bigger, null);
-    expect(await o.stub.giveBack(plan, d.lease?.recordedAt ?? [], 10)).toBe(0);
+    expect(await o.giveBack(plan, d.lease?.recordedAt ?? [], 10)).toBe(0);
   });
 
   it("refuses invalid limits with a RangeError naming the field", async () => {

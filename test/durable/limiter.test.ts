@@ -597,7 +597,7 @@ describe("route budgets", () => {
     await o.evict();
     o.at(T0 + 5);
     expect((await take(o)).allowed).toBe(false);
-    expect(await o.stub.giveBack(own, first.recordedAt ?? [], 1, search)).toBe(2);
+    expect(await o.stub.refund(own, { id: "first", recordedAt: first.recordedAt ?? [], units: 1 }, search)).toBe(true);
     expect((await o.stub.peek(own, 1, search)) as Decision).toMatchObject({
       allowed: true,
       limits: [{ remaining: 9 }, { remaining: 1 }],

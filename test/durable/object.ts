@@ -43,8 +43,11 @@ export async function object(name = crypto.randomUUID()) {
     take(limits: readonly LimitSpec[], cost: number, lease: Omit<Ask, "cost"> = {}): Promise<Decision> {
       return stub.take(limits, { cost, ...lease }) as Promise<Decision>;
     },
+    /** Gives back `units` of a lease recorded at `recordedAt` that its isolate will never use (a settlement). */
     giveBack(limits: readonly LimitSpec[], recordedAt: readonly number[], units: number): Promise<number> {
-      return stub.giveBack(limits, recordedAt, units) as Promise<number>;
+      return stub.settle(limits, [
+        { recordedAt, issuedAt: 0, used: 0, lastUseMs: 0, unused: units },
+      ]) as Promise<number>;
     },
     refund(limits: readonly LimitSpec[], id: string, recordedAt: readonly number[], units: number): Promise<boolean> {
       return stub.refund(limits, { id, recordedAt, units }) as Promise<boolean>;

@@ -61,8 +61,8 @@ function remoteObject(rtt: number) {
       }
       return d;
     },
-    giveBack: (limits: readonly LimitSpec[], recordedAt: readonly number[], units: number) => {
-      return remote(() => of(limits).giveBack(recordedAt, units).length);
+    refund: (limits: readonly LimitSpec[], grant: { recordedAt: readonly number[]; units: number }) => {
+      return remote(() => of(limits).giveBack(grant.recordedAt, grant.units).length > 0);
     },
     settle: (limits: readonly LimitSpec[], settle: readonly Settlement[]) => {
       returned(settle);

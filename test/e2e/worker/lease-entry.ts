@@ -6,7 +6,7 @@
  * - Every decision is counted by reason per key (`leased`: spent from a lease this isolate holds; `granted`:
  *   the object decided the request itself; `over_limit`, `cached_denial`, …).
  * - Every call this isolate makes to an object is counted: `take` (a request's decision, a lease, or both;
- *   background refills included), `giveBack` and `settle`, with the lease units granted and given back (by either,
+ *   background refills included), `refund` and `settle`, with the lease units granted and given back (by either,
  *   or settled with a `take`).
  *
  * `GET /__lease-test/stats?key=<key>` answers a `KeyReport` (test/support/lease-report.ts): this isolate's counts for the key, the units
@@ -40,7 +40,7 @@ function countsOf(name: string): Counts {
 type Namespace = WorkerEnv["LIMITER"];
 type Stub = ReturnType<Namespace["getByName"]>;
 
-/** The namespace with `take`, `giveBack` and `settle` counted; every other method goes straight to the stub. */
+/** The namespace with `take`, `refund` and `settle` counted; every other method goes straight to the stub. */
 function observed(ns: Namespace): Namespace {
   const getByName = (name: string): Stub => {
     const stub = ns.getByName(name);
@@ -59,11 +59,11 @@ function observed(ns: Namespace): Namespace {
         return d;
       });
     };
-    const giveBack: RateLimiter["giveBack"] = (limits, recordedAt, units) => {
+    const refund: RateLimiter["refund"] = (limits, grant, route) => {
       const c = countsOf(name);
       c.giveBacks += 1;
-      c.givenBackUnits += units;
-      return stub.giveBack(limits, recordedAt, units) as unknown as number;
+      c.givenBackUnits += grant.units;
+      return stub.refund(limits, grant, route) as unknown as boolean;
     };
     const settle: RateLimiter["settle"] = (limits, settlements) => {
       const c = countsOf(name);
@@ -74,7 +74,7 @@ function observed(ns: Namespace): Namespace {
     return new Proxy(stub, {
       get: (target, prop) => {
         if (prop === "take") return take;
-        if (prop === "giveBack") return giveBack;
+        if (prop === "refund") return refund;
         if (prop === "settle") return settle;
         const value = Reflect.get(target, prop);
         return typeof value === "function" ? value.bind(target) : value;
