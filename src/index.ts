@@ -229,6 +229,8 @@ export interface Limiter {
    * Frees the concurrency slot `result` holds (its `handle.slot`; a copy of the result works too, in any isolate),
    * once. Resolves false when it held none or it was released already, or when the key's object did not answer
    * (logged as `slot_release_failed`: the slot is then freed by `concurrency_timeout`). Never rejects.
+   *
+   * @throws ConfigError when `env` has no binding of the limiter's `binding` name
    */
   release(env: object, result: RateLimitResult): Promise<boolean>;
   /**
