@@ -2,8 +2,19 @@
 // unavailable), the 401 challenge, and copying a decision's headers.
 import { describe, expect, it } from "vitest";
 import type { LimitResult, RateLimitResult } from "../../src/client/result.ts";
+import { parseLimiterConfig } from "../../src/config/parse.ts";
+import type { LimiterConfig } from "../../src/config/types.ts";
 import { LimiterError } from "../../src/errors.ts";
-import { clientSignal, copyHeaders, HttpError, httpErrorOf, problem, problemFor, refusal } from "../../src/http.ts";
+import {
+  clientSignal,
+  copyHeaders,
+  HttpError,
+  httpErrorOf,
+  normalizedPath,
+  problem,
+  problemFor,
+  refusal,
+} from "../../src/http.ts";
 
 const limit = (over: Partial<LimitResult> = {}): LimitResult => ({
   name: "per-minute",
@@ -108,14 +119,40 @@ describe("refusal", () => {
     });
   });
 
+  it("in the default form (draft-11) unless told; a route's refusal names the route", async () => {
+    const res = refusal(result({ route: "search" }));
+    expect(res.headers.get("RateLimit-Policy")).toBe('"per-minute";q=10;w=60, "per-second";q=10;w=60');
+    expect(refusal(result(), "draft-6").headers.get("RateLimit-Limit")).toBe("10");
+    expect(await body(res)).toMatchObject({ route: "search" });
+    expect(await body(refusal(result()))).not.toHaveProperty("route");
+  });
+
   it("the limiter unavailable (failing closed): 503 with Retry-After: 1", async () => {
     for (const reason of ["limiter_timeout", "limiter_error"] as const) {
       const res = refusal(result({ reason }), "draft-11");
       expect(res.status).toBe(503);
+      expect((await body(refusal(result({ reason })))).title).toBe("Service Unavailable");
       expect(res.headers.get("Retry-After")).toBe("1");
       expect(res.headers.has("RateLimit-Policy")).toBe(false);
       expect((await body(res)).detail).toBe("The rate limiter is unavailable; retry shortly.");
     }
+  });
+});
+
+describe("normalizedPath", () => {
+  const config = parseLimiterConfig({ limits: [{ limit: 1, window: "1s" }] }, "t") as LimiterConfig;
+
+  it("is the path as rules match it; a path the normaliser refuses is a LimiterError malformed_path", () => {
+    expect(normalizedPath("/%61pi/x", config)).toBe("/api/x");
+    let caught: unknown;
+    try {
+      normalizedPath("/a%2Fb", config);
+    } catch (e) {
+      caught = e;
+    }
+    expect(caught).toBeInstanceOf(LimiterError);
+    expect((caught as LimiterError).code).toBe("malformed_path");
+    expect(httpErrorOf(caught as LimiterError).status).toBe(400);
   });
 });
 
@@ -133,6 +170,12 @@ describe("httpErrorOf / problemFor / copyHeaders", () => {
     }
     const res = problemFor(new LimiterError("no_plan", "This API key matches no plan."));
     expect([res.status, res.headers.get("content-type")]).toEqual([401, "application/problem+json"]);
+    // No challenge unless asked for: the default is a limiter that reads no Bearer keys.
+    expect(res.headers.has("WWW-Authenticate")).toBe(false);
+    expect(httpErrorOf(new LimiterError("key_required", "k")).headers).toEqual({});
+    expect(problemFor(new LimiterError("key_required", "k"), true).headers.get("WWW-Authenticate")).toBe(
+      'Bearer realm="api"',
+    );
     expect(await res.json()).toEqual({
       type: "about:blank",
       title: "Unauthorized",

@@ -330,6 +330,51 @@ describe("InFlight alone", () => {
     expect(r.slots.holds(r.slot)).toBe(false);
   });
 
+  it("release: true for a slot held here whatever the object says; elsewhere the object's answer; a bad record, no call", async () => {
+    const answers: boolean[] = [];
+    const calls: string[] = [];
+    const ns = {
+      getByName: () => ({
+        renew: async () => true,
+        release: async (id: string) => {
+          calls.push(id);
+          return answers.shift() ?? true;
+        },
+      }),
+    } as unknown as LimiterNamespace;
+    const slots = new InFlight(5_000, () => {});
+    const here = slots.hold(ns, "key:a", { id: "h", limit: 1, timeoutMs: 3_000 });
+    answers.push(false); // lapsed at the object meanwhile: still this isolate's to free
+    expect(await slots.release(ns, here)).toBe(true);
+    answers.push(false); // another isolate's, already gone at the object
+    expect(await slots.release(ns, { name: "key:a", id: "gone" })).toBe(false);
+    for (const bad of [{ name: "key:a", id: 7 }, { name: 7, id: "x" }, null]) {
+      expect(await slots.release(ns, bad as never)).toBe(false);
+    }
+    expect(calls).toEqual(["h", "gone"]);
+  });
+
+  it("remembers the slots it released lately, at most RELEASED_MAX, so a second release makes no call", async () => {
+    const calls: string[] = [];
+    const ns = {
+      getByName: () => ({
+        release: async (id: string) => {
+          calls.push(id);
+          return true;
+        },
+      }),
+    } as unknown as LimiterNamespace;
+    const slots = new InFlight(5_000, () => {});
+    const record = (i: number) => ({ name: "key:a", id: String(i) });
+    for (let i = 0; i < 10_000; i++) await slots.release(ns, record(i));
+    expect(await slots.release(ns, record(0))).toBe(false);
+    expect(calls).toHaveLength(10_000);
+    // The 10,001st release forgets the older ones: a release of the first again asks the object.
+    await slots.release(ns, record(10_000));
+    expect(await slots.release(ns, record(0))).toBe(true);
+    expect(calls).toHaveLength(10_002);
+  });
+
   it("a renewal that fails is logged and tried again a period later; one refused (lapsed) is logged and not", async () => {
     vi.useFakeTimers();
     let answer: () => Promise<boolean> = async () => {

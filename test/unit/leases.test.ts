@@ -60,6 +60,13 @@ describe("LeaseTable", () => {
     spend(40);
     expect(table.refund("k", h.id, a, 1)).toBe(false);
     expect([h.left, h.used]).toEqual([8, 1]);
+    // Expired and not yet settled: the unit goes back into the lease, to be given back with its settlement.
+    const g = table.add(e, { lease: lease(2, 100, [7000]), sentAt: 50, issuedAt: 50, limits: LIMITS });
+    const late = table.grantId(table.spend(e, 1, 60) === g ? g : (undefined as never));
+    table.spend(e, 0, 200); // expires `g`
+    expect(e.expired).toContain(g);
+    expect(table.refund("k", g.id, late, 1)).toBe(true);
+    expect(g.left).toBe(2);
   });
 
   it("settles a lease's uses in at most MAX_USE_GROUPS groups, each at its own last use; the cheapest merge first", () => {

@@ -1,7 +1,17 @@
 // The decision value: what shadow mode and the failure mode make of an outcome, its limits and headers; and one
 // result made of two budgets' (a key's and its client address's).
 import { describe, expect, it } from "vitest";
-import { bothOf, headersOf, type Outcome, resultOf, UNAVAILABLE_RETRY_MS } from "../../src/client/result.ts";
+import {
+  bothOf,
+  checkGrant,
+  type GrantRecord,
+  type Handle,
+  headersOf,
+  joinHandles,
+  type Outcome,
+  resultOf,
+  UNAVAILABLE_RETRY_MS,
+} from "../../src/client/result.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
 
@@ -164,6 +174,26 @@ describe("bothOf", () => {
     expect(headersOf(r, "draft-11").get("Retry-After")).toBeNull();
   });
 
+  it("allowed by both, one unavailable and failing open: that budget's reason, no rate-limit fields", () => {
+    const open = config({ ip: { limits: [{ limit: 3, window: "1m" }] }, failure_mode: "open" });
+    for (const reason of ["limiter_timeout", "limiter_error"] as const) {
+      const down = resultOf(open, { plan: open.ip?.plan as Plan, shown: [], cost: 1, reason, fits: false, at: AT });
+      const r = bothOf(key(), down);
+      expect(r).toMatchObject({ allowed: true, reason, refusedBy: null, retryAfterMs: 0 });
+      expect([...headersOf(r, "draft-11")]).toEqual([]);
+    }
+  });
+
+  it("granted by both: one handle with both grants and the key's slot; refused: none", () => {
+    const grant = (name: string): GrantRecord => ({ id: name, name, limits: [], recordedAt: [AT], units: 1 });
+    const slot = { name: "key:k", id: "s1" };
+    const k = key({ handle: { grants: [grant("key:k")], slot } });
+    const a = { ...address(true), handle: { grants: [grant("ip:a")], slot: null } };
+    expect(bothOf(k, a).handle).toEqual({ grants: [grant("key:k"), grant("ip:a")], slot });
+    expect(bothOf(k, address(false, 1000)).handle).toBeNull();
+    expect(bothOf(key(), address(true)).handle).toBeNull();
+  });
+
   it("one budget unavailable: no rate-limit fields", () => {
     const down = key({ reason: "limiter_timeout", fits: false });
     const r = bothOf(down, address(true));
@@ -178,5 +208,72 @@ describe("bothOf", () => {
       at: AT,
     });
     expect(Object.fromEntries(headersOf(bothOf(key(), addressDown), "draft-11"))).toEqual({ "retry-after": "1" });
+  });
+});
+
+describe("handles", () => {
+  const grant: GrantRecord = { id: "g", name: "key:k", limits: [], recordedAt: [AT], units: 2 };
+
+  it("checkGrant: a handle's grant passes; each field not as given names itself", () => {
+    expect(() => checkGrant(grant)).not.toThrow();
+    expect(() => checkGrant({ ...grant, lease: "l.1" })).not.toThrow();
+    expect(() => checkGrant({ ...grant, id: "x".repeat(128) })).not.toThrow();
+    const bad: [string, unknown][] = [
+      ["grant", null],
+      ["grant", "g"],
+      ["id", { ...grant, id: "" }],
+      ["id", { ...grant, id: "x".repeat(129) }],
+      ["id", { ...grant, id: 7 }],
+      ["name", { ...grant, name: "" }],
+      ["name", { ...grant, name: 1 }],
+      ["limits", { ...grant, limits: "[]" }],
+      ["recordedAt", { ...grant, recordedAt: AT }],
+      ["recordedAt", { ...grant, recordedAt: [AT, 1.5] }],
+      ["units", { ...grant, units: 0 }],
+      ["units", { ...grant, units: 1.5 }],
+      ["units", { ...grant, units: "2" }],
+      ["lease", { ...grant, lease: 1 }],
+    ];
+    for (const [field, g] of bad) {
+      expect(() => checkGrant(g as GrantRecord), field).toThrow(
+        new TypeError(`refund: handle.grants[].${field} is not as the limiter gave it`),
+      );
+    }
+  });
+
+  it("joinHandles: either alone as it is; both: the grants in order, the first slot", () => {
+    const a: Handle = { grants: [grant], slot: { name: "key:k", id: "s" } };
+    const b: Handle = { grants: [{ ...grant, id: "h" }], slot: null };
+    expect(joinHandles(null, null)).toBeNull();
+    expect(joinHandles(a, null)).toBe(a);
+    expect(joinHandles(null, b)).toBe(b);
+    expect(joinHandles(a, b)).toEqual({ grants: [grant, { ...grant, id: "h" }], slot: a.slot });
+    expect(joinHandles(b, a)).toEqual({ grants: [{ ...grant, id: "h" }, grant], slot: a.slot });
+  });
+
+  it("headersOf: a limit whose state is not known is left out of RateLimit; an endless wait has no Retry-After", () => {
+    const c = config({
+      limits: [
+        { limit: 10, window: "1m" },
+        { limit: 2, window: "1s" },
+      ],
+    });
+    const r = resultOf(c, {
+      plan: plan(c),
+      shown: plan(c).limits ?? [],
+      cost: 1,
+      reason: "cached_denial",
+      fits: false,
+      states: [null, { remaining: 0, resetMs: 1000 }],
+      exceeded: [false, true],
+      retryAfterMs: 1000,
+      at: AT,
+    });
+    expect(headersOf(r, "draft-11").get("RateLimit")).toBe('"per-second";r=0;t=1');
+    expect(headersOf(r, "draft-11").get("Retry-After")).toBe("1");
+    const half = { ...r, limits: r.limits.map((l) => ({ ...l, remaining: 5, resetMs: null })) };
+    expect(headersOf(half, "draft-11").get("RateLimit")).toBeNull();
+    const never = { ...r, retryAfterMs: Number.POSITIVE_INFINITY };
+    expect(headersOf(never, "draft-11").has("Retry-After")).toBe(false);
   });
 });
