@@ -1,6 +1,6 @@
-// The layers of src/ (npm run lint): no import cycles; the core imports nothing outside itself; the config layer
-// imports only the core and the path normaliser, never the client, the object, the proxy or the adapters; the hono
-// middleware imports only the package's public API.
+// The floors of src/ (npm run lint), every arrow pointing down: base/ (imports nothing) and core/ (pure) at the
+// bottom; config/ and protocol.ts on them; client/ and object/ side by side above; pipeline/ above the client; the
+// adapters (index.ts, hono.ts on the public API alone, proxy/) on top. No import cycles anywhere.
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
   forbidden: [
@@ -19,18 +19,39 @@ module.exports = {
       to: { pathNot: "^src/core/" },
     },
     {
+      name: "base-imports-nothing",
+      comment: "src/base/ (the path normaliser, client addresses, errors, log lines) is the ground floor: it imports nothing else in src/.",
+      severity: "error",
+      from: { path: "^src/base/" },
+      to: { path: "^src/", pathNot: "^src/base/" },
+    },
+    {
       name: "config-below-client",
       comment: "The config layer is read by the client, the object and the adapters; it imports none of them.",
       severity: "error",
       from: { path: "^src/config/" },
-      to: { path: "^src/", pathNot: "^src/(config/|core/|path[.]ts$)" },
+      to: { path: "^src/", pathNot: "^src/(config/|core/|base/)" },
     },
     {
-      name: "path-is-pure",
-      comment: "The path normaliser is pure and imports nothing.",
+      name: "client-below-pipeline",
+      comment: "The client (the isolate side of a limiter) imports only what is below it, never the pipeline or the adapters.",
       severity: "error",
-      from: { path: "^src/path[.]ts$" },
-      to: { path: "^src/" },
+      from: { path: "^src/client/" },
+      to: { path: "^src/", pathNot: "^src/(client/|config/|core/|base/|protocol[.]ts$)" },
+    },
+    {
+      name: "object-beside-client",
+      comment: "The Durable Object reads the core, the ground floor and the protocol: nothing of the isolate side.",
+      severity: "error",
+      from: { path: "^src/object/" },
+      to: { path: "^src/", pathNot: "^src/(object/|core/|base/|protocol[.]ts$)" },
+    },
+    {
+      name: "pipeline-below-adapters",
+      comment: "The pipeline (identity, recording, response ends, HTTP answers) never imports an adapter.",
+      severity: "error",
+      from: { path: "^src/pipeline/" },
+      to: { path: "^src/", pathNot: "^src/(pipeline/|client/|config/|core/|base/|protocol[.]ts$)" },
     },
     {
       name: "protocol-below-client-and-object",

@@ -1,5 +1,5 @@
 // Mutation testing, the gate (npm run test:mutation; CONTRIBUTING.md, "Mutation testing"): the files whose logic the
-// unit tests pin down — the core, the client, config, key, errors, path, http, telemetry — against the unit tests in plain
+// unit tests pin down — the core, the client, config, the ground floor (base/), and the pipeline's key, http and telemetry — against the unit tests in plain
 // Node (vitest.mutation.config.ts). Incremental: results are kept in test/mutation/incremental.json (committed), and
 // a run tests again only the mutants whose code or covering tests changed since. `--force` runs them all and
 // rewrites the file. The object, the proxy and the adapters are not mutated: CONTRIBUTING.md, "Mutation testing".
@@ -13,12 +13,10 @@ export default {
     "!src/core/index.ts",
     "src/client/**/*.ts",
     "src/config/**/*.ts",
-    "src/key.ts",
-    "src/errors.ts",
-    "src/path.ts",
-    "src/address.ts",
-    "src/http.ts",
-    "src/telemetry.ts",
+    "src/base/**/*.ts",
+    "src/pipeline/key.ts",
+    "src/pipeline/http.ts",
+    "src/pipeline/telemetry.ts",
   ],
   incremental: true,
   incrementalFile: "test/mutation/incremental.json",

@@ -20,9 +20,10 @@ import { routeBudget } from "./config/lookup.ts";
 import { parseLimiterConfig } from "./config/parse.ts";
 import { ConfigError, type HeaderForm, type LimiterConfig } from "./config/types.ts";
 import type { Duration } from "./core/duration.ts";
-import { type Identity, settingsName } from "./key.ts";
-import { namespaceOf, Pipeline, type RequestOptions, routeNamed } from "./pipeline.ts";
+import { namespaceOf, Pipeline, type RequestOptions, routeNamed } from "./pipeline/index.ts";
+import { type Identity, settingsName } from "./pipeline/key.ts";
 
+export { LimiterError, type LimiterErrorCode } from "./base/errors.ts";
 export type { Background, LimiterNamespace } from "./client/index.ts";
 export {
   type GrantRecord,
@@ -37,11 +38,10 @@ export {
 export type { HeaderForm, LimiterConfig } from "./config/types.ts";
 export { ConfigError } from "./config/types.ts";
 export type { Duration } from "./core/duration.ts";
-export { LimiterError, type LimiterErrorCode } from "./errors.ts";
-export { problemFor, refusal } from "./http.ts";
-export type { Identity } from "./key.ts";
 export { RateLimiter } from "./object/index.ts";
-export type { RequestOptions } from "./pipeline.ts";
+export { problemFor, refusal } from "./pipeline/http.ts";
+export type { RequestOptions } from "./pipeline/index.ts";
+export type { Identity } from "./pipeline/key.ts";
 
 /** One limit: at most `limit` cost units in any window of `window`. */
 export interface LimitSetting {

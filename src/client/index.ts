@@ -5,12 +5,12 @@
  * Engine, the proxy and the library's users all read. Two clients share nothing.
  */
 
+import { keyId, logEvent } from "../base/log.ts";
 import { routeBudget } from "../config/lookup.ts";
 import type { Limit, LimiterConfig, Plan, Route } from "../config/types.ts";
 import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
 import { ringSlackMs } from "../core/limits.ts";
 import type { Background, LimiterNamespace, TakeAsk } from "../protocol.ts";
-import { keyId, logEvent } from "../telemetry.ts";
 import { type Blocked, DenyCache } from "./deny-cache.ts";
 import type { HeaderState } from "./headers.ts";
 import { sameOverride } from "./held.ts";

@@ -4,11 +4,11 @@
  * invalid ever falls back to "no limit".
  */
 
+import { ESCAPED_SLASHES, type EscapedSlashes, normalizePath } from "../base/path.ts";
 import { describe, formatDuration, parseDuration } from "../core/duration.ts";
 import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "../core/limits.ts";
 import type { PenaltySpec } from "../core/penalty.ts";
 import { type ConcurrencySpec, MAX_CONCURRENCY, MAX_SLOT_TIMEOUT_MS, MIN_SLOT_TIMEOUT_MS } from "../core/slots.ts";
-import { ESCAPED_SLASHES, type EscapedSlashes, normalizePath } from "../path.ts";
 import {
   array,
   fromJsonString,

@@ -3,10 +3,10 @@
  * Imports nothing above the core (the client and the proxy import this, never the reverse).
  */
 
+import type { EscapedSlashes } from "../base/path.ts";
 import type { Limit as CoreLimit } from "../core/limits.ts";
 import type { PenaltySpec } from "../core/penalty.ts";
 import type { ConcurrencySpec } from "../core/slots.ts";
-import type { EscapedSlashes } from "../path.ts";
 
 /** A header form, as `RATE_LIMIT.headers` names it. */
 export type HeaderForm = "draft-11" | "draft-8" | "draft-7" | "draft-6" | "legacy" | "none";

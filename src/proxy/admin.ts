@@ -5,18 +5,18 @@
  * the URL. Admin requests are never proxied and never counted.
  */
 
-import { clientOf } from "../address.ts";
+import { clientOf } from "../base/address.ts";
+import { LimiterError } from "../base/errors.ts";
+import { keyId, logEvent } from "../base/log.ts";
 import { withDeadline } from "../client/policy.ts";
 import { routeBudget } from "../config/lookup.ts";
 import { parseLimits } from "../config/parse.ts";
 import { type AddressBudget, type Config, ConfigError, type Limit, type Plan } from "../config/types.ts";
 import type { LimitStatus, NamedLimit } from "../core/decision.ts";
 import { describe, parseDuration } from "../core/duration.ts";
-import { LimiterError } from "../errors.ts";
-import { HttpError, problem } from "../http.ts";
-import { BEARER, checkKey, type Identity, identify, objectName } from "../key.ts";
 import { type KeyStatus, MAX_TIME_MS, type Override, type RateLimiter } from "../object/index.ts";
-import { keyId, logEvent } from "../telemetry.ts";
+import { HttpError, problem } from "../pipeline/http.ts";
+import { BEARER, checkKey, type Identity, identify, objectName } from "../pipeline/key.ts";
 import { adminPage } from "./admin-page.ts";
 
 /** The bindings the admin API reads. */
@@ -43,7 +43,7 @@ export const HISTORY_BUCKETS = 60;
  * Whether the admin API answers `request`: only while `ADMIN_TOKEN` is set, for a path under
  * `admin.path`, or for any request that carries the admin token (it is never proxied, whatever its
  * path: a near-miss of the admin path must not send the token to the origin). `path` is the
- * request's normalised path (src/path.ts).
+ * request's normalised path (src/base/path.ts).
  */
 export async function isAdminRequest(request: Request, path: string, env: AdminEnv, config: Config): Promise<boolean> {
   if (!env.ADMIN_TOKEN) return false;

@@ -1,20 +1,20 @@
 /**
- * @module The proxy app: the vars' configuration → the request pipeline (src/pipeline.ts) → the
+ * @module The proxy app: the vars' configuration → the request pipeline (src/pipeline/index.ts) → the
  * origin, plus the operators' API and page. One pipeline per configuration, so the isolate's
  * leases and deny cache belong to it.
  */
 
+import { LimiterError } from "../base/errors.ts";
+import { logEvent } from "../base/log.ts";
+import type { NormalPath } from "../base/path.ts";
 import { type Background, type ClientOptions, LimiterClient } from "../client/index.ts";
 import { errorName } from "../client/policy.ts";
 import { parseConfig } from "../config/parse.ts";
 import { type Config, ConfigError } from "../config/types.ts";
-import { LimiterError } from "../errors.ts";
-import { clientSignal, copyHeaders, HttpError, normalized, problem, problemFor, refusal } from "../http.ts";
-import { readKey } from "../key.ts";
 import type { RateLimiter } from "../object/index.ts";
-import type { NormalPath } from "../path.ts";
-import { type DecisionObserver, Pipeline } from "../pipeline.ts";
-import { logEvent } from "../telemetry.ts";
+import { clientSignal, copyHeaders, HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
+import { type DecisionObserver, Pipeline } from "../pipeline/index.ts";
+import { readKey } from "../pipeline/key.ts";
 import { handleAdmin, isAdminRequest } from "./admin.ts";
 import { corsFor, isPreflight, withCors } from "./cors.ts";
 import { forward, isWebSocketUpgrade, type OriginFetcher } from "./forward.ts";

@@ -6,7 +6,7 @@
 
 import { errorName, withDeadline } from "../client/policy.ts";
 import type { Config } from "../config/types.ts";
-import { clientSignal, problem } from "../http.ts";
+import { clientSignal, problem } from "../pipeline/http.ts";
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded in either direction. */
 const HOP_BY_HOP = [
@@ -45,7 +45,7 @@ export type OriginFetcher = (request: Request) => Promise<Response>;
  * sends no response headers within the timeout — returned rather than thrown, so the caller
  * adds `RateLimit` headers to them like to any response that spent quota. A connection dropped
  * after the headers can no longer become a `502`: the client's read of the body fails instead.
- * `incoming` is `request.url` parsed; `path`, the normalised path the rules matched (src/path.ts).
+ * `incoming` is `request.url` parsed; `path`, the normalised path the rules matched (src/base/path.ts).
  */
 export async function forward(
   request: Request,

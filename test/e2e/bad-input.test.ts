@@ -54,7 +54,7 @@ describe("keys", () => {
     expect(arrivals(p)).toHaveLength(0);
   });
 
-  // Defined behaviour (src/key.ts strips the spaces and tabs around a key in every source): a key of only those is
+  // Defined behaviour (src/pipeline/key.ts strips the spaces and tabs around a key in every source): a key of only those is
   // no key, not a malformed one.
   // On the wire the HTTP parser already strips the surrounding spaces and tabs of a header value.
   it.each([

@@ -4,10 +4,10 @@
 import { env } from "cloudflare:workers";
 import { Hono } from "hono";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { keyId } from "../../src/base/log.ts";
 import { type RateLimitVariables, rateLimit } from "../../src/hono.ts";
 import * as root from "../../src/index.ts";
 import { createLimiter } from "../../src/index.ts";
-import { keyId } from "../../src/telemetry.ts";
 import { envWith, freshKey, handle, request } from "./helpers.ts";
 
 const SETTINGS = {

@@ -4,9 +4,9 @@
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { keyId } from "../../src/base/log.ts";
 import type { RateLimitResult } from "../../src/client/result.ts";
 import type { RateLimiter } from "../../src/object/index.ts";
-import { keyId } from "../../src/telemetry.ts";
 import {
   arrivalsFor,
   envWith,

@@ -1,5 +1,5 @@
 /**
- * @module The one assertion for the limiter's own error answers (RFC 9457 problem details, src/http.ts).
+ * @module The one assertion for the limiter's own error answers (RFC 9457 problem details, src/pipeline/http.ts).
  * Runtime-neutral (checked by both tsconfigs): integration tests call it inside workerd, e2e tests in Node.
  */
 

@@ -3,7 +3,7 @@
 // for anything malformed.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { clientOf, DEFAULT_IPV6_SUBNET } from "../../src/address.ts";
+import { clientOf, DEFAULT_IPV6_SUBNET } from "../../src/base/address.ts";
 
 describe("clientOf", () => {
   it("IPv4: the address itself", () => {

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { normalizePath } from "../../src/base/path.ts";
 import { policyHeader as policyOf } from "../../src/client/headers.ts";
 import { costFor, planForKey, routeBudget, routeFor } from "../../src/config/lookup.ts";
 import {
@@ -28,8 +29,7 @@ import {
   parseDuration,
   ringLayout,
 } from "../../src/core/index.ts";
-import { KEY_CHARS } from "../../src/key.ts";
-import { normalizePath } from "../../src/path.ts";
+import { KEY_CHARS } from "../../src/pipeline/key.ts";
 
 type Obj = Record<string, unknown>;
 

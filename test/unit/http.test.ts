@@ -1,10 +1,10 @@
 // The edge's own answers: problem details, the refusal of a decision (429, or 503 when the limiter is
 // unavailable), the 401 challenge, and copying a decision's headers.
 import { describe, expect, it } from "vitest";
+import { LimiterError } from "../../src/base/errors.ts";
 import type { LimitResult, RateLimitResult } from "../../src/client/result.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig } from "../../src/config/types.ts";
-import { LimiterError } from "../../src/errors.ts";
 import {
   clientSignal,
   copyHeaders,
@@ -14,7 +14,7 @@ import {
   problem,
   problemFor,
   refusal,
-} from "../../src/http.ts";
+} from "../../src/pipeline/http.ts";
 
 const limit = (over: Partial<LimitResult> = {}): LimitResult => ({
   name: "per-minute",

@@ -1,4 +1,4 @@
-// Concurrency on the isolate's side (src/client/in-flight.ts, the client, the pipeline, src/response-end.ts) in
+// Concurrency on the isolate's side (src/client/in-flight.ts, the client, the pipeline, src/pipeline/response-end.ts) in
 // Node, against an in-memory object built on the real core (KeyLog and Slots) at a clock the test moves: a granted
 // request holds a slot until released (once), renewed every third of the timeout meanwhile; a full key's refusal;
 // keys with concurrency never lease; shadow mode; a response's end, failure or cancellation releases its slot.
@@ -11,9 +11,9 @@ import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
 import { type Decision, KeyLog, type LimitSpec } from "../../src/core/index.ts";
 import { Slots } from "../../src/core/slots.ts";
-import { Pipeline } from "../../src/pipeline.ts";
+import { Pipeline } from "../../src/pipeline/index.ts";
+import { join, type Socket, untilEnd } from "../../src/pipeline/response-end.ts";
 import type { TakeAsk as Ask } from "../../src/protocol.ts";
-import { join, type Socket, untilEnd } from "../../src/response-end.ts";
 
 const T0 = 1_800_000_000_000;
 

@@ -1,10 +1,10 @@
 // What a key is, read from a request: sources, their order, the one rule every reader of keys uses.
 import { describe, expect, it } from "vitest";
+import { LimiterError } from "../../src/base/errors.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { KeySource } from "../../src/config/types.ts";
-import { LimiterError } from "../../src/errors.ts";
-import { httpErrorOf } from "../../src/http.ts";
-import { checkKey, identify, objectName, readKey, settingsName } from "../../src/key.ts";
+import { httpErrorOf } from "../../src/pipeline/http.ts";
+import { checkKey, identify, objectName, readKey, settingsName } from "../../src/pipeline/key.ts";
 
 const SOURCE: KeySource = { header: "x-api-key", bearer: true, query: "api_key", maxLength: 16, pattern: null };
 

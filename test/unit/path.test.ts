@@ -2,11 +2,11 @@
 // backslashes and for parameters in dot segments, and the property that equivalent spellings match alike.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { type EscapedSlashes, normalizePath, PathError } from "../../src/base/path.ts";
 import { costFor, routeFor } from "../../src/config/lookup.ts";
 import { parseConfig } from "../../src/config/parse.ts";
 import type { Plan } from "../../src/config/types.ts";
-import { HttpError, normalized } from "../../src/http.ts";
-import { type EscapedSlashes, normalizePath, PathError } from "../../src/path.ts";
+import { HttpError, normalized } from "../../src/pipeline/http.ts";
 
 /** What the Worker sees: the URL parser's pathname of a request target. */
 const pathname = (target: string) => new URL(`https://api.example${target}`).pathname;

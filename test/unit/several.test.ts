@@ -1,4 +1,4 @@
-// Several identifiers, all or nothing: the request pipeline (src/pipeline.ts) decides a request with a key by its
+// Several identifiers, all or nothing: the request pipeline (src/pipeline/index.ts) decides a request with a key by its
 // key's object and its client address's object at once, against an in-memory namespace built on the real core and
 // a clock the test moves. Properties over random traffic from several keys and addresses, at real use times: no
 // window of either budget is ever over its limit (leases on), and every request ends counted in both budgets or in
@@ -10,7 +10,7 @@ import { type Background, LimiterClient, type LimiterNamespace } from "../../src
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig } from "../../src/config/types.ts";
 import { type Ask, KeyLog, type LimitSpec, type Settlement } from "../../src/core/index.ts";
-import { Pipeline } from "../../src/pipeline.ts";
+import { Pipeline } from "../../src/pipeline/index.ts";
 
 const T0 = 1_800_000_000_000;
 

@@ -1,14 +1,14 @@
 // Telemetry in Node: key ids, the data point layout, and denial logs throttled per key (time from the event).
 import { createHash } from "node:crypto";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { keyId } from "../../src/base/log.ts";
 import {
   type DataPoint,
   DENIAL_LOG_INTERVAL_MS,
   type DecisionRecord,
   dataPoint,
-  keyId,
   recordDecision,
-} from "../../src/telemetry.ts";
+} from "../../src/pipeline/telemetry.ts";
 
 afterEach(() => {
   vi.restoreAllMocks();

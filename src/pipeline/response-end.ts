@@ -4,7 +4,7 @@
  * freed then. A WebSocket is relayed by the Worker to see it close: the Worker stays in the path while it is open.
  */
 
-import type { Background } from "./protocol.ts";
+import type { Background } from "../protocol.ts";
 
 /** workerd's socket as this module uses it (typed structurally: the unit tests compile with Node's types). */
 export interface Socket {

@@ -5,16 +5,17 @@
  * a decision costs, whom it counts against and what it leaves in the logs cannot differ between them.
  */
 
-import { clientOf } from "./address.ts";
-import type { Background, LimiterClient, LimiterNamespace, LimitRequest } from "./client/index.ts";
-import { errorName } from "./client/policy.ts";
-import { bothOf, headersOf, type RateLimitResult } from "./client/result.ts";
-import { costFor, routeFor } from "./config/lookup.ts";
-import { type AddressBudget, ConfigError, type LimiterConfig, type Plan, type Route } from "./config/types.ts";
+import { clientOf } from "../base/address.ts";
+import { keyId, logEvent } from "../base/log.ts";
+import type { Background, LimiterClient, LimiterNamespace, LimitRequest } from "../client/index.ts";
+import { errorName } from "../client/policy.ts";
+import { bothOf, headersOf, type RateLimitResult } from "../client/result.ts";
+import { costFor, routeFor } from "../config/lookup.ts";
+import { type AddressBudget, ConfigError, type LimiterConfig, type Plan, type Route } from "../config/types.ts";
 import { clientSignal, normalizedPath } from "./http.ts";
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { untilEnd } from "./response-end.ts";
-import { keyId, logEvent, recordDecision, type TelemetryEnv } from "./telemetry.ts";
+import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
 
 type Maybe<T> = T | Promise<T>;
 
@@ -215,7 +216,7 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   /**
    * The response to send for a request `decide` granted: when the request holds a concurrency slot, it is freed
    * once the response has ended — its body streamed to the end, failed, or cancelled by a client that went away, a
-   * WebSocket closed (src/response-end.ts).
+   * WebSocket closed (src/pipeline/response-end.ts).
    */
   sent(ns: LimiterNamespace, result: RateLimitResult, response: Response, bg: Background = {}): Response {
     const slot = result.handle?.slot ?? null;

@@ -1,7 +1,7 @@
 /**
  * @module The library's typed errors: a request the limiter cannot decide, with a `code` a caller can switch on.
  * No HTTP here: the proxy turns them into problem+json, the hono middleware into an `HTTPException`, and a Worker
- * using `createLimiter()` into whatever it answers (`problemFor()` in src/http.ts is the proxy's answer).
+ * using `createLimiter()` into whatever it answers (`problemFor()` in src/pipeline/http.ts is the proxy's answer).
  */
 
 /** Why a request cannot be decided. */

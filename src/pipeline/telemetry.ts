@@ -6,7 +6,8 @@
  * named limiter).
  */
 
-import { type RateLimitResult, violated } from "./client/result.ts";
+import { keyId, logEvent } from "../base/log.ts";
+import { type RateLimitResult, violated } from "../client/result.ts";
 
 /** What telemetry reads of a decision (a {@link RateLimitResult}). */
 export type DecisionRecord = Pick<
@@ -39,30 +40,8 @@ export interface TelemetryEnv {
  */
 export const DENIAL_LOG_INTERVAL_MS = 1000;
 const lastLogged = new Map<string, { at: number; suppressed: number }>();
-
-const ids = new Map<string, string>();
-const MAX_IDS = 10_000;
-
-/** `key_id` of an object name: the first 12 hex digits of its SHA-256 (`printf 'key:%s' "$KEY" | sha256sum`). */
-export async function keyId(name: string): Promise<string> {
-  const known = ids.get(name);
-  if (known !== undefined) return known;
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(name)));
-  let hex = "";
-  for (let i = 0; i < 6; i++) hex += (digest[i] as number).toString(16).padStart(2, "0");
-  if (ids.size >= MAX_IDS) ids.clear();
-  ids.set(name, hex);
-  return hex;
-}
-
-/** One structured log line: `{"event": …, …fields}`. */
-export function logEvent(
-  event: string,
-  fields: Record<string, unknown> = {},
-  level: "log" | "warn" | "error" = "log",
-): void {
-  console[level](JSON.stringify({ event, ...fields }));
-}
+/** The most keys whose last denial line is remembered (then forgotten all at once). */
+const MAX_LOGGED = 10_000;
 
 /**
  * The data point of one decision. `index1`: key_id. Blobs: reason, plan, `"allowed"`/`"denied"`
@@ -127,7 +106,7 @@ function shouldLog(name: string, now: number): number | false {
     last.suppressed++;
     return false;
   }
-  if (!last && lastLogged.size >= MAX_IDS) lastLogged.clear();
+  if (!last && lastLogged.size >= MAX_LOGGED) lastLogged.clear();
   lastLogged.set(name, { at: now, suppressed: 0 });
   return last?.suppressed ?? 0;
 }

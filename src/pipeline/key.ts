@@ -4,13 +4,13 @@
  * an error, never a guess. The proxy, the hono middleware and `limit()` use the same rule.
  */
 
-import { planForKey } from "./config/lookup.ts";
-import { KEY_CHARS, type KeySource, type LimiterConfig, type Plan } from "./config/types.ts";
-import { LimiterError } from "./errors.ts";
+import { LimiterError } from "../base/errors.ts";
+import { planForKey } from "../config/lookup.ts";
+import { KEY_CHARS, type KeySource, type LimiterConfig, type Plan } from "../config/types.ts";
 
 /** `Authorization: Bearer <token>`; group 1 is the token (also the admin API's). */
 export const BEARER = /^Bearer[ \t]+(.*)$/i;
-export { KEY_CHARS } from "./config/types.ts";
+export { KEY_CHARS } from "../config/types.ts";
 
 /**
  * The request's API key, or null when it carries none.

@@ -3,11 +3,11 @@
  * shared by the proxy and the hono middleware.
  */
 
-import { seconds } from "./client/headers.ts";
-import { headersOf, type RateLimitResult, violated } from "./client/result.ts";
-import type { HeaderForm, LimiterConfig } from "./config/types.ts";
-import { LimiterError, type LimiterErrorCode } from "./errors.ts";
-import { type NormalPath, normalizePath, PathError } from "./path.ts";
+import { LimiterError, type LimiterErrorCode } from "../base/errors.ts";
+import { type NormalPath, normalizePath, PathError } from "../base/path.ts";
+import { seconds } from "../client/headers.ts";
+import { headersOf, type RateLimitResult, violated } from "../client/result.ts";
+import type { HeaderForm, LimiterConfig } from "../config/types.ts";
 
 /** An error that is an HTTP response: thrown inside the Worker, turned into JSON at the edge. */
 export class HttpError extends Error {
