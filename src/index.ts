@@ -336,7 +336,12 @@ export function createLimiter(options: LimiterOptions): Limiter {
   const name = given !== undefined ? given : (prefix ?? settingsName(config));
   const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name);
   const { client } = pipeline;
-  const namespace = (env: object): LimiterNamespace => namespaceOf(env, binding);
+  // Resolved once per limiter: an isolate's requests share one `env` (a different one, as in tests, resolves again).
+  let seen: { env: object; ns: LimiterNamespace } | null = null;
+  const namespace = (env: object): LimiterNamespace => {
+    if (seen?.env !== env) seen = { env, ns: namespaceOf(env, binding) };
+    return seen.ns;
+  };
 
   const decide = async (env: object, key: string, options: LimitCallOptions, inFlight: boolean) => {
     const { cost = 1, ctx, route, ip } = options;
