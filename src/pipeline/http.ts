@@ -129,20 +129,19 @@ export function copyHeaders(from: Headers, to: Headers): void {
  * @throws LimiterError `malformed_path` for a path the normaliser refuses
  */
 export function normalizedPath(pathname: string, config: LimiterConfig): string {
-  try {
-    return normalizePath(pathname, config.paths.escapedSlashes).match;
-  } catch (e) {
-    if (e instanceof PathError) throw new LimiterError("malformed_path", e.message);
-    throw e;
-  }
+  return normalized(pathname, config).match;
 }
 
-/** The request's normalised path under the limiter's `paths` settings; a path it refuses is a `400`. */
+/**
+ * The request's normalised path under the limiter's `paths` settings: what rules match, and what is forwarded.
+ *
+ * @throws LimiterError `malformed_path` for a path the normaliser refuses (a `400` at the edge: {@link problemFor})
+ */
 export function normalized(pathname: string, config: LimiterConfig): NormalPath {
   try {
     return normalizePath(pathname, config.paths.escapedSlashes);
   } catch (e) {
-    if (e instanceof PathError) throw new HttpError(400, "Bad Request", e.message);
+    if (e instanceof PathError) throw new LimiterError("malformed_path", e.message);
     throw e;
   }
 }

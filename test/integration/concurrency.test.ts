@@ -12,7 +12,17 @@ import type { LimitSpec } from "../../src/core/limits.ts";
 import { type RateLimitVariables, rateLimit } from "../../src/hono.ts";
 import { createLimiter } from "../../src/index.ts";
 import { problemOf } from "../support/problem.ts";
-import { arrivalsFor, background, envWith, freshKey, handle, nextMessage, originUrl, request } from "./helpers.ts";
+import {
+  arrivalsFor,
+  background,
+  envWith,
+  freshKey,
+  handle,
+  nextMessage,
+  openEcho,
+  originUrl,
+  request,
+} from "./helpers.ts";
 
 const minute: LimitSpec[] = [{ limit: 100, windowMs: 60_000, tickMs: 1 }];
 /** Requests holding a slot now, as the object says: the proxy's key's (`key:<key>`), or an object by its name. */
@@ -272,12 +282,7 @@ describe("WebSockets through the proxy with concurrency", () => {
     expect(res.status).toBe(101);
     expect(res.headers.get("RateLimit")).toBe('"per-minute";r=99;t=60');
     const ws = res.webSocket as WebSocket;
-    const greeting = nextMessage(ws);
-    ws.accept();
-    expect(await greeting).toBe("hello /v1/stream");
-    const echo = nextMessage(ws);
-    ws.send("ping");
-    expect(await echo).toBe("ping");
+    expect(await openEcho(ws)).toEqual({ greeting: "hello /v1/stream", echo: "ping" });
     expect(await inFlight(key)).toBe(1);
     expect((await problemOf(await handle(upgrade(), e), 429)).reason).toBe("concurrency");
     await closed(ws);

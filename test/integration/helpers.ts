@@ -156,3 +156,13 @@ export function nextMessage(ws: WebSocket): Promise<string> {
     ws.addEventListener("close", () => reject(new Error("closed before a message")), { once: true });
   });
 }
+
+/** Accepts a socket relayed to the origin's echo at `/v1/stream`: its greeting, then a ping echoed back. */
+export async function openEcho(ws: WebSocket): Promise<{ greeting: string; echo: string }> {
+  const greeting = nextMessage(ws);
+  ws.accept();
+  const hello = await greeting;
+  const echo = nextMessage(ws);
+  ws.send("ping");
+  return { greeting: hello, echo: await echo };
+}

@@ -8,7 +8,7 @@ import { upgradeWebSocket } from "hono/cloudflare-workers";
 import { describe, expect, it } from "vitest";
 import { type RateLimitVariables, rateLimit } from "../../src/hono.ts";
 import { problemOf } from "../support/problem.ts";
-import { arrivalsFor, envWith, freshKey, handle, nextMessage, request } from "./helpers.ts";
+import { arrivalsFor, envWith, freshKey, handle, nextMessage, openEcho, request } from "./helpers.ts";
 
 const upgrade = (key: string, path = "/v1/stream") =>
   request(key, path, { headers: { upgrade: "websocket", "sec-websocket-version": "13" } });
@@ -22,12 +22,7 @@ describe("WebSockets through the proxy", () => {
     expect(res.headers.get("RateLimit")).toBe('"per-minute";r=4;t=60');
     const ws = res.webSocket as WebSocket;
     expect(ws).not.toBeNull();
-    const greeting = nextMessage(ws);
-    ws.accept();
-    expect(await greeting).toBe("hello /v1/stream");
-    const echo = nextMessage(ws);
-    ws.send("ping");
-    expect(await echo).toBe("ping");
+    expect(await openEcho(ws)).toEqual({ greeting: "hello /v1/stream", echo: "ping" });
     ws.close(1000, "done");
     const arrivals = await arrivalsFor(key);
     expect(arrivals).toHaveLength(1);

@@ -2,11 +2,12 @@
 // backslashes and for parameters in dot segments, and the property that equivalent spellings match alike.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { LimiterError } from "../../src/base/errors.ts";
 import { type EscapedSlashes, normalizePath, PathError } from "../../src/base/path.ts";
 import { costFor, routeFor } from "../../src/config/lookup.ts";
 import { parseConfig } from "../../src/config/parse.ts";
 import type { Plan } from "../../src/config/types.ts";
-import { HttpError, normalized } from "../../src/pipeline/http.ts";
+import { httpErrorOf, normalized } from "../../src/pipeline/http.ts";
 
 /** What the Worker sees: the URL parser's pathname of a request target. */
 const pathname = (target: string) => new URL(`https://api.example${target}`).pathname;
@@ -85,10 +86,11 @@ describe("the refusals", () => {
     } catch (e) {
       caught = e;
     }
-    expect(caught).toBeInstanceOf(HttpError);
-    expect((caught as HttpError).status).toBe(400);
-    expect((caught as HttpError).title).toBe("Bad Request");
-    expect((caught as HttpError).message).toMatch(/^The path holds an encoded slash/);
+    expect(caught).toBeInstanceOf(LimiterError);
+    const http = httpErrorOf(caught as LimiterError);
+    expect(http.status).toBe(400);
+    expect(http.title).toBe("Bad Request");
+    expect(http.message).toMatch(/^The path holds an encoded slash/);
   });
 });
 
