@@ -43,7 +43,9 @@ export function settleForCall(e: KeyLeases, now: number, deciding = false): Sett
   // Far from every limit a deciding call re-dates in fewer groups: each costs a row, and nobody is short of the
   // capacity a unit holds until its group's last use.
   const groups = nearNow ? MAX_USE_GROUPS : FAR_USE_GROUPS;
-  for (const h of e.expired) out.push(...settlements(h, h.left, near, groups));
+  // An expired lease is given up with this call: its uses are re-dated now or never (left at its record, ahead of
+  // now, they would count in the windows of a burst after a quiet spell).
+  for (const h of e.expired) out.push(...settlements(h, h.left, true, groups));
   e.expired = [];
   if (!near) return out;
   for (const h of e.held) out.push(...settlements(h, 0, true, groups));

@@ -112,14 +112,14 @@ describe("LeaseTable", () => {
     expect(table.settle(e, 4220, true)).toEqual([]);
   });
 
-  it("re-dates used units only near a limit: far from every limit a settlement gives back unused units alone", () => {
+  it("re-dates a valid lease's uses only near a limit; an expired lease's when it is given up, far or near", () => {
     const table = new LeaseTable();
     const e = table.touch("k", SPECS, 0, []);
     const far: LimitStatus[] = [{ remaining: 900, resetMs: 1000, exceeded: false }];
     table.add(e, { lease: lease(3, 100, [100]), sentAt: 0, issuedAt: 0, limits: far });
     table.spend(e, 1, 10);
     expect(table.settle(e, 20)).toEqual([]); // 900 + 2 of 1000 left: nothing worth a row
-    expect(table.settle(e, 200)).toEqual([{ recordedAt: [100], issuedAt: 0, used: 0, lastUseMs: 10, unused: 2 }]);
+    expect(table.settle(e, 200)).toEqual([{ recordedAt: [100], issuedAt: 0, used: 1, lastUseMs: 10, unused: 2 }]);
     // The object's latest answer says the key is near a limit now: uses are re-dated.
     table.add(e, { lease: lease(3, 100, [300]), sentAt: 200, issuedAt: 200, limits: far });
     table.spend(e, 1, 210);

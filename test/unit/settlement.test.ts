@@ -31,14 +31,18 @@ function key(...leases: [units: number, lifetimeMs: number, limits: LimitStatus[
 }
 
 describe("settleForCall", () => {
-  it("far from every limit and not deciding: gives back an expired lease's unused units, re-dates no use", () => {
+  it("far from every limit and not deciding: an expired lease is given up, its uses re-dated; a valid one's are not", () => {
     const { e } = key([3, 100, far], [2, 100, far], [4, 5000, far]);
-    spendFrom(e.held[0] as never, 3, 10); // used up: nothing to give back, and its uses are not re-dated
+    spendFrom(e.held[0] as never, 3, 10); // used up: nothing to give back, its uses re-dated all the same
     spendFrom(e.held[1] as never, 1, 10);
     spendFrom(e.held[2] as never, 1, 10);
-    expect(settleForCall(e, 200).map((s) => [s.recordedAt[0], s.used, s.unused])).toEqual([[5001, 0, 1]]);
+    // Left at their records (ahead of now), the expired leases' uses would count in a later burst's windows.
+    expect(settleForCall(e, 200).map((s) => [s.recordedAt[0], s.used, s.unused])).toEqual([
+      [5000, 3, 0],
+      [5001, 1, 1],
+    ]);
     expect(e.expired).toEqual([]);
-    // Deciding a request: every use is re-dated, the used-up lease's too once expired.
+    // Deciding a request: every use is re-dated, a valid lease's too.
     expect(settleForCall(e, 200, true).map((s) => [s.recordedAt[0], s.used, s.unused])).toEqual([[5002, 1, 0]]);
     expect(settleForCall(e, 201, true)).toEqual([]);
   });
