@@ -1,8 +1,10 @@
 // The package as a user gets it: `npm pack` (which builds it), installed into a fresh copy of each
 // project in examples/ with that project's own wrangler, typechecked against its `wrangler types` Env
-// (with README's quick-start code beside it), run under its own `wrangler dev`, and driven over HTTP.
+// (with README's quick-start code beside it), run under its own `wrangler dev` with its own config — a
+// wrangler.toml (examples/worker, examples/proxy) or a wrangler.jsonc (examples/hono-app), each declaring the
+// class in `exports` — and driven over HTTP.
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { cp, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
@@ -38,8 +40,11 @@ async function project(name: string, extra: Record<string, string> = {}, origin?
   await sh(join(dir, "node_modules/.bin/wrangler"), ["types"]);
   // The user's generated Env and the library's types fit without casts.
   await sh(join(dir, "node_modules/.bin/tsc"), ["-p", "."]);
+  const configs = ["wrangler.toml", "wrangler.jsonc"].filter((f) => existsSync(join(dir, f)));
+  expect(configs, `examples/${name} has one wrangler config`).toHaveLength(1);
   return startLimiter({
     persistTo: join(dir, ".state"),
+    config: configs[0] as string,
     project: { dir, wrangler: join(dir, "node_modules/.bin/wrangler") },
     ...(origin === undefined ? {} : { origin }),
   });
