@@ -134,8 +134,18 @@ export interface LimiterSettings {
     readonly max_length?: number;
     readonly pattern?: string;
   };
-  /** When the key's object does not answer: `"closed"` (refuse, the default) or `"open"` (allow). */
-  readonly failure_mode?: "open" | "closed";
+  /**
+   * When the key's object does not answer: `"closed"` (refuse, the default), `"open"` (allow), or `"local"` (this
+   * isolate decides alone at `fallback_share` of each limit; docs/configuration.md, "When the object cannot answer").
+   */
+  readonly failure_mode?: "open" | "closed" | "local";
+  /** With `failure_mode: "local"`: the share of each limit an isolate grants alone, 0 to 1 (default 1). */
+  readonly fallback_share?: number;
+  /**
+   * Where the limiter's objects are created and keep their data: `"eu"`, `"fedramp"`, `"fedramp-high"` or `"us"`
+   * (`namespace.jurisdiction()`). Changing it starts every key afresh.
+   */
+  readonly jurisdiction?: "eu" | "fedramp" | "fedramp-high" | "us";
   /** Decide and report, but let every request through (`reason: "shadow"`). */
   readonly shadow?: boolean;
   /** Deadline on every call to a key's object (default `"5s"`). */
@@ -339,7 +349,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
   // Resolved once per limiter: an isolate's requests share one `env` (a different one, as in tests, resolves again).
   let seen: { env: object; ns: LimiterNamespace } | null = null;
   const namespace = (env: object): LimiterNamespace => {
-    if (seen?.env !== env) seen = { env, ns: namespaceOf(env, binding) };
+    if (seen?.env !== env) seen = { env, ns: namespaceOf(env, binding, config.jurisdiction) };
     return seen.ns;
   };
 

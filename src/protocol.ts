@@ -8,7 +8,7 @@
 import type { RouteBudget } from "./core/budgets.ts";
 import type { Decision } from "./core/decision.ts";
 import type { LimitSpec } from "./core/limits.ts";
-import type { Ask, Settlement } from "./core/log.ts";
+import type { Ask, Settlement, Use } from "./core/log.ts";
 import type { PenaltySpec } from "./core/penalty.ts";
 import type { ConcurrencySpec } from "./core/slots.ts";
 
@@ -23,6 +23,18 @@ export interface TakeAsk extends Ask {
    * grant takes the slot; a request finding every slot held is refused at once, nothing recorded.
    */
   readonly slot?: { readonly id: string } & ConcurrencySpec;
+  /** Grants the caller made alone while the object could not answer: recorded before the decision. */
+  readonly alone?: AloneReport;
+}
+
+/**
+ * The grants an isolate made alone while the key's object could not answer (`failure_mode = "local"`), reported when
+ * it answers again: for the key's own budget, and per route with its own budget. The object records them, never
+ * earlier than their use.
+ */
+export interface AloneReport {
+  readonly uses: readonly Use[];
+  readonly routes: readonly { readonly budget: RouteBudget; readonly uses: readonly Use[] }[];
 }
 
 /** A grant to give back (`refund`): its id (each is given back once), where its units were recorded, how many. */
@@ -49,6 +61,7 @@ export interface LimiterStub {
   release(id: string): Promise<boolean>;
   renew(id: string, timeoutMs: number): Promise<boolean>;
   peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget): Promise<Decision>;
+  recover(limits: readonly LimitSpec[], report: AloneReport): Promise<number>;
   reset(limits: readonly LimitSpec[], buckets: number, routes?: readonly RouteBudget[]): Promise<unknown>;
 }
 

@@ -35,6 +35,10 @@ export class InFlight {
   readonly #held = new Map<string, Held>();
   /** Ids of slots released here lately. */
   readonly #released = new Set<string>();
+  /** Slots taken alone (the key's object could not answer): their key's object name, by id; never at the object. */
+  readonly #alone = new Map<string, string>();
+  /** Per key: its slots taken alone here, held now. */
+  readonly #aloneCount = new Map<string, number>();
   readonly #objectTimeoutMs: number;
   readonly #log: SlotLog;
 
@@ -59,7 +63,22 @@ export class InFlight {
 
   /** Whether `slot` is held here and not yet released. */
   holds(slot: SlotRecord | null): boolean {
-    return slot !== null && this.#held.has(slot.id);
+    return slot !== null && (this.#held.has(slot.id) || this.#alone.has(slot.id));
+  }
+
+  /** Whether the key of object `name` may take one more slot alone, holding at most `most` here at once. */
+  fitsAlone(name: string, most: number): boolean {
+    return (this.#aloneCount.get(name) ?? 0) < most;
+  }
+
+  /**
+   * Holds `slot` for the key of object `name` alone, while its object cannot answer (`failure_mode = "local"`):
+   * counted here until released here, never renewed, never called about.
+   */
+  holdAlone(name: string, slot: SlotAsk): SlotRecord {
+    this.#alone.set(slot.id, name);
+    this.#aloneCount.set(name, (this.#aloneCount.get(name) ?? 0) + 1);
+    return { name, id: slot.id };
   }
 
   /**
@@ -69,6 +88,14 @@ export class InFlight {
    */
   async release(ns: LimiterNamespace, slot: SlotRecord | null): Promise<boolean> {
     if (slot === null || typeof slot.id !== "string" || typeof slot.name !== "string") return false;
+    const alone = this.#alone.get(slot.id);
+    if (alone !== undefined) {
+      this.#alone.delete(slot.id);
+      const left = (this.#aloneCount.get(alone) ?? 1) - 1;
+      if (left > 0) this.#aloneCount.set(alone, left);
+      else this.#aloneCount.delete(alone);
+      return true;
+    }
     if (this.#released.has(slot.id)) return false;
     const held = this.#held.get(slot.id);
     if (held) {

@@ -10,7 +10,9 @@ import { routeBudget } from "../config/lookup.ts";
 import type { Limit, LimiterConfig, Plan, Route } from "../config/types.ts";
 import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
 import { ringSlackMs } from "../core/limits.ts";
-import type { Background, LimiterNamespace, TakeAsk } from "../protocol.ts";
+import type { AloneReport, Background, LimiterNamespace, TakeAsk } from "../protocol.ts";
+import { type AloneBudgets, AloneLogs } from "./alone.ts";
+import { Circuit } from "./circuit.ts";
 import { type Blocked, DenyCache } from "./deny-cache.ts";
 import type { HeaderState } from "./headers.ts";
 import { sameOverride } from "./held.ts";
@@ -29,11 +31,13 @@ import { callObject, errorName, isOverloaded, LimiterTimeout } from "./policy.ts
 import {
   checkGrant,
   type GrantRecord,
+  type Handle,
   type Outcome,
   type RateLimitResult,
   type Reason,
   resultOf,
   type SlotRecord,
+  UNAVAILABLE_RETRY_MS,
 } from "./result.ts";
 
 export type { Background, LimiterNamespace, LimiterStub } from "../protocol.ts";
@@ -97,11 +101,17 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   #idleCheckAt = 0;
   /** Concurrency slots held by granted requests, until released. */
   readonly #inFlight: InFlight;
+  /** Keys whose objects this isolate knows to be down: not called until a probe finds them up. */
+  readonly #circuit: Circuit;
+  /** With `failure_mode = "local"`: this isolate's own logs of its keys, decided against while their objects are down. */
+  readonly #alone: AloneLogs | null;
 
   constructor(config: C, options: ClientOptions = {}) {
     this.config = config;
     this.#clock = options.clock ?? Date.now;
     this.#inFlight = new InFlight(config.objectTimeoutMs, (event, name, e, level) => this.#log(event, name, e, level));
+    this.#circuit = new Circuit(config.objectTimeoutMs);
+    this.#alone = config.failureMode === "local" ? new AloneLogs(config.fallbackShare) : null;
   }
 
   /** The client's clock (ms). */
@@ -215,6 +225,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     }
     const limits = plan.limits;
     if (!limits) return this.#result({ plan, shown: [], cost, reason: "unlimited", fits: true, at: this.now() });
+    if (this.#circuit.failures(name) > 0) return this.#peekWithout({ ...r, cost, route });
     let d: Decision;
     try {
       d = await callObject(
@@ -223,8 +234,10 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         this.config.objectTimeoutMs,
         (e) => this.#log("limiter_retry", name, e, "warn"),
       );
+      this.#up(name);
     } catch (e) {
-      return this.#failed({ plan, cost, route }, e);
+      this.#down(name, e);
+      return this.#peekWithout({ ...r, cost, route }, e);
     }
     const shown = this.#shown(limits, d.limitsOverride, route);
     // Units this isolate holds on lease count as remaining, for the key's own limits (route requests never lease).
@@ -340,6 +353,12 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   async #atObject(r: LimitRequest, at: AtObject): Promise<RateLimitResult> {
     const { name, plan, cost } = r;
     const { entry, slot, now } = at;
+    const state = this.#circuit.state(name, now);
+    if (state !== "up") {
+      // Known down: no call on the request's path (docs/design.md, "When the object cannot answer").
+      if (state === "probe") this.#probe(r);
+      return this.#without(r, slot, null);
+    }
     const want = entry && entry.call === null ? this.#want(entry, plan, now) : undefined;
     const sentAt = now;
     const ask = slot ? { ...this.#ask(entry, want, cost, now), slot } : this.#ask(entry, want, cost, now);
@@ -350,7 +369,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     } catch (e) {
       if (entry && call) this.leases.answered(entry, call);
       if (entry) this.leases.returned(entry, ask.settle ?? []);
-      return this.#failed(r, e);
+      return this.#without(r, slot, e);
     }
     const lease = entry ? this.#keep(entry, d, sentAt, ask) : null;
     if (entry) this.leases.returned(entry, ask.settle ?? []);
@@ -397,6 +416,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const { name, cost, plan } = r;
     const route = r.route ?? null;
     const { entry, limits, slot } = at;
+    this.#alone?.saw(aloneBudgets(r), this.now(), cost);
     const units = entry ? this.leases.spare(entry, this.now(), d.limitsOverride ?? null) : 0;
     const states = d.limits.map((l) => withLease(l, units));
     const held = slot ? this.#inFlight.hold(r.ns, name, slot) : null;
@@ -436,6 +456,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    */
   #leased(r: LimitRequest, entry: KeyLeases, held: HeldLease, now: number): RateLimitResult {
     const { plan, name, cost } = r;
+    this.#alone?.saw(aloneBudgets(r), now, cost);
     const units = this.leases.spare(entry, now, held.applied);
     const seen = entry.view;
     const view = seen && sameOverride(seen.applied, held.applied) ? seen : held;
@@ -480,16 +501,111 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     });
   }
 
-  /** The object's call was late or failed: a result for the failure mode. */
-  #failed(r: Pick<LimitRequest, "plan" | "cost" | "route">, e: unknown): RateLimitResult {
+  /**
+   * `r` without its key's object: the call failed (`e`), or the object is known down (`e` null: not called). With
+   * `failure_mode = "local"` this isolate decides alone; else the failure mode does.
+   */
+  #without(r: LimitRequest, slot: SlotAsk | undefined, e: unknown): RateLimitResult {
+    if (this.#alone === null) return this.#failed(r, e);
+    const { name, cost } = r;
+    const now = this.now();
+    // A concurrency slot alone: counted in this isolate, at the share of the plan's `concurrency`.
+    const most = slot ? Math.floor(this.config.fallbackShare * slot.limit) : 0;
+    if (slot && !this.#inFlight.fitsAlone(name, most)) {
+      const d = this.#alone.check(aloneBudgets(r), now, cost);
+      return this.#aloneResult(r, d, false, { retryAfterMs: UNAVAILABLE_RETRY_MS });
+    }
+    const d = this.#alone.take(aloneBudgets(r), now, cost);
+    const held = d.allowed && slot ? this.#inFlight.holdAlone(name, slot) : null;
+    return this.#aloneResult(r, d, d.allowed, { handle: held ? { grants: [], slot: held } : null });
+  }
+
+  /** A decision made alone as a result (reason `limiter_fallback`): the shown limits' states as this isolate sees them. */
+  #aloneResult(
+    r: Pick<LimitRequest, "plan" | "cost" | "route">,
+    d: Decision,
+    fits: boolean,
+    more: { retryAfterMs?: number; handle?: Handle | null },
+  ): RateLimitResult {
+    const route = r.route ?? null;
+    return this.#result({
+      plan: r.plan,
+      shown: route?.shown ?? r.plan.limits ?? [],
+      cost: r.cost,
+      reason: "limiter_fallback",
+      fits,
+      states: d.limits,
+      exceeded: fits ? [] : d.limits.map((l) => l.exceeded),
+      retryAfterMs: fits ? 0 : (more.retryAfterMs ?? d.retryAfterMs),
+      at: d.now,
+      route,
+      handle: more.handle ?? null,
+    });
+  }
+
+  /** `peek()` without the key's object: alone with `failure_mode = "local"`, else the failure mode. */
+  #peekWithout(r: PeekRequest & { cost: number }, e: unknown = null): RateLimitResult {
+    const { name, plan, cost } = r;
+    const route = r.route ?? null;
+    if (this.#alone === null) return this.#failed({ plan, cost, route, name }, e);
+    const d = this.#alone.check(aloneBudgets({ name, plan, route }), this.now(), cost);
+    return this.#aloneResult({ plan, cost, route }, d, d.allowed, {});
+  }
+
+  /**
+   * Probes the key's object of `r`, known down, in the background: the grants this isolate made alone go with it
+   * (the object records them); when it answers, the key is up and its requests call it again.
+   */
+  #probe(r: LimitRequest): void {
+    const { ns, name } = r;
+    const limits = r.plan.limits ?? [];
+    const report = this.#alone?.report(name, this.now()) ?? null;
+    const probe = callObject(
+      () => ns.getByName(name).recover(limits, report ?? NO_REPORT),
+      this.config.objectTimeoutMs,
+    ).then(
+      () => {
+        if (report) this.#alone?.answered(name, true);
+        this.#up(name);
+      },
+      (e: unknown) => {
+        if (report) this.#alone?.answered(name, false);
+        this.#down(name, e);
+      },
+    );
+    r.bg?.waitUntil?.(probe);
+  }
+
+  /** A call to `name`'s object answered: when it was known down, it is up again (logged). */
+  #up(name: string): void {
+    if (!this.#circuit.answered(name)) return;
+    void keyId(name).then((id) => logEvent("limiter_up", { key_id: id, failure_mode: this.config.failureMode }));
+  }
+
+  /** A call to `name`'s object failed with `e`: it is known down (logged when it was up). */
+  #down(name: string, e: unknown): void {
+    const late = e instanceof LimiterTimeout;
+    if (!this.#circuit.failed(name, this.now(), late)) return;
+    const fields = { failure_mode: this.config.failureMode, late, overloaded: isOverloaded(e), message: errorName(e) };
+    void keyId(name).then((id) => logEvent("limiter_down", { key_id: id, ...fields }, "error"));
+  }
+
+  /**
+   * The object's call was late or failed (`e`), or the object is known down (`e` null, `name` its object's: not
+   * called): a result for the failure mode. Only a call that failed is logged.
+   */
+  #failed(r: Pick<LimitRequest, "plan" | "cost" | "route" | "name">, e: unknown): RateLimitResult {
     const { plan, cost } = r;
     const route = r.route ?? null;
-    const reason: Reason = e instanceof LimiterTimeout ? "limiter_timeout" : "limiter_error";
-    logEvent(
-      "limiter_unavailable",
-      { reason, failure_mode: this.config.failureMode, overloaded: isOverloaded(e), message: errorName(e) },
-      "error",
-    );
+    const late = e === null ? this.#circuit.late(r.name) : e instanceof LimiterTimeout;
+    const reason: Reason = late ? "limiter_timeout" : "limiter_error";
+    if (e !== null) {
+      logEvent(
+        "limiter_unavailable",
+        { reason, failure_mode: this.config.failureMode, overloaded: isOverloaded(e), message: errorName(e) },
+        "error",
+      );
+    }
     return this.#result({
       plan,
       shown: route?.shown ?? plan.limits ?? [],
@@ -531,11 +647,14 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const limits = r.plan.limits ?? [];
     const route = r.route ? routeBudget(r.route) : undefined;
     const start = this.now();
+    // Grants this isolate made alone go with the first try only (one report out per key at a time).
+    const report = this.#alone?.report(name, start) ?? null;
+    const first = report ? { ...ask, alone: report } : ask;
     let tries = 0;
     return callObject(
       () => {
-        // A retry carries no settlements and no refusal count: the first try may have applied them.
-        const sent = tries++ === 0 ? ask : { ...ask, settle: [], refused: 0 };
+        // A retry carries no settlements, no refusal count, no report: the first try may have applied them.
+        const sent = tries++ === 0 ? first : { ...ask, settle: [], refused: 0 };
         const stub = ns.getByName(name);
         return (route ? stub.take(limits, sent, route) : stub.take(limits, sent)).then((d) => {
           this.leases.observeRtt(this.now() - start);
@@ -544,6 +663,17 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       },
       this.config.objectTimeoutMs,
       (e) => this.#log("limiter_retry", name, e, "warn"),
+    ).then(
+      (d) => {
+        if (report) this.#alone?.answered(name, tries === 1);
+        this.#up(name);
+        return d;
+      },
+      (e: unknown) => {
+        if (report) this.#alone?.answered(name, false);
+        this.#down(name, e);
+        throw e;
+      },
     );
   }
 
@@ -600,6 +730,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   /** Asks for the next lease in the background when the held ones run low (off the request's path). */
   #refill(r: LimitRequest, entry: KeyLeases, now: number): void {
     const { name, plan } = r;
+    // Not while the key's object is known down: its probe finds it up first.
+    if (this.#circuit.failures(name) > 0) return;
     const want = this.#want(entry, plan, now);
     if (!this.leases.needsRefill(entry, now, want)) return;
     const ask = this.#ask(entry, want, 0, now);
@@ -678,6 +810,14 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     void keyId(name).then((id) => logEvent(event, { key_id: id, message: errorName(e) }, level));
   }
 }
+
+/** The budgets `r` counts in, as this isolate's own logs keep them: its key's, and its route's own. */
+function aloneBudgets(r: Pick<LimitRequest, "name" | "plan" | "route">): AloneBudgets {
+  return { name: r.name, limits: r.plan.limits ?? [], route: r.route ? routeBudget(r.route) : null };
+}
+
+/** The probe of a key with nothing decided alone: it records nothing. */
+const NO_REPORT: AloneReport = { uses: [], routes: [] };
 
 /** Resolves after `ms` on this request's own timer. */
 function sleep(ms: number): Promise<unknown> {

@@ -30,6 +30,11 @@ export type Reason =
   | "limiter_timeout"
   /** The call to the key's object failed. */
   | "limiter_error"
+  /**
+   * The key's object could not answer (or is known down) and `failure_mode` is `"local"`: this isolate decided alone,
+   * from its own log of the key at `fallback_share` of each limit; `allowed` says how.
+   */
+  | "limiter_fallback"
   /** Shadow mode let through a request the limits refuse. */
   | "shadow"
   /** The key's plan is unlimited: nothing was asked. */

@@ -31,6 +31,8 @@ import {
   type FailureMode,
   HEADER_FORMS,
   type HeaderForm,
+  JURISDICTIONS,
+  type Jurisdiction,
   KEY_CHARS,
   type KeySource,
   type LeaseSettings,
@@ -49,6 +51,8 @@ export const LIMITER_FIELDS = [
   "costs",
   "key",
   "failure_mode",
+  "fallback_share",
+  "jurisdiction",
   "shadow",
   "object_timeout",
   "leases",
@@ -142,7 +146,8 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
     anonymous,
     costs: parseCosts(rl.costs, root),
     key,
-    failureMode: parseFailureMode(rl.failure_mode, root),
+    ...parseFailure(rl, root),
+    jurisdiction: parseJurisdiction(rl.jurisdiction, root),
     shadow: optionalBoolean(rl.shadow, `${root}.shadow`, false),
     headers: parseHeaderForm(rl.headers, root),
     paths: parsePaths(rl.paths, root),
@@ -828,8 +833,30 @@ function parseKeyPattern(value: unknown, root: string): RegExp | null {
   }
 }
 
-function parseFailureMode(value: unknown, root: string): FailureMode {
-  if (value === undefined) return DEFAULTS.failureMode;
-  if (value === "open" || value === "closed") return value;
-  throw new ConfigError(`${root}.failure_mode: expected "closed" or "open", got ${describe(value)}`);
+/** `failure_mode` and, with `"local"`, `fallback_share` (0–1, default 1). */
+function parseFailure(rl: Obj, root: string): { failureMode: FailureMode; fallbackShare: number } {
+  const mode = rl.failure_mode;
+  const failureMode = mode === undefined ? DEFAULTS.failureMode : mode;
+  if (failureMode !== "open" && failureMode !== "closed" && failureMode !== "local") {
+    throw new ConfigError(`${root}.failure_mode: expected "closed", "open" or "local", got ${describe(mode)}`);
+  }
+  const share = rl.fallback_share;
+  if (share === undefined) return { failureMode, fallbackShare: DEFAULTS.fallbackShare };
+  if (failureMode !== "local") {
+    throw new ConfigError(
+      `${root}.fallback_share: only with failure_mode = "local" (failure_mode is "${failureMode}"); remove it or set failure_mode = "local"`,
+    );
+  }
+  if (typeof share !== "number" || !(share >= 0 && share <= 1)) {
+    throw new ConfigError(`${root}.fallback_share: expected a number from 0 to 1, got ${describe(share)}`);
+  }
+  return { failureMode, fallbackShare: share };
+}
+
+/** `jurisdiction`: one the runtime knows (`namespace.jurisdiction()`), or none. */
+function parseJurisdiction(value: unknown, root: string): Jurisdiction | null {
+  if (value === undefined) return null;
+  if ((JURISDICTIONS as readonly unknown[]).includes(value)) return value as Jurisdiction;
+  const known = JURISDICTIONS.map((j) => `"${j}"`).join(", ");
+  throw new ConfigError(`${root}.jurisdiction: expected one of ${known}, got ${describe(value)}`);
 }

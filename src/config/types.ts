@@ -109,7 +109,18 @@ export interface KeySource {
   readonly pattern: RegExp | null;
 }
 
-export type FailureMode = "open" | "closed";
+/**
+ * What a request gets while its key's object cannot answer: refused (`closed`), let through unlimited (`open`), or
+ * decided by this isolate alone at `fallback_share` of each limit (`local`; docs/configuration.md, "When the object
+ * cannot answer").
+ */
+export type FailureMode = "open" | "closed" | "local";
+
+/** Where the limiter's objects live and keep their data (`namespace.jurisdiction()`): the runtime's jurisdictions. */
+export type Jurisdiction = "eu" | "fedramp" | "fedramp-high" | "us";
+
+/** Every jurisdiction the runtime knows (@cloudflare/workers-types' `DurableObjectJurisdiction`). */
+export const JURISDICTIONS: readonly Jurisdiction[] = ["eu", "fedramp", "fedramp-high", "us"];
 
 /** The operators' API (docs/operating.md); it exists only while the secret `ADMIN_TOKEN` is set. */
 export interface AdminSettings {
@@ -131,6 +142,10 @@ export interface LimiterConfig {
   readonly costs: readonly CostRule[];
   readonly key: KeySource;
   readonly failureMode: FailureMode;
+  /** With `failureMode` `local`: the share (0–1) of each limit an isolate grants alone. */
+  readonly fallbackShare: number;
+  /** The jurisdiction the limiter's objects are created in; null: wherever the runtime places them. */
+  readonly jurisdiction: Jurisdiction | null;
   /** Decide, log and add headers, but never reject. */
   readonly shadow: boolean;
   /** The form of the rate-limit header fields. */
@@ -168,6 +183,8 @@ export const DEFAULTS = {
   objectTimeoutMs: 5_000,
   leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 30_000 } as LeaseSettings,
   failureMode: "closed" as FailureMode,
+  /** With `failure_mode = "local"`: each limit in full, as one isolate alone would need it. */
+  fallbackShare: 1,
   adminPath: "/__limiter/",
   headers: "draft-11" as HeaderForm,
   ipv6Subnet: 56,

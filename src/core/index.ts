@@ -2,6 +2,7 @@
 export { combine, type RouteBudget, type TakenTogether, takeTogether } from "./budgets.ts";
 export type { Decision, Lease, LimitStatus, NamedLimit } from "./decision.ts";
 export { type Duration, type DurationUnit, formatDuration, MAX_DURATION_MS, parseDuration } from "./duration.ts";
+export { FALLBACK_NOTHING_RETRY_MS, FallbackLog } from "./fallback.ts";
 export {
   defaultTickMs,
   FAR_BELOW_FREE,
@@ -28,5 +29,14 @@ export {
   ringLayout,
   ringSlackMs,
 } from "./limits.ts";
-export { type Ask, type History, KeyLog, type Outcome, type Restored, type Settlement } from "./log.ts";
+export {
+  type Ask,
+  checkUses,
+  type History,
+  KeyLog,
+  type Outcome,
+  type Restored,
+  type Settlement,
+  type Use,
+} from "./log.ts";
 export { Ring, roundUp, type SlotRow } from "./ring.ts";

@@ -83,6 +83,15 @@ export interface Settlement {
   readonly unused: number;
 }
 
+/**
+ * Units an isolate granted alone while the key's object could not answer (docs/design.md, "When the object cannot
+ * answer"): `units` used `ageMs` before the call reporting them was sent (on the caller's clock).
+ */
+export interface Use {
+  readonly ageMs: number;
+  readonly units: number;
+}
+
 /** Grants over one limit's window, per bucket: what an operator's chart shows. */
 export interface History {
   /** The window's start (exclusive, ms): bucket `b` holds slots in `(startMs + b·bucketMs, startMs + (b+1)·bucketMs]`. */
@@ -320,6 +329,30 @@ export class KeyLog {
   }
 
   /**
+   * Records units used elsewhere (see {@link Use}) at `now`: each at `now − ageMs` plus one millisecond and the
+   * clock-rate margin ({@link leaseMargin}) — never earlier than its use, since the call reporting it was sent after
+   * the use and reached this log after that. Recorded whatever the limits say (those units passed): the key then
+   * waits until they leave its windows. A use that has left every window of a ring counts nowhere there and is
+   * skipped; one older than the ring's shortest window is recorded inside it (later: safe).
+   *
+   * @returns the rows to write, in order
+   * @throws RangeError for a list that is not of uses (whole ms ≥ 0, whole units ≥ 1)
+   */
+  record(now: number, uses: readonly Use[]): SlotRow[] {
+    checkUses(uses);
+    const t = this.#advance(now);
+    const writes: SlotRow[] = [];
+    for (const { ageMs, units } of uses) {
+      const at = t - ageMs + 1 + leaseMargin(ageMs);
+      for (const ring of this.rings) {
+        if (at <= t - longestWindow(ring, this)) continue;
+        writes.push(ring.record(Math.max(at, t - shortestWindow(ring, this) + 1), units));
+      }
+    }
+    return writes;
+  }
+
+  /**
    * Gives back `units` of a lease that will not be used (`recordedAt` as the lease said). Slots
    * that have left every window are skipped: those units count nowhere any more.
    *
@@ -533,6 +566,21 @@ export class KeyLog {
     };
     if (recordedAt !== undefined) decision.recordedAt = recordedAt;
     return decision;
+  }
+}
+
+/**
+ * Checks a list of {@link Use}s: whole milliseconds ≥ 0 and whole units ≥ 1 each.
+ *
+ * @throws RangeError naming the first bad field
+ */
+export function checkUses(uses: readonly Use[]): void {
+  if (!Array.isArray(uses)) throw new RangeError("uses: expected a list of uses");
+  for (const u of uses) {
+    if (!Number.isSafeInteger(u?.ageMs) || u.ageMs < 0)
+      throw new RangeError(`uses[].ageMs: expected whole milliseconds ≥ 0, got ${describe(u?.ageMs)}`);
+    if (!Number.isSafeInteger(u.units) || u.units < 1)
+      throw new RangeError(`uses[].units: expected a positive integer, got ${describe(u.units)}`);
   }
 }
 

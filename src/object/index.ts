@@ -10,11 +10,11 @@ import { DurableObject } from "cloudflare:workers";
 import { combine, type RouteBudget, type TakenTogether, takeTogether } from "../core/budgets.ts";
 import type { Decision, NamedLimit } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
-import { type History, KeyLog, type Outcome, type Settlement } from "../core/log.ts";
+import { checkUses, type History, KeyLog, type Outcome, type Settlement } from "../core/log.ts";
 import { NO_PENALTY, type PenaltySpec, type PenaltyState, refused } from "../core/penalty.ts";
 import type { SlotRow } from "../core/ring.ts";
 import { checkSlotAsk, checkSlotTimeout, Slots } from "../core/slots.ts";
-import type { RefundedGrant, TakeAsk } from "../protocol.ts";
+import type { AloneReport, RefundedGrant, TakeAsk } from "../protocol.ts";
 
 const UPSERT =
   "INSERT INTO budget_slots (budget, ring, key, ts, cost) VALUES (?, ?, ?, ?, ?) ON CONFLICT (budget, ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
@@ -151,7 +151,10 @@ export class RateLimiter extends DurableObject<unknown> {
   take(limits: readonly LimitSpec[], ask: TakeAsk, route?: RouteBudget): Decision | Promise<Decision> {
     try {
       const now = this.clock();
-      return this.#withRefusalsSeen(now, ask, this.#take(now, limits, ask, route));
+      // Grants the caller made alone while this object could not answer count before anything is decided.
+      const recorded = this.#recordAlone(now, limits, ask?.alone);
+      const out = this.#withRefusalsSeen(now, ask, this.#take(now, limits, ask, route));
+      return recorded === 0 ? out : Promise.resolve(out).then((d) => this.#armAlarm().then(() => d));
     } catch (e) {
       return Promise.reject(e); // as from an async method: invalid input is a rejection
     }
@@ -403,6 +406,46 @@ export class RateLimiter extends DurableObject<unknown> {
     if (have !== undefined) return builtFor(have, limits) ? have : null;
     const { log, rewrite } = KeyLog.restore(limits, this.#rows(budget), this.clock());
     return rewrite ? null : log;
+  }
+
+  /**
+   * Records the grants a caller made alone while this object could not answer (`failure_mode = "local"`; docs/design.md,
+   * "When the object cannot answer"), never earlier than their use, whatever the limits say (they passed): the key
+   * then waits until they leave its windows. The isolates' probe: an empty report touches nothing. Returns the rows
+   * written.
+   *
+   * @throws RangeError for a report that is not one (uses of whole ms ≥ 0 and whole units ≥ 1, routes by name)
+   */
+  recover(limits: readonly LimitSpec[], report: AloneReport): number | Promise<number> {
+    try {
+      const written = this.#recordAlone(this.clock(), limits, report);
+      return written === 0 ? 0 : this.#armAlarm().then(() => written);
+    } catch (e) {
+      return Promise.reject(e); // as from an async method: invalid input is a rejection
+    }
+  }
+
+  /** {@link recover} at `now`, without the alarm: the rows written (0 for no report, or an empty one). */
+  #recordAlone(now: number, limits: readonly LimitSpec[], report: AloneReport | undefined): number {
+    if (report === undefined) return 0;
+    if (typeof report !== "object" || report === null || !Array.isArray(report.uses) || !Array.isArray(report.routes))
+      throw new RangeError("alone: expected a report of uses and routes");
+    if (report.uses.length === 0 && report.routes.length === 0) return 0;
+    for (const r of report.routes) {
+      if (typeof r !== "object" || r === null || typeof r.budget !== "object" || r.budget === null)
+        throw new RangeError("alone.routes[]: expected a route's budget and its uses");
+      checkUses(r.uses);
+    }
+    checkUses(report.uses);
+    const rows = this.#logOf(KEY_BUDGET, this.#activeOverride(now)?.limits ?? limits).record(now, report.uses);
+    this.#write(KEY_BUDGET, rows);
+    let written = rows.length;
+    for (const r of report.routes) {
+      const routed = this.#routeLog(r.budget).record(now, r.uses);
+      this.#write(r.budget.name, routed);
+      written += routed.length;
+    }
+    return written;
   }
 
   /**

@@ -75,9 +75,11 @@ export function refusal(r: RateLimitResult, form: HeaderForm = "draft-11"): Resp
       ? `This API key is blocked by an operator; retry after ${seconds(r.retryAfterMs)} s.`
       : r.reason === "penalty"
         ? `This API key is blocked for a while after repeated requests over its limit; retry after ${seconds(r.retryAfterMs)} s.`
-        : never
-          ? `This request costs more than the ${names.join(", ")} limit allows; it can never pass.`
-          : `Rate limit exceeded (${names.join(", ")}); retry after ${seconds(r.retryAfterMs)} s.`;
+        : r.reason === "limiter_fallback"
+          ? `The rate limiter is deciding without this key's store, at a share of its limits${names.length > 0 ? ` (${names.join(", ")} exceeded)` : ""}; retry after ${seconds(r.retryAfterMs)} s.`
+          : never
+            ? `This request costs more than the ${names.join(", ")} limit allows; it can never pass.`
+            : `Rate limit exceeded (${names.join(", ")}); retry after ${seconds(r.retryAfterMs)} s.`;
   const body = {
     type: "about:blank",
     title: "Too Many Requests",

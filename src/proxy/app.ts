@@ -7,7 +7,7 @@
 import { LimiterError } from "../base/errors.ts";
 import { logEvent } from "../base/log.ts";
 import type { NormalPath } from "../base/path.ts";
-import { type Background, type ClientOptions, LimiterClient } from "../client/index.ts";
+import { type Background, type ClientOptions, LimiterClient, type LimiterNamespace } from "../client/index.ts";
 import { errorName } from "../client/policy.ts";
 import { parseConfig } from "../config/parse.ts";
 import { type Config, ConfigError } from "../config/types.ts";
@@ -15,7 +15,7 @@ import type { RateLimiter } from "../object/index.ts";
 import { clientSignal, copyHeaders, HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
 import { type DecisionObserver, Pipeline } from "../pipeline/index.ts";
 import { readKey } from "../pipeline/key.ts";
-import { handleAdmin, isAdminRequest } from "./admin.ts";
+import { handleAdmin, isAdminRequest, objectsOf } from "./admin.ts";
 import { corsFor, isPreflight, withCors } from "./cors.ts";
 import { forward, isWebSocketUpgrade, type OriginFetcher } from "./forward.ts";
 
@@ -98,14 +98,19 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
       const path = normalized(url.pathname, config);
       if (env.ADMIN_TOKEN && (await isAdminRequest(request, path.match, env, config))) {
         return await handleAdmin(request, path.match, env, config, {
-          forget: (name) => pipeline.client.forget(env.LIMITER, name, hooks),
+          forget: (name) => pipeline.client.forget(objectsOf(env, config), name, hooks),
           now,
         });
       }
-      return await limitAndForward({ request, url, path, env, hooks }, pipeline, answer);
+      const ns = objectsOf(env, config);
+      return await limitAndForward({ request, url, path, env, ns, hooks }, pipeline, answer);
     } catch (e) {
       if (e instanceof HttpError) return answer(e.toResponse(), true);
       if (e instanceof LimiterError) return answer(problemFor(e, config.key.bearer), true);
+      if (e instanceof ConfigError) {
+        logEvent("config_error", { message: e.message }, "error");
+        return problem(500, "Rate limiter misconfigured", e.message);
+      }
       logEvent("internal_error", { message: errorName(e) }, "error");
       return problem(500, "Internal Server Error", "The rate limiter failed unexpectedly.");
     }
@@ -124,6 +129,8 @@ interface Proxied {
   readonly url: URL;
   readonly path: NormalPath;
   readonly env: WorkerEnv;
+  /** The limiter's objects ({@link objectsOf}). */
+  readonly ns: LimiterNamespace;
   readonly hooks: Hooks;
 }
 
@@ -136,13 +143,13 @@ async function limitAndForward(
   pipeline: Pipeline<Config>,
   answer: (response: Response, own: boolean) => Response,
 ): Promise<Response> {
-  const { request, url, path, env, hooks } = q;
+  const { request, url, path, env, ns, hooks } = q;
   const { config } = pipeline;
   const send: OriginFetcher = env.ORIGIN_SERVICE ? (r) => (env.ORIGIN_SERVICE as Fetcher).fetch(r) : (r) => fetch(r);
   if (isPreflight(request)) {
     // Not an API call and never keyed: through to the origin (which answers it), within its own budget per address.
     const ip = request.headers.get("cf-connecting-ip");
-    const result = await pipeline.decideAddress(env, env.LIMITER, { budget: config.cors.preflight, ip, bg: hooks });
+    const result = await pipeline.decideAddress(env, ns, { budget: config.cors.preflight, ip, bg: hooks });
     if (!result.allowed) return answer(refusal(result, config.headers), true);
     return forward(request, config, send, url, path.path);
   }
@@ -157,7 +164,7 @@ async function limitAndForward(
   }
   const decided = await pipeline.decide(
     env,
-    env.LIMITER,
+    ns,
     {
       key: () => readKey(request, config.key),
       ip: request.headers.get("cf-connecting-ip"),
@@ -172,19 +179,19 @@ async function limitAndForward(
   const { result } = decided;
   if (!result.allowed) return answer(refusal(result, config.headers), true);
   // A WebSocket's slot is its socket's: held until the socket closes (the relay frees it), whatever the request's signal.
-  if (!isWebSocketUpgrade(request)) pipeline.releaseOnAbort(env.LIMITER, result, clientSignal(request), hooks);
+  if (!isWebSocketUpgrade(request)) pipeline.releaseOnAbort(ns, result, clientSignal(request), hooks);
   let response: Response;
   try {
     response = await forward(request, config, send, url, path.path);
   } catch (e) {
-    hooks.waitUntil?.(pipeline.release(env.LIMITER, result));
+    hooks.waitUntil?.(pipeline.release(ns, result));
     throw e;
   }
   copyHeaders(pipeline.headers(result), response.headers);
   if (config.refundStatuses.has(response.status)) {
     // Started here, whether or not there is a waitUntil to keep it alive (`?.` would skip the call).
-    const refund = pipeline.refund(env.LIMITER, result);
+    const refund = pipeline.refund(ns, result);
     hooks.waitUntil?.(refund);
   }
-  return answer(pipeline.sent(env.LIMITER, result, response, hooks), false);
+  return answer(pipeline.sent(ns, result, response, hooks), false);
 }

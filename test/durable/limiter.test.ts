@@ -6,6 +6,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
 import type { KeyStatus, RateLimiter } from "../../src/object/index.ts";
+import type { AloneReport } from "../../src/protocol.ts";
 import { object, perSecond, T0 } from "./object.ts";
 
 describe("take", () => {
@@ -648,6 +649,81 @@ describe("route budgets", () => {
         /^route\.name: /,
       );
       await expect(instance.take(own, { cost: 0, leaseUnits: 1 }, search)).rejects.toThrow(/^cost: /);
+    });
+    expect(await o.rows()).toEqual([]);
+  });
+});
+
+describe("recover: grants an isolate made alone while the object could not answer", () => {
+  const hour: LimitSpec[] = [{ limit: 5, windowMs: 3_600_000, tickMs: 1 }];
+  const alone = (uses: { ageMs: number; units: number }[], routes: AloneReport["routes"] = []): AloneReport => ({
+    uses,
+    routes,
+  });
+
+  it("an empty report (a probe) touches nothing: no tables, no alarm", async () => {
+    const o = await object();
+    expect(await o.stub.recover(hour, alone([]))).toBe(0);
+    expect(await o.stored()).toMatchObject({ tables: [], alarm: null });
+  });
+
+  it("records each use at its age before now, never earlier, durable and alarmed; the key then counts them", async () => {
+    const o = await object();
+    o.at(T0 + 10_000);
+    expect(
+      await o.stub.recover(
+        hour,
+        alone([
+          { ageMs: 5000, units: 2 },
+          { ageMs: 0, units: 1 },
+        ]),
+      ),
+    ).toBe(2);
+    // now − age + 1 + (1 + age / 50).
+    expect(await o.slots()).toEqual([
+      { ring: 1, ts: T0 + 5000 + 1 + 101, cost: 2 },
+      { ring: 1, ts: T0 + 10_000 + 2, cost: 1 },
+    ]);
+    // The idle alarm: when the newest leaves the window.
+    expect(await o.alarm()).toBe(T0 + 10_002 + 3_600_000);
+    await o.evict();
+    expect((await o.peek(hour)).limits[0]?.remaining).toBe(2);
+  });
+
+  it("recorded over the limit when they passed alone: the key waits until they leave its window", async () => {
+    const o = await object();
+    for (let i = 0; i < 4; i++) await o.take(hour, 1);
+    o.at(T0 + 100);
+    await o.stub.recover(hour, alone([{ ageMs: 50, units: 3 }]));
+    const d = await o.take(hour, 1);
+    expect(d).toMatchObject({ allowed: false });
+    // 7 in the window: it takes three leaving (the grants at T0) for one more to fit.
+    expect(d.retryAfterMs).toBe(3_600_000 - 100);
+  });
+
+  it("a take carrying a report records it before deciding; routes' uses go to their budgets", async () => {
+    const o = await object();
+    const route = { name: "search", limits: [{ limit: 2, windowMs: 3_600_000, tickMs: 1 }] };
+    o.at(T0 + 1000);
+    const d = await o.stub.take(hour, {
+      cost: 1,
+      alone: alone([{ ageMs: 500, units: 3 }], [{ budget: route, uses: [{ ageMs: 400, units: 2 }] }]),
+    });
+    expect(d).toMatchObject({ allowed: true, limits: [{ remaining: 1 }] });
+    const routed = await o.stub.take(hour, { cost: 1 }, route);
+    expect(routed).toMatchObject({ allowed: false, limits: [{ remaining: 1 }, { remaining: 0, exceeded: true }] });
+  });
+
+  it("rejects a report that is not one, writing nothing", async () => {
+    const o = await object();
+    const bad = alone(
+      [{ ageMs: 1, units: 1 }],
+      [{ budget: { name: "r", limits: hour }, uses: [{ ageMs: 1, units: 0 }] }],
+    );
+    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
+      await expect(instance.recover(hour, { uses: "x" } as unknown as AloneReport)).rejects.toThrow(/^alone: expected/);
+      await expect(instance.recover(hour, alone([{ ageMs: -1, units: 1 }]))).rejects.toThrow(/^uses\[\]\.ageMs/);
+      await expect(instance.recover(hour, bad)).rejects.toThrow(/^uses\[\]\.units/);
     });
     expect(await o.rows()).toEqual([]);
   });

@@ -130,6 +130,8 @@ describe("parseConfig: valid configs", () => {
     costs: [],
     key: DEFAULT_KEY,
     failureMode: "closed",
+    fallbackShare: 1,
+    jurisdiction: null,
     shadow: false,
     objectTimeoutMs: 5_000,
     leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 30_000 },
@@ -150,6 +152,7 @@ describe("parseConfig: valid configs", () => {
       objectTimeoutMs: 5_000,
       leases: { enabled: true, maxUnits: 1000, maxLifetimeMs: 30_000 },
       failureMode: "closed",
+      fallbackShare: 1,
       adminPath: "/__limiter/",
       headers: "draft-11",
       ipv6Subnet: 56,
@@ -344,6 +347,8 @@ limits = [
     ],
     key: { header: "x-key", bearer: false, query: "api_key", maxLength: 64, pattern: null },
     failureMode: "open",
+    fallbackShare: 1,
+    jurisdiction: null,
     shadow: true,
     admin: { path: "/ops/limiter/" },
     headers: "draft-6",
@@ -1220,6 +1225,28 @@ const BAD: readonly BadCase[] = [
       quotes: `got ${typeof v === "string" ? JSON.stringify(v) : String(v)}`,
     }),
   ),
+  {
+    what: "fallback_share without failure_mode local",
+    rateLimit: rl({ failure_mode: "open", fallback_share: 0.5 }),
+    field: "RATE_LIMIT.fallback_share",
+    quotes: 'only with failure_mode = "local" (failure_mode is "open")',
+  },
+  ...[-0.1, 1.5, "0.5", Number.NaN, null, true].map(
+    (v): BadCase => ({
+      what: `fallback_share ${String(v)}`,
+      rateLimit: rl({ failure_mode: "local", fallback_share: v }),
+      field: "RATE_LIMIT.fallback_share",
+      quotes: "expected a number from 0 to 1",
+    }),
+  ),
+  ...["EU", "de", "", "eu ", true, null, 1].map(
+    (v): BadCase => ({
+      what: `jurisdiction ${JSON.stringify(v)}`,
+      rateLimit: rl({ jurisdiction: v }),
+      field: "RATE_LIMIT.jurisdiction",
+      quotes: 'expected one of "eu", "fedramp", "fedramp-high", "us"',
+    }),
+  ),
   ...["true", 1, null, "yes"].map(
     (v): BadCase => ({
       what: `shadow ${JSON.stringify(v)}`,
@@ -1512,6 +1539,8 @@ describe("properties", () => {
     ["RATE_LIMIT", "key", "query"],
     ["RATE_LIMIT", "key", "max_length"],
     ["RATE_LIMIT", "failure_mode"],
+    ["RATE_LIMIT", "fallback_share"],
+    ["RATE_LIMIT", "jurisdiction"],
     ["RATE_LIMIT", "shadow"],
     ["RATE_LIMIT", "origin_timeout"],
     ["RATE_LIMIT", "paths"],
@@ -1655,7 +1684,13 @@ describe("properties", () => {
       exact: true,
       ok: optional((v) => Number.isSafeInteger(v) && (v as number) >= 5 && (v as number) <= 4096),
     },
-    "RATE_LIMIT.failure_mode": { exact: true, ok: optional((v) => v === "open" || v === "closed") },
+    "RATE_LIMIT.failure_mode": { exact: true, ok: optional((v) => v === "open" || v === "closed" || v === "local") },
+    // failure_mode is "closed" in the base: no share goes with it.
+    "RATE_LIMIT.fallback_share": { exact: true, ok: optional(() => false) },
+    "RATE_LIMIT.jurisdiction": {
+      exact: true,
+      ok: optional((v) => v === "eu" || v === "fedramp" || v === "fedramp-high" || v === "us"),
+    },
     "RATE_LIMIT.shadow": { exact: true, ok: optional((v) => typeof v === "boolean") },
     "RATE_LIMIT.origin_timeout": { exact: true, ok: optional((v) => durationOk(v, MAX_ORIGIN_TIMEOUT_MS)) },
     "RATE_LIMIT.paths": { exact: false, ok: optional(isObject) },
@@ -1693,6 +1728,20 @@ describe("properties", () => {
 });
 
 describe("parseConfig: settings at their edges", () => {
+  it('failure_mode "local" with its fallback_share (0 and 1 included), and every jurisdiction the runtime knows', () => {
+    for (const share of [0, 0.25, 1]) {
+      const c = parseConfig({ ORIGIN, RATE_LIMIT: rl({ failure_mode: "local", fallback_share: share }) });
+      expect([c.failureMode, c.fallbackShare]).toEqual(["local", share]);
+    }
+    expect(parseConfig({ ORIGIN, RATE_LIMIT: rl({ failure_mode: "local" }) }).fallbackShare).toBe(1);
+    for (const j of ["eu", "fedramp", "fedramp-high", "us"]) {
+      expect(parseConfig({ ORIGIN, RATE_LIMIT: rl({ jurisdiction: j }) }).jurisdiction).toBe(j);
+    }
+    expect(parseLimiterConfig({ limits: [{ limit: 1, window: "1s" }], jurisdiction: "eu" }, "x").jurisdiction).toBe(
+      "eu",
+    );
+  });
+
   it("refuses an ORIGIN with a user name alone, without echoing it", () => {
     const e = configError(() => parse(MINIMUM, "https://someone@x.com/api"));
     expect(e.message).toBe(

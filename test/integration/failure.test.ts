@@ -1,0 +1,210 @@
+// The key's object fails, hangs and recovers under the Worker inside workerd (the real object behind a binding that
+// can be made to fail or hang), with failure_mode = "local": requests are decided alone without waiting on an object
+// known down, proxied to the real origin with their headers, and what was granted alone is recorded by the object
+// when it answers again. And `jurisdiction`: the limiter's objects, and the admin API's, in the jurisdiction named.
+import { env } from "cloudflare:workers";
+import { describe, expect, it, vi } from "vitest";
+import { ConfigError, createLimiter, type RateLimitResult } from "../../src/index.ts";
+import { arrivalsFor, background, envWith, freshKey, handle, request, type WorkerEnv } from "./helpers.ts";
+
+type Mode = "up" | "fail" | "hang";
+
+/** The real LIMITER namespace behind a switch: up (forwarded), failing every call, or hanging every call. */
+function flakyLimiter(): { namespace: WorkerEnv["LIMITER"]; set: (m: Mode) => void; calls: string[] } {
+  const real = (env as unknown as WorkerEnv).LIMITER;
+  const calls: string[] = [];
+  let mode: Mode = "up";
+  const namespace = {
+    getByName: (name: string) =>
+      new Proxy(real.getByName(name), {
+        get(target, prop) {
+          const value = Reflect.get(target, prop);
+          if (typeof value !== "function") return value;
+          return (...args: unknown[]) => {
+            calls.push(String(prop));
+            if (mode === "fail") return Promise.reject(new Error("Durable Object is overloaded."));
+            if (mode === "hang") return new Promise(() => {});
+            return Reflect.apply(value as (...a: unknown[]) => unknown, target, args);
+          };
+        },
+      }),
+  } as unknown as WorkerEnv["LIMITER"];
+  return {
+    namespace,
+    set: (m) => {
+      mode = m;
+    },
+    calls,
+  };
+}
+
+describe('failure_mode = "local" under a binding that fails, hangs and recovers', () => {
+  it("the library: decides alone, calls nothing known down, and the object records the grants made alone", async () => {
+    vi.spyOn(console, "error").mockImplementation(() => {});
+    vi.spyOn(console, "log").mockImplementation(() => {});
+    const flaky = flakyLimiter();
+    let now = Date.now();
+    const limiter = createLimiter({
+      limits: [{ limit: 6, window: "1h" }],
+      leases: false,
+      failure_mode: "local",
+      object_timeout: "100ms",
+      binding: "FLAKY",
+      clock: () => now,
+    });
+    const e = { FLAKY: flaky.namespace };
+    const key = freshKey();
+    const bg = background();
+    const limit = () => limiter.limit(e, key, { ctx: bg });
+    expect((await limit()).reason).toBe("granted");
+    expect((await limit()).reason).toBe("granted");
+
+    flaky.set("fail");
+    const alone = [await limit(), await limit(), await limit()];
+    expect(alone.map((r) => [r.allowed, r.reason])).toEqual([
+      [true, "limiter_fallback"],
+      [true, "limiter_fallback"],
+      [true, "limiter_fallback"],
+    ]);
+    expect(Object.fromEntries(limiter.headers(alone[2] as RateLimitResult))).toMatchObject({
+      ratelimit: '"per-hour";r=1;t=3600',
+    });
+    // One failed call; the rest were decided without one.
+    expect(flaky.calls).toEqual(["take", "take", "take"]);
+
+    // Due a probe, which hangs: the request does not wait for it; the probe fails at its deadline, in the background.
+    flaky.set("hang");
+    now += 1000;
+    expect((await limit()).reason).toBe("limiter_fallback");
+    expect(flaky.calls).toEqual(["take", "take", "take", "recover"]);
+    await bg.settled();
+    // Full, alone: 2 granted by the object + 4 alone.
+    expect(await limit()).toMatchObject({ allowed: false, reason: "limiter_fallback" });
+
+    // Back up: the next probe (2 s after the failed one) carries the four grants made alone; the object records them.
+    flaky.set("up");
+    now += 2000;
+    await limit();
+    await bg.settled();
+    expect(flaky.calls.slice(4)).toEqual(["recover"]);
+    const peeked = await limiter.peek(e, key);
+    expect(peeked).toMatchObject({ reason: "over_limit", allowed: false });
+    expect(peeked.limits[0]?.remaining).toBe(0);
+    expect((await limit()).reason).toBe("over_limit");
+  });
+
+  it("the proxy: proxied alone with its headers, refused alone with 429 reason limiter_fallback, nothing over", async () => {
+    vi.spyOn(console, "error").mockImplementation(() => {});
+    vi.spyOn(console, "log").mockImplementation(() => {});
+    const flaky = flakyLimiter();
+    const e = envWith(
+      { limits: [{ limit: 4, window: "1h" }], leases: false, failure_mode: "local", object_timeout: "100ms" },
+      { LIMITER: flaky.namespace },
+    );
+    const key = freshKey();
+    expect((await handle(request(key, "/a"), e)).status).toBe(200);
+    flaky.set("hang");
+    const statuses: number[] = [];
+    let last: Response | null = null;
+    for (let i = 0; i < 5; i++) {
+      last = await handle(request(key, `/b${i}`), e);
+      statuses.push(last.status);
+      if (i < 4) await last.arrayBuffer();
+    }
+    expect(statuses).toEqual([200, 200, 200, 429, 429]);
+    const body = (await last?.json()) as { reason: string; retry_after: number };
+    expect(body.reason).toBe("limiter_fallback");
+    expect(last?.headers.get("RateLimit")).toMatch(/^"per-hour";r=0;t=\d+$/);
+    // Only the first hanging call waited (its deadline); the others made none.
+    expect(flaky.calls).toEqual(["take", "take"]);
+    expect((await arrivalsFor(key)).map((a) => a.url)).toEqual(["/a", "/b0", "/b1", "/b2"]);
+  });
+
+  it("closed: known down, 503 at once without a call, one probe per interval", async () => {
+    vi.spyOn(console, "error").mockImplementation(() => {});
+    const flaky = flakyLimiter();
+    const e = envWith(
+      { limits: [{ limit: 4, window: "1h" }], leases: false, object_timeout: "100ms" },
+      { LIMITER: flaky.namespace },
+    );
+    flaky.set("fail");
+    const key = freshKey();
+    for (let i = 0; i < 5; i++) expect((await handle(request(key), e)).status).toBe(503);
+    expect(flaky.calls).toEqual(["take"]);
+    expect(await arrivalsFor(key)).toEqual([]);
+  });
+});
+
+/**
+ * The real LIMITER namespace with jurisdictions emulated (local workerd has none): `jurisdiction(j)` is a namespace
+ * whose objects are the real ones named `<j>|<name>`, so a test sees which jurisdiction each call went to.
+ */
+function jurisdictionLimiter(): { namespace: WorkerEnv["LIMITER"]; asked: string[] } {
+  const real = (env as unknown as WorkerEnv).LIMITER;
+  const asked: string[] = [];
+  const namespace = {
+    getByName: (name: string) => real.getByName(name),
+    jurisdiction: (j: string) => {
+      asked.push(j);
+      return { getByName: (name: string) => real.getByName(`${j}|${name}`) };
+    },
+  } as unknown as WorkerEnv["LIMITER"];
+  return { namespace, asked };
+}
+
+const HOUR = [{ limit: 3, windowMs: 3_600_000 }];
+
+describe("jurisdiction", () => {
+  it("the proxy and the admin API reach the key's objects in the jurisdiction named, and no others", async () => {
+    const real = (env as unknown as WorkerEnv).LIMITER;
+    const placed = jurisdictionLimiter();
+    const rl = { limits: [{ limit: 3, window: "1h" }], leases: false, jurisdiction: "eu" };
+    const e = envWith(rl, { ADMIN_TOKEN: "t0ken-for-tests", LIMITER: placed.namespace });
+    const key = freshKey();
+    for (let i = 0; i < 2; i++) expect((await handle(request(key), e)).status).toBe(200);
+    const status = await handle(
+      new Request("https://limiter.example/__limiter/status", {
+        method: "POST",
+        headers: { authorization: "Bearer t0ken-for-tests", "content-type": "application/json" },
+        body: JSON.stringify({ key }),
+      }),
+      e,
+    );
+    expect(status.status).toBe(200);
+    const state = (await status.json()) as { limits: { remaining: number }[] };
+    expect(state.limits[0]?.remaining).toBe(1);
+    expect(new Set(placed.asked)).toEqual(new Set(["eu"]));
+    expect((await real.getByName(`eu|key:${key}`).peek(HOUR, 1)).limits[0]?.remaining).toBe(1);
+    // The object outside the jurisdiction never saw the key.
+    expect((await real.getByName(`key:${key}`).peek(HOUR, 1)).limits[0]?.remaining).toBe(3);
+  });
+
+  it("the library: createLimiter's jurisdiction places its objects there", async () => {
+    const real = (env as unknown as WorkerEnv).LIMITER;
+    const placed = jurisdictionLimiter();
+    const limiter = createLimiter({ limits: [{ limit: 3, window: "1h" }], leases: false, jurisdiction: "fedramp" });
+    const key = freshKey();
+    expect((await limiter.limit({ LIMITER: placed.namespace }, key)).reason).toBe("granted");
+    const name = `${limiter.name}/key:${key}`;
+    expect((await real.getByName(`fedramp|${name}`).peek(HOUR, 1)).limits[0]?.remaining).toBe(2);
+    expect((await real.getByName(name).peek(HOUR, 1)).limits[0]?.remaining).toBe(3);
+  });
+
+  it("local workerd has no jurisdictions: a clear settings error, never a silent fallback outside it", async () => {
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    const key = freshKey();
+    const rl = { limits: [{ limit: 3, window: "1h" }], jurisdiction: "eu" };
+    const response = await handle(request(key), envWith(rl));
+    expect(response.status).toBe(500);
+    expect((await response.json()) as { detail: string }).toMatchObject({
+      title: "Rate limiter misconfigured",
+      detail: expect.stringMatching(
+        /^jurisdiction: the runtime refused "eu" for env\.LIMITER \(Jurisdiction restrictions are not implemented in workerd\.\); local workerd/,
+      ),
+    });
+    expect(error).toHaveBeenCalled();
+    expect(await arrivalsFor(key)).toEqual([]);
+    const limiter = createLimiter({ limits: [{ limit: 3, window: "1h" }], jurisdiction: "us" });
+    await expect(limiter.limit(env, key)).rejects.toThrow(ConfigError);
+  });
+});

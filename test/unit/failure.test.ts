@@ -1,0 +1,260 @@
+// The client while a key's object cannot answer (docs/configuration.md, "When the object cannot answer"), against
+// the in-memory object (./store.ts) with one clock the test moves: no request waits on an object known down, one
+// probe at a time in the background, and with failure_mode = "local" the isolate decides alone — exactly, at its
+// share of each limit — and reports what it granted when the object is back.
+
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { DOWN_FIRST_MS } from "../../src/client/circuit.ts";
+import { headersOf, type RateLimitResult } from "../../src/client/result.ts";
+import type { Route } from "../../src/config/types.ts";
+import { maxInWindow } from "../support/window.ts";
+import { setup } from "./store.ts";
+
+/** The object fails every call until `up()`. */
+function down(t: ReturnType<typeof setup>): void {
+  t.store.fail = {};
+  t.store.failures = Number.MAX_SAFE_INTEGER;
+}
+
+function up(t: ReturnType<typeof setup>): void {
+  t.store.fail = null;
+}
+
+describe("an object known down is not called on a request's path", () => {
+  it.each(["closed", "open"] as const)(
+    "%s: after one failure no call for a second, then one probe in the background",
+    async (mode) => {
+      const t = setup({ failure_mode: mode, leases: false });
+      down(t);
+      expect((await t.limit()).reason).toBe("limiter_error");
+      expect(t.store.count("take")).toBe(1);
+      for (let i = 0; i < 10; i++) {
+        t.advance(99);
+        const r = await t.limit();
+        expect(r).toMatchObject({ allowed: mode === "open", reason: "limiter_error" });
+      }
+      expect(t.store.calls).toHaveLength(1);
+      t.advance(DOWN_FIRST_MS - 990);
+      up(t);
+      // Due a probe: it goes out in the background; this request does not wait for it.
+      const r = await t.limit();
+      expect(r.reason).toBe("limiter_error");
+      expect(t.store.calls.map((c) => c.method)).toEqual(["take", "recover"]);
+      await t.settle();
+      // The probe found it up: the next request calls it.
+      expect((await t.limit()).reason).toBe("granted");
+      expect(t.store.count("take")).toBe(2);
+    },
+  );
+
+  it("a hanging object: the first request waits for object_timeout, the rest not at all", async () => {
+    const t = setup({ object_timeout: "20ms", leases: false });
+    t.store.fail = "hang";
+    expect((await t.limit()).reason).toBe("limiter_timeout");
+    for (let i = 0; i < 50; i++) {
+      t.advance(10);
+      expect((await t.limit()).reason).toBe("limiter_timeout");
+    }
+    // 500 ms later: no request has called it again (a call would hang until the deadline).
+    expect(t.store.calls).toHaveLength(1);
+  });
+
+  it("a failed probe doubles the interval; peek() does not call an object known down either", async () => {
+    const t = setup({ leases: false });
+    down(t);
+    await t.limit();
+    t.advance(DOWN_FIRST_MS);
+    await t.limit();
+    await t.settle();
+    expect(t.store.count("recover")).toBe(1);
+    t.advance(2 * DOWN_FIRST_MS - 1);
+    await t.limit();
+    expect((await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan })).reason).toBe("limiter_error");
+    expect(t.store.calls).toHaveLength(2);
+    t.advance(1);
+    await t.limit();
+    expect(t.store.count("recover")).toBe(2);
+  });
+
+  it("lease refills stop while the object is known down", async () => {
+    const t = setup({ limits: [{ limit: 1000, window: "1m" }] });
+    for (let i = 0; i < 20; i++) {
+      await t.limit();
+      await t.settle();
+      t.advance(200);
+    }
+    down(t);
+    const calls = t.store.calls.length;
+    for (let i = 0; i < 100; i++) {
+      await t.limit();
+      await t.settle();
+      t.advance(5);
+    }
+    // The lease held is spent; then one call finds the object down, and nothing more goes to it within a second.
+    expect(t.store.calls.length - calls).toBeLessThanOrEqual(1);
+  });
+});
+
+describe('failure_mode = "local": the isolate decides alone', () => {
+  it("exactly N per window while the object is down, counting what the object granted before; headers sent", async () => {
+    const t = setup({ failure_mode: "local", leases: false, limits: [{ limit: 5, window: "1s" }] });
+    for (let i = 0; i < 3; i++) expect((await t.limit()).reason).toBe("granted");
+    down(t);
+    const alone = [];
+    for (let i = 0; i < 4; i++) alone.push(await t.limit());
+    expect(alone.map((r) => [r.allowed, r.reason])).toEqual([
+      [true, "limiter_fallback"],
+      [true, "limiter_fallback"],
+      [false, "limiter_fallback"],
+      [false, "limiter_fallback"],
+    ]);
+    const refused = alone[3] as RateLimitResult;
+    // The oldest units are the two granted alone at T0 (those seen are recorded 2 ms after they were seen).
+    expect(refused.retryAfterMs).toBe(1000);
+    expect(headersOf(refused, "draft-11").get("RateLimit")).toBe('"per-second";r=0;t=1');
+    expect(headersOf(refused, "draft-11").get("Retry-After")).toBe("1");
+    expect(headersOf(alone[0] as RateLimitResult, "draft-11").get("RateLimit")).toBe('"per-second";r=1;t=1');
+    // A window later, 5 more: N per window for as long as it lasts.
+    t.advance(1002);
+    let granted = 0;
+    for (let i = 0; i < 8; i++) if ((await t.limit()).allowed) granted++;
+    expect(granted).toBe(5);
+  });
+
+  it("reports what it granted alone with the probe; the object records it, never earlier than its use", async () => {
+    const t = setup({ failure_mode: "local", leases: false, limits: [{ limit: 10, window: "1m" }] });
+    await t.limit();
+    down(t);
+    for (let i = 0; i < 4; i++) {
+      t.advance(100);
+      await t.limit();
+    }
+    up(t);
+    t.advance(DOWN_FIRST_MS);
+    await t.limit(); // starts the probe, decided alone
+    await t.settle();
+    const probe = t.store.calls.find((c) => c.method === "recover");
+    // Sent 1000 ms after the last of the four grants made alone (the first when the take failed).
+    expect(probe?.report?.uses).toEqual([1300, 1200, 1100, 1000].map((ageMs) => ({ ageMs, units: 1 })));
+    const peek = await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan });
+    expect(peek.limits[0]?.remaining).toBe(10 - 1 - 4);
+    // The probe's own request was decided alone after the probe left: it goes with the next call.
+    expect((await t.limit()).reason).toBe("granted");
+    expect(t.store.calls.at(-1)?.ask?.alone?.uses).toEqual([{ ageMs: 0, units: 1 }]);
+    expect((await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan })).limits[0]?.remaining).toBe(10 - 7);
+  });
+
+  it("a key filled partly by the object and partly alone stays full at the object after it recovers", async () => {
+    const t = setup({ failure_mode: "local", leases: false, limits: [{ limit: 10, window: "10s" }] });
+    const reasons: string[] = [];
+    const send = async (n: number) => {
+      for (let i = 0; i < n; i++) {
+        const r = await t.limit();
+        reasons.push(`${r.reason}:${r.allowed}`);
+        await t.settle();
+        t.advance(10);
+      }
+    };
+    await send(5);
+    down(t);
+    await send(7);
+    up(t);
+    t.advance(DOWN_FIRST_MS);
+    await send(3);
+    expect(reasons).toEqual([
+      ...Array<string>(5).fill("granted:true"),
+      ...Array<string>(5).fill("limiter_fallback:true"),
+      "limiter_fallback:false",
+      "limiter_fallback:false",
+      // The probe goes out with this request, decided alone; then the object, which recorded the five.
+      "limiter_fallback:false",
+      "over_limit:false",
+      "cached_denial:false",
+    ]);
+  });
+
+  it("fallback_share scales each limit; peek() answers from the isolate's log", async () => {
+    const t = setup({
+      failure_mode: "local",
+      fallback_share: 0.5,
+      leases: false,
+      limits: [{ limit: 10, window: "1m" }],
+    });
+    down(t);
+    let granted = 0;
+    for (let i = 0; i < 8; i++) if ((await t.limit()).allowed) granted++;
+    expect(granted).toBe(5);
+    const peek = await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan });
+    expect(peek).toMatchObject({ allowed: false, reason: "limiter_fallback" });
+  });
+
+  it("a route's request alone must fit the route's budget too, and is counted in both or neither", async () => {
+    const t = setup({
+      failure_mode: "local",
+      leases: false,
+      limits: [{ limit: 10, window: "1m" }],
+      routes: [{ name: "search", limits: [{ limit: 2, window: "1m" }] }],
+    });
+    const route = t.plan.routes[0] as Route;
+    down(t);
+    const routed = [];
+    for (let i = 0; i < 3; i++)
+      routed.push(await t.client.limit({ ns: t.ns, name: "key:a", plan: t.plan, cost: 1, route, bg: t.bg }));
+    expect(routed.map((r) => r.allowed)).toEqual([true, true, false]);
+    expect(routed[2]?.limits.map((l) => [l.limit, l.exceeded])).toEqual([
+      [10, false],
+      [2, true],
+    ]);
+    // The key's budget counted the two, not the refused one.
+    let granted = 0;
+    for (let i = 0; i < 10; i++) if ((await t.limit()).allowed) granted++;
+    expect(granted).toBe(8);
+  });
+
+  it("concurrency alone: at most the share of the plan's slots, held in this isolate until released", async () => {
+    const t = setup({ failure_mode: "local", leases: false, limits: [{ limit: 100, window: "1m" }], concurrency: 2 });
+    down(t);
+    const acquire = () => t.client.limit({ ns: t.ns, name: "key:a", plan: t.plan, cost: 1, bg: t.bg, inFlight: true });
+    const [a, b, c] = [await acquire(), await acquire(), await acquire()];
+    expect([a.allowed, b.allowed, c.allowed]).toEqual([true, true, false]);
+    expect(c).toMatchObject({ reason: "limiter_fallback", retryAfterMs: 1000 });
+    expect(t.client.holdsSlot(a.handle?.slot ?? null)).toBe(true);
+    expect(await t.client.release(t.ns, a.handle?.slot ?? null)).toBe(true);
+    expect(await t.client.release(t.ns, a.handle?.slot ?? null)).toBe(false);
+    expect((await acquire()).allowed).toBe(true);
+    // Released here: no call to the object.
+    expect(t.store.count("release")).toBe(0);
+  });
+
+  it("property: one isolate, leases on or off, through outages and recoveries — no window of use times over N", async () => {
+    const steps = fc.array(
+      fc.record({ gap: fc.integer({ min: 0, max: 150 }), cost: fc.integer({ min: 1, max: 2 }), down: fc.boolean() }),
+      { minLength: 1, maxLength: 120 },
+    );
+    await fc.assert(
+      fc.asyncProperty(steps, fc.boolean(), async (seq, leases) => {
+        const t = setup({
+          failure_mode: "local",
+          leases,
+          limits: [
+            { limit: 10, window: "2s" },
+            { limit: 30, window: "10s" },
+          ],
+        });
+        const uses: number[] = [];
+        for (const s of seq) {
+          t.advance(s.gap);
+          if (s.down) down(t);
+          else up(t);
+          const r = await t.limit("key:a", s.cost);
+          if (r.allowed) uses.push(...Array<number>(s.cost).fill(t.client.now()));
+          await t.settle();
+        }
+        expect(maxInWindow(uses, 2000)).toBeLessThanOrEqual(10);
+        expect(maxInWindow(uses, 10_000)).toBeLessThanOrEqual(30);
+      }),
+      { numRuns: 150 },
+    );
+  });
+});

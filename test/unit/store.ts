@@ -1,0 +1,142 @@
+// The object's behaviour in memory for the client's unit tests: the real core (KeyLog) at a clock the test moves for
+// both the client and the object, with failures on demand (an error with the runtime's flags, or a call that hangs).
+
+import { type Background, LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
+import type { GrantRecord, RateLimitResult } from "../../src/client/result.ts";
+import { parseLimiterConfig } from "../../src/config/parse.ts";
+import type { LimiterConfig, Plan } from "../../src/config/types.ts";
+import { type Decision, KeyLog, type LimitSpec, type NamedLimit, type Settlement } from "../../src/core/index.ts";
+import type { AloneReport, TakeAsk as Ask } from "../../src/protocol.ts";
+
+export const T0 = 1_800_000_000_000;
+
+/** The grant a result's handle records for its key's budget. */
+export const grantOf = (r: RateLimitResult): GrantRecord => r.handle?.grants[0] as GrantRecord;
+
+/** The object's behaviour for one key, in memory: the real core's decisions at the shared clock. */
+export class Store {
+  readonly logs = new Map<string, KeyLog>();
+  /** An operator's block per object name: its end (ms). */
+  readonly blocks = new Map<string, number>();
+  /** Object names whose block is a penalty (the object says so with `blockCause`). */
+  readonly penalties = new Set<string>();
+  /** An operator's override per object name: the limits decided against instead. */
+  readonly overrides = new Map<string, NamedLimit[]>();
+  readonly calls: {
+    name: string;
+    method: string;
+    ask?: Ask;
+    units?: number;
+    settle?: readonly Settlement[];
+    report?: AloneReport;
+  }[] = [];
+  /** Makes the next calls fail: an Error with these flags, or a promise that never settles. */
+  fail: { retryable?: boolean; overloaded?: boolean } | "hang" | null = null;
+  failures = 0;
+  /** Grant ids refunded (the object gives each back once). */
+  readonly refunded = new Set<string>();
+
+  constructor(readonly now: () => number) {}
+
+  /** The key's log for the limits applied (an override's, else those sent), as the object keeps it. */
+  log(name: string, limits: readonly LimitSpec[]): KeyLog {
+    const applied = this.overrides.get(name) ?? limits;
+    const id = `${name}\u0000${JSON.stringify(applied)}`;
+    let log = this.logs.get(id);
+    if (!log) {
+      log = new KeyLog(applied);
+      this.logs.set(id, log);
+    }
+    return log;
+  }
+
+  /** A decision as the object returns it: a block refuses, an override says it applied. */
+  #decide(name: string, limits: readonly LimitSpec[], decide: (log: KeyLog) => Decision, cost: number): Decision {
+    const log = this.log(name, limits);
+    const until = this.blocks.get(name);
+    const blocked = until !== undefined && until > this.now();
+    const refused = blocked ? log.refuse(this.now(), cost, until) : decide(log);
+    const d: Decision = blocked && this.penalties.has(name) ? { ...refused, blockCause: "penalty" } : refused;
+    const override = this.overrides.get(name);
+    return override ? { ...d, limitsOverride: override } : d;
+  }
+
+  /** Records what an isolate granted alone, as the object does (the key's own budget). */
+  #recover(name: string, limits: readonly LimitSpec[], report: AloneReport | undefined): number {
+    if (report === undefined) return 0;
+    return this.log(name, limits).record(this.now(), report.uses).length;
+  }
+
+  async #maybeFail(): Promise<void> {
+    if (this.fail === "hang") return new Promise(() => {});
+    if (this.fail && this.failures-- > 0) throw Object.assign(new Error("object failed"), this.fail);
+  }
+
+  namespace(): LimiterNamespace {
+    const stub = (name: string) => ({
+      take: async (limits: readonly LimitSpec[], ask: Ask): Promise<Decision> => {
+        this.calls.push({ name, method: "take", ask });
+        await this.#maybeFail();
+        this.#recover(name, limits, ask.alone);
+        return this.#decide(name, limits, (log) => log.take(this.now(), ask).decision, ask.cost);
+      },
+      refund: async (
+        limits: readonly LimitSpec[],
+        grant: { id: string; recordedAt: readonly number[]; units: number },
+      ) => {
+        const { id, recordedAt, units } = grant;
+        this.calls.push({ name, method: "refund", units });
+        if (this.refunded.has(id)) return false;
+        this.refunded.add(id);
+        this.log(name, limits).giveBack(recordedAt, units);
+        return true;
+      },
+      settle: async (limits: readonly LimitSpec[], settle: readonly Settlement[]) => {
+        this.calls.push({ name, method: "settle", settle });
+        const log = this.log(name, limits);
+        return settle.flatMap((x) => log.settle(this.now(), x)).length;
+      },
+      recover: async (limits: readonly LimitSpec[], report: AloneReport): Promise<number> => {
+        this.calls.push({ name, method: "recover", report });
+        await this.#maybeFail();
+        return this.#recover(name, limits, report);
+      },
+      peek: async (limits: readonly LimitSpec[], cost: number): Promise<Decision> => {
+        this.calls.push({ name, method: "peek" });
+        await this.#maybeFail();
+        return this.#decide(name, limits, (log) => log.check(this.now(), cost), cost);
+      },
+    });
+    return { getByName: stub } as unknown as LimiterNamespace;
+  }
+
+  count(method: string): number {
+    return this.calls.filter((c) => c.method === method).length;
+  }
+}
+
+export function setup(settings: Record<string, unknown> = {}) {
+  let now = T0;
+  const clock = () => now;
+  const config = parseLimiterConfig({ limits: [{ limit: 100, window: "1m" }], ...settings }, "test") as LimiterConfig;
+  const client = new LimiterClient(config, { clock });
+  const store = new Store(clock);
+  const ns = store.namespace();
+  const pending: Promise<unknown>[] = [];
+  const bg: Background = { waitUntil: (p) => void pending.push(p) };
+  const plan = config.defaultPlan as Plan;
+  return {
+    client,
+    store,
+    ns,
+    plan,
+    bg,
+    advance: (ms: number) => {
+      now += ms;
+    },
+    settle: async () => {
+      while (pending.length > 0) await pending.shift();
+    },
+    limit: (name = "key:a", cost = 1) => client.limit({ ns, name, plan, cost, bg }),
+  };
+}
