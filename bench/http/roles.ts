@@ -11,6 +11,7 @@ export const BENCH_ROLES = [
   "chart",
   "far",
   "sim",
+  "outage",
 ] as const;
 
 export type BenchRole = (typeof BENCH_ROLES)[number];

@@ -19,6 +19,8 @@
  *   limiter that asks an object per request costs at least.
  * - `stand-in`: the limiter's `handle()` with an in-isolate stand-in for the object (always allows,
  *   no RPC): what the Worker's own limiter work (key, plan, headers, deny cache) costs.
+ * - `outage` (`npm run bench:outage`): bench/http/outage.mts — the product's proxy per failure mode in front of
+ *   objects that can be made to hang or fail.
  * - `sim` (`npm run bench:sim`): several simulated isolates in one Worker, each the product's own
  *   proxy app with its own lease table and deny cache (`x-sim-isolate` picks one), in front of
  *   `CountingRateLimiter` at the simulated round trip of `x-bench-rtt`. `POST /__sim/churn?i=…`
@@ -39,6 +41,7 @@ import { createProxy, type Hooks, type WorkerEnv } from "../../src/proxy/app.ts"
 import { forward as proxy } from "../../src/proxy/forward.ts";
 import { emptyCounts, type StorageCounts } from "./counts.ts";
 import type { FixedWindow, Noop, TokenBucket } from "./objects.mts";
+import { outage } from "./outage.mts";
 import type { BenchRole } from "./roles.ts";
 
 export { FixedWindow, Noop, TokenBucket } from "./objects.mts";
@@ -386,6 +389,7 @@ export default {
       const rtt = Number(request.headers.get("x-bench-rtt") ?? 0);
       return app.handle(request, farEnv(env, rtt), { waitUntil: (p) => ctx.waitUntil(p) });
     }
+    if (role === "outage") return outage(request, env, ctx);
     if (role === "nocache") return handle(request, env, withCtx(noDenyCache(env), ctx));
     if (role === "floor") {
       const key = request.headers.get("x-api-key") ?? "";

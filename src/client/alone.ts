@@ -11,8 +11,17 @@ import { FallbackLog } from "../core/fallback.ts";
 import type { LimitSpec } from "../core/limits.ts";
 import type { AloneReport } from "../protocol.ts";
 
-/** How many keys' logs an isolate keeps: beyond, the idle ones go, then the oldest. */
+/** How many keys' logs an isolate keeps at most: beyond, the idle ones go, then the least recently used. */
 const KEYS_MAX = 10_000;
+
+/**
+ * How many slots its logs may hold in memory together (about 20 bytes each: 20 MB): checked every
+ * {@link CHECK_EVERY} new keys, and kept under by dropping the idle logs, then the least recently used.
+ */
+const SLOTS_MAX = 1_000_000;
+
+/** New keys between two counts of the logs' slots. */
+const CHECK_EVERY = 256;
 
 /** The budgets a request counts in: its key's object `name` under `limits`, and its `route`'s own budget, if any. */
 export interface AloneBudgets {
@@ -28,9 +37,17 @@ interface KeyAlone {
   readonly routes: Map<string, { readonly budget: RouteBudget; readonly log: FallbackLog }>;
 }
 
+/** Every log of a key: its own budget's, then its routes'. */
+function logsOf(k: KeyAlone): FallbackLog[] {
+  return [k.log, ...[...k.routes.values()].map((r) => r.log)];
+}
+
 export class AloneLogs {
   readonly #share: number;
+  /** By object name, least recently used first. */
   readonly #keys = new Map<string, KeyAlone>();
+  /** New keys since the logs' slots were last counted. */
+  #newKeys = 0;
 
   /** @param share the fallback share (0–1) of each limit a key's requests get alone */
   constructor(share: number) {
@@ -43,9 +60,8 @@ export class AloneLogs {
   }
 
   /**
-   * Decides a request of `cost` in budgets `b` (the key's and its route's: it must fit both, and is recorded in both or
-   * neither) alone
-   * at `now`.
+   * Decides a request of `cost` in budgets `b` (the key's and its route's: it must fit both, and is recorded in
+   * both or neither) alone at `now`.
    */
   take(b: AloneBudgets, now: number, cost: number): Decision {
     const logs = this.#logs(b, now);
@@ -59,42 +75,46 @@ export class AloneLogs {
     return combine(this.#logs(b, now).map((log) => log.check(now, cost)));
   }
 
+  /** Whether grants made alone for `name` wait to be recorded by its object (a report of them may be out). */
+  pending(name: string): boolean {
+    const k = this.#keys.get(name);
+    return k !== undefined && logsOf(k).some((log) => log.pending);
+  }
+
   /**
-   * What to report for `name` in a call sent at `now` (its grants made alone, per budget), or null when there is
-   * nothing, or a report is out already. Follow with {@link answered}.
+   * What a call for `name` sent at `now` reports: its grants made alone, per budget. Null when there are none, or a
+   * report of the key is out already (one at a time: each comes back to exactly the grants it carried). Follow a
+   * report with {@link answered}.
    */
   report(name: string, now: number): AloneReport | null {
     const k = this.#keys.get(name);
-    if (k === undefined || (!k.log.pending && ![...k.routes.values()].some((r) => r.log.pending))) return null;
-    const uses = k.log.report(now);
+    if (k === undefined) return null;
+    const logs = logsOf(k);
+    if (logs.some((log) => log.reporting) || !logs.some((log) => log.pending)) return null;
+    const uses = k.log.report(now) ?? [];
     const routes = [...k.routes.values()]
-      .map((r) => ({ budget: r.budget, uses: r.log.report(now) }))
+      .map((r) => ({ budget: r.budget, uses: r.log.report(now) ?? [] }))
       .filter((r) => r.uses.length > 0);
-    if (uses.length === 0 && routes.length === 0) {
-      k.log.answered(false);
-      for (const r of k.routes.values()) r.log.answered(false);
-      return null;
-    }
+    if (uses.length === 0 && routes.length === 0) return null;
     return { uses, routes };
   }
 
-  /** The call carrying `name`'s latest report came back: `recorded` by the object, or not (it goes again). */
+  /** The call carrying `name`'s report came back: `recorded` by the object, or not (its grants go again). */
   answered(name: string, recorded: boolean): void {
     const k = this.#keys.get(name);
-    if (k === undefined) return;
-    k.log.answered(recorded);
-    for (const r of k.routes.values()) r.log.answered(recorded);
+    if (k !== undefined) for (const log of logsOf(k)) log.answered(recorded);
   }
 
-  /** The logs of budgets `b`, made when missing; a key's limits changed start afresh. */
+  /** The logs of budgets `b`, made when missing (a key's limits changed: afresh); the key becomes the most recent. */
   #logs(b: AloneBudgets, now: number): FallbackLog[] {
     const { name, limits, route } = b;
     let k = this.#keys.get(name);
+    if (k !== undefined) this.#keys.delete(name);
     if (k === undefined || k.limits !== limits) {
-      if (k === undefined && this.#keys.size >= KEYS_MAX) this.#prune(now);
+      if (k === undefined && (this.#keys.size >= KEYS_MAX || ++this.#newKeys >= CHECK_EVERY)) this.#bound(now);
       k = { limits, log: new FallbackLog(limits, this.#share), routes: new Map() };
-      this.#keys.set(name, k);
     }
+    this.#keys.set(name, k);
     if (route === null) return [k.log];
     let r = k.routes.get(route.name);
     if (r === undefined || r.budget.limits !== route.limits) {
@@ -105,17 +125,22 @@ export class AloneLogs {
   }
 
   /**
-   * Drops the logs with nothing counting and nothing to report at `now`; when none is, the oldest half (their grants
-   * made alone are then never reported: more than 10,000 keys decided alone at once).
+   * Keeps the logs under {@link KEYS_MAX} keys and {@link SLOTS_MAX} slots at `now`: the idle ones go (nothing
+   * counting, nothing to report), then the least recently used until half the bounds (their grants made alone, if
+   * any, are then never reported).
    */
-  #prune(now: number): void {
+  #bound(now: number): void {
+    this.#newKeys = 0;
+    let slots = 0;
     for (const [name, k] of this.#keys) {
-      if (k.log.idleAt <= now && [...k.routes.values()].every((r) => r.log.idleAt <= now)) this.#keys.delete(name);
+      const logs = logsOf(k);
+      if (logs.every((log) => log.idleAt <= now)) this.#keys.delete(name);
+      else for (const log of logs) slots += log.slots;
     }
-    if (this.#keys.size < KEYS_MAX) return;
-    let drop = this.#keys.size / 2;
-    for (const name of this.#keys.keys()) {
-      if (drop-- <= 0) break;
+    if (this.#keys.size < KEYS_MAX && slots <= SLOTS_MAX) return;
+    for (const [name, k] of this.#keys) {
+      if (this.#keys.size <= KEYS_MAX / 2 && slots <= SLOTS_MAX / 2) break;
+      for (const log of logsOf(k)) slots -= log.slots;
       this.#keys.delete(name);
     }
   }

@@ -44,11 +44,12 @@ export class Circuit {
   }
 
   /**
-   * Whether a request for `name` at `now` calls its object. `"probe"` marks the probe out: the caller sends it and
-   * reports its outcome with {@link failed} or {@link answered}. A probe not back after the object's deadline (its
-   * background work cut short) counts as failed: the next request probes again.
+   * What a request for `name` at `now` does about its object: calls it (`"up"`), leaves it alone (`"down"`), or
+   * probes it (`"probe"`, which marks the probe out: the caller sends it and reports its outcome with {@link failed}
+   * or {@link answered}). A probe not back after the object's deadline (its background work cut short) counts as
+   * failed: a later request probes again.
    */
-  state(name: string, now: number): CallState {
+  admit(name: string, now: number): CallState {
     const d = this.#down.get(name);
     if (d === undefined) return "up";
     if (d.probeEndsAt !== null && now >= d.probeEndsAt) this.#fail(d, d.probeEndsAt);

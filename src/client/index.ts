@@ -353,11 +353,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   async #atObject(r: LimitRequest, at: AtObject): Promise<RateLimitResult> {
     const { name, plan, cost } = r;
     const { entry, slot, now } = at;
-    const state = this.#circuit.state(name, now);
+    const state = this.#circuit.admit(name, now);
     if (state !== "up") {
       // Known down: no call on the request's path (docs/design.md, "When the object cannot answer").
       if (state === "probe") this.#probe(r);
-      return this.#without(r, slot, null);
+      return this.#without(r, slot, NOT_CALLED);
     }
     const want = entry && entry.call === null ? this.#want(entry, plan, now) : undefined;
     const sentAt = now;
@@ -377,6 +377,13 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     this.#sawRefusals(name, d);
     this.#remember(r.route ? routeEntry(name, r.route) : name, d, { cost, sentAt });
     this.#observe(r, d);
+    // Grants this isolate made alone that the object had not recorded when it decided (made while this call was out,
+    // or a report of them still out): the object's grant must fit this isolate's log too, else it is refused here
+    // (the object's record of it only counts later: never over).
+    if (d.allowed && this.#alone?.pending(name)) {
+      const alone = this.#alone.check(aloneBudgets(r), this.now(), cost);
+      if (!alone.allowed) return this.#aloneResult(r, alone, false, {});
+    }
     if (!d.allowed && entry && d.blockedBy === undefined && !d.concurrencyFull) {
       // No refusal while a unit is at hand (docs/design.md, "What real clients do"): units a lease call of this
       // isolate brought while this request's call was out, or brings within its round trip, are this request's.
@@ -502,11 +509,12 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
-   * `r` without its key's object: the call failed (`e`), or the object is known down (`e` null: not called). With
+   * `r` without its key's object: the call failed with `e`, or the object is known down ({@link NOT_CALLED}). With
    * `failure_mode = "local"` this isolate decides alone; else the failure mode does.
    */
   #without(r: LimitRequest, slot: SlotAsk | undefined, e: unknown): RateLimitResult {
     if (this.#alone === null) return this.#failed(r, e);
+    if (e !== NOT_CALLED) this.#unavailable(e);
     const { name, cost } = r;
     const now = this.now();
     // A concurrency slot alone: counted in this isolate, at the share of the plan's `concurrency`.
@@ -544,7 +552,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   }
 
   /** `peek()` without the key's object: alone with `failure_mode = "local"`, else the failure mode. */
-  #peekWithout(r: PeekRequest & { cost: number }, e: unknown = null): RateLimitResult {
+  #peekWithout(r: PeekRequest & { cost: number }, e: unknown = NOT_CALLED): RateLimitResult {
     const { name, plan, cost } = r;
     const route = r.route ?? null;
     if (this.#alone === null) return this.#failed({ plan, cost, route, name }, e);
@@ -576,36 +584,48 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     r.bg?.waitUntil?.(probe);
   }
 
+  /** Logs a request's call to its key's object that failed with `e` (`limiter_unavailable`). */
+  #unavailable(e: unknown): void {
+    const reason: Reason = e instanceof LimiterTimeout ? "limiter_timeout" : "limiter_error";
+    const fields = {
+      reason,
+      failure_mode: this.config.failureMode,
+      overloaded: isOverloaded(e),
+      message: errorName(e),
+    };
+    logEvent("limiter_unavailable", fields, "error");
+  }
+
   /** A call to `name`'s object answered: when it was known down, it is up again (logged). */
   #up(name: string): void {
     if (!this.#circuit.answered(name)) return;
     void keyId(name).then((id) => logEvent("limiter_up", { key_id: id, failure_mode: this.config.failureMode }));
   }
 
-  /** A call to `name`'s object failed with `e`: it is known down (logged when it was up). */
+  /**
+   * A call to `name`'s object failed with `e`: it is known down (logged when it was up). With `failure_mode =
+   * "local"`, this isolate's leases of the key are dropped, their units left counted at the object until they expire:
+   * from now on every request for the key is decided against this isolate's own log, which counts units only when
+   * used.
+   */
   #down(name: string, e: unknown): void {
     const late = e instanceof LimiterTimeout;
     if (!this.#circuit.failed(name, this.now(), late)) return;
+    if (this.#alone !== null) this.leases.drop(name, []);
     const fields = { failure_mode: this.config.failureMode, late, overloaded: isOverloaded(e), message: errorName(e) };
     void keyId(name).then((id) => logEvent("limiter_down", { key_id: id, ...fields }, "error"));
   }
 
   /**
-   * The object's call was late or failed (`e`), or the object is known down (`e` null, `name` its object's: not
-   * called): a result for the failure mode. Only a call that failed is logged.
+   * The object's call was late or failed (`e`), or the object is known down ({@link NOT_CALLED}, `name` its object's):
+   * a result for the failure mode. Only a call that failed is logged.
    */
   #failed(r: Pick<LimitRequest, "plan" | "cost" | "route" | "name">, e: unknown): RateLimitResult {
     const { plan, cost } = r;
     const route = r.route ?? null;
-    const late = e === null ? this.#circuit.late(r.name) : e instanceof LimiterTimeout;
+    const late = e === NOT_CALLED ? this.#circuit.late(r.name) : e instanceof LimiterTimeout;
     const reason: Reason = late ? "limiter_timeout" : "limiter_error";
-    if (e !== null) {
-      logEvent(
-        "limiter_unavailable",
-        { reason, failure_mode: this.config.failureMode, overloaded: isOverloaded(e), message: errorName(e) },
-        "error",
-      );
-    }
+    if (e !== NOT_CALLED) this.#unavailable(e);
     return this.#result({
       plan,
       shown: route?.shown ?? plan.limits ?? [],
@@ -647,14 +667,16 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const limits = r.plan.limits ?? [];
     const route = r.route ? routeBudget(r.route) : undefined;
     const start = this.now();
-    // Grants this isolate made alone go with the first try only (one report out per key at a time).
+    // Grants this isolate made alone (one report out per key at a time). A retry carries it too: recorded twice,
+    // they only count later.
     const report = this.#alone?.report(name, start) ?? null;
     const first = report ? { ...ask, alone: report } : ask;
+    const retry = report ? { ...ask, settle: [], refused: 0, alone: report } : { ...ask, settle: [], refused: 0 };
     let tries = 0;
     return callObject(
       () => {
-        // A retry carries no settlements, no refusal count, no report: the first try may have applied them.
-        const sent = tries++ === 0 ? first : { ...ask, settle: [], refused: 0 };
+        // A retry carries no settlements and no refusal count: the first try may have applied them.
+        const sent = tries++ === 0 ? first : retry;
         const stub = ns.getByName(name);
         return (route ? stub.take(limits, sent, route) : stub.take(limits, sent)).then((d) => {
           this.leases.observeRtt(this.now() - start);
@@ -665,7 +687,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       (e) => this.#log("limiter_retry", name, e, "warn"),
     ).then(
       (d) => {
-        if (report) this.#alone?.answered(name, tries === 1);
+        if (report) this.#alone?.answered(name, true);
         this.#up(name);
         return d;
       },
@@ -701,6 +723,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    */
   #keep(entry: KeyLeases, d: Decision, sentAt: number, ask: TakeAsk): HeldLease | null {
     this.leases.saw(entry, { limits: d.limits, decidedAt: d.now, sentAt, applied: d.limitsOverride ?? null });
+    // Not while grants made alone wait to be recorded: the object sized it without them, and a lease's uses are not
+    // checked against this isolate's log. Its units stay counted at the object until they expire.
+    if (d.lease && this.#alone?.pending(entry.name)) return null;
     if (d.lease) {
       const used = d.allowed ? ask.cost : 0;
       return this.leases.add(entry, {
@@ -815,6 +840,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
 function aloneBudgets(r: Pick<LimitRequest, "name" | "plan" | "route">): AloneBudgets {
   return { name: r.name, limits: r.plan.limits ?? [], route: r.route ? routeBudget(r.route) : null };
 }
+
+/** What `e` is when a key's object was not called: it is known down. */
+const NOT_CALLED = Symbol("not called");
 
 /** The probe of a key with nothing decided alone: it records nothing. */
 const NO_REPORT: AloneReport = { uses: [], routes: [] };

@@ -48,7 +48,8 @@ export function callObject<T>(
   timeoutMs: number,
   onRetry: (e: unknown) => void = () => {},
 ): Promise<T> {
-  const call = attempt().catch((e: unknown) => {
+  // A try that throws at once (a stub that cannot be made) rejects as one that fails later.
+  const call = new Promise<T>((resolve) => resolve(attempt())).catch((e: unknown) => {
     if (!isRetryable(e)) throw e;
     onRetry(e);
     return attempt();

@@ -30,19 +30,22 @@ export class FallbackLog {
   readonly #longestMs: number;
   /** Grants made alone and not yet recorded by the object, oldest first. */
   #alone: Alone[] = [];
-  /** How many of {@link #alone}'s first entries are out in a report (0: none is out). */
+  /**
+   * How many of {@link #alone}'s first entries are out in a report (0: none is out). Entries are only appended, and
+   * only removed when that report comes back, so the ones out stay the first ones.
+   */
   #out = 0;
 
   /**
    * @param limits the key's limits, as its object is sent them
-   * @param share the fallback share (0–1): each limit is scaled to `floor(share × limit)` units
+   * @param share the fallback share (0–1): each limit is scaled to `floor(share × limit)` units, at its own tick
    * @throws RangeError for limits the core rejects, or a share outside 0–1
    */
   constructor(limits: readonly LimitSpec[], share: number) {
     if (typeof share !== "number" || !(share >= 0 && share <= 1))
       throw new RangeError(`share: expected a number from 0 to 1, got ${describe(share)}`);
     const full = normalizeLimits(limits);
-    const scaled = full.map((l) => ({ limit: Math.floor(share * l.limit), windowMs: l.windowMs }));
+    const scaled = full.map((l) => ({ limit: Math.floor(share * l.limit), windowMs: l.windowMs, tickMs: l.tickMs }));
     this.#log = scaled.every((l) => l.limit >= 1) ? new KeyLog(scaled) : null;
     this.#grainMs = Math.min(...full.map((l) => l.tickMs));
     this.#longestMs = Math.max(...full.map((l) => l.windowMs));
@@ -55,9 +58,21 @@ export class FallbackLog {
     return Math.max(this.#log?.idleAt ?? Number.NEGATIVE_INFINITY, last ? last.at + this.#longestMs : -Infinity);
   }
 
-  /** Whether grants made alone wait to be reported. */
+  /** Whether grants made alone wait to be recorded by the object (a report of them may be out). */
   get pending(): boolean {
     return this.#alone.length > 0;
+  }
+
+  /** Whether a report is out: until it comes back ({@link answered}), {@link report} gives none. */
+  get reporting(): boolean {
+    return this.#out > 0;
+  }
+
+  /** Slots the log holds in memory (for the isolate's bound on its logs). */
+  get slots(): number {
+    let n = this.#alone.length;
+    for (const ring of this.#log?.rings ?? []) n += ring.allocated;
+    return n;
   }
 
   /** A grant of `units` made at `now` with the object's word (by it, or from a lease it gave): counted here too. */
@@ -72,30 +87,29 @@ export class FallbackLog {
    */
   take(now: number, cost: number): Decision {
     if (this.#log === null) return nothing(now, cost, this.#count);
-    const { decision } = this.#log.take(now, { cost });
-    // A cost over a scaled limit but within the key's own passes once the object answers again.
-    if (decision.neverAllowed) return { ...decision, neverAllowed: false, retryAfterMs: FALLBACK_NOTHING_RETRY_MS };
-    if (!decision.allowed) return decision;
-    const at = Math.ceil(decision.now / this.#grainMs) * this.#grainMs;
+    const d = alone(this.#log.take(now, { cost }).decision);
+    if (!d.allowed) return d;
+    const at = Math.ceil(d.now / this.#grainMs) * this.#grainMs;
     // An entry out in a report is not added to: what the object records of it must be what it was sent.
     const last = this.#alone.length > this.#out ? this.#alone.at(-1) : undefined;
     if (last?.at === at) last.units += cost;
     else this.#alone.push({ at, units: cost });
-    return decision;
+    return d;
   }
 
   /** Whether a request of `cost` would be granted alone at `now`; records nothing. */
   check(now: number, cost: number): Decision {
-    return this.#log === null ? nothing(now, cost, this.#count) : this.#log.check(now, cost);
+    return this.#log === null ? nothing(now, cost, this.#count) : alone(this.#log.check(now, cost));
   }
 
   /**
    * The grants made alone still in some window at `now`, as uses for a call sent at `now` to report (oldest first);
-   * older ones are forgotten, as they count nowhere any more. None while an earlier report is out: one report at a
-   * time, so that no grant is recorded twice, nor forgotten unrecorded. Follow with {@link answered}.
+   * older ones are forgotten, as they count nowhere any more. Null while an earlier report is out: one report at a
+   * time, so that each comes back to exactly the grants it carried. A report that is not empty is out until
+   * {@link answered}.
    */
-  report(now: number): Use[] {
-    if (this.#out > 0) return [];
+  report(now: number): Use[] | null {
+    if (this.#out > 0) return null;
     const from = this.#alone.findIndex((a) => a.at > now - this.#longestMs);
     if (from !== 0) this.#alone = from === -1 ? [] : this.#alone.slice(from);
     this.#out = this.#alone.length;
@@ -103,13 +117,21 @@ export class FallbackLog {
   }
 
   /**
-   * The call carrying the latest {@link report} came back: `recorded`, its uses are forgotten here (not their
-   * counting); else they wait for the next report. Grants made alone since stay to be reported.
+   * The call carrying the report out came back: `recorded`, its grants are forgotten here (not their counting); else
+   * they wait for the next report. Grants made alone since stay to be reported.
    */
   answered(recorded: boolean): void {
     if (recorded) this.#alone = this.#alone.slice(this.#out);
     this.#out = 0;
   }
+}
+
+/**
+ * A decision made alone: a cost over a scaled limit but within the key's own is refused for a while (it passes once
+ * the object answers again), not for ever.
+ */
+function alone(d: Decision): Decision {
+  return d.neverAllowed ? { ...d, neverAllowed: false, retryAfterMs: FALLBACK_NOTHING_RETRY_MS } : d;
 }
 
 /** A refusal by a fallback that can grant nothing. */

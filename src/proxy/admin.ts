@@ -16,9 +16,9 @@ import type { LimitStatus, NamedLimit } from "../core/decision.ts";
 import { describe, parseDuration } from "../core/duration.ts";
 import { type KeyStatus, MAX_TIME_MS, type Override, type RateLimiter } from "../object/index.ts";
 import { HttpError, problem } from "../pipeline/http.ts";
-import { inJurisdiction } from "../pipeline/index.ts";
 import { BEARER, checkKey, type Identity, identify, objectName } from "../pipeline/key.ts";
 import { adminPage } from "./admin-page.ts";
+import { objectsOf } from "./objects.ts";
 
 /** The bindings the admin API reads. */
 export interface AdminEnv {
@@ -39,14 +39,6 @@ export interface AdminContext {
 export const MAX_BODY_BYTES = 8192;
 /** Buckets in `history` (the longest window's grants over time). */
 export const HISTORY_BUCKETS = 60;
-
-/**
- * The limiter's objects: `env.LIMITER`, or its namespace in the configured jurisdiction (the same objects the
- * limiter decides with).
- */
-export function objectsOf(env: AdminEnv, config: Config): DurableObjectNamespace<RateLimiter> {
-  return config.jurisdiction === null ? env.LIMITER : inJurisdiction(env.LIMITER, config.jurisdiction, "LIMITER");
-}
 
 /**
  * Whether the admin API answers `request`: only while `ADMIN_TOKEN` is set, for a path under

@@ -15,9 +15,10 @@ import type { RateLimiter } from "../object/index.ts";
 import { clientSignal, copyHeaders, HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
 import { type DecisionObserver, Pipeline } from "../pipeline/index.ts";
 import { readKey } from "../pipeline/key.ts";
-import { handleAdmin, isAdminRequest, objectsOf } from "./admin.ts";
+import { handleAdmin, isAdminRequest } from "./admin.ts";
 import { corsFor, isPreflight, withCors } from "./cors.ts";
 import { forward, isWebSocketUpgrade, type OriginFetcher } from "./forward.ts";
+import { objectsOf } from "./objects.ts";
 
 /**
  * The bindings the proxy reads: the generated `Env` (`npm run types`), with the vars as `unknown`
@@ -107,10 +108,8 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
     } catch (e) {
       if (e instanceof HttpError) return answer(e.toResponse(), true);
       if (e instanceof LimiterError) return answer(problemFor(e, config.key.bearer), true);
-      if (e instanceof ConfigError) {
-        logEvent("config_error", { message: e.message }, "error");
-        return problem(500, "Rate limiter misconfigured", e.message);
-      }
+      // Logged where it was found (once).
+      if (e instanceof ConfigError) return problem(500, "Rate limiter misconfigured", e.message);
       logEvent("internal_error", { message: errorName(e) }, "error");
       return problem(500, "Internal Server Error", "The rate limiter failed unexpectedly.");
     }

@@ -30,7 +30,7 @@ const faultPlan = (fault: string) => ({
   limits: [{ limit: 5, window: "1m", name: fault }],
 });
 const FAULTS = ["throw", "overload", "retryonce", "retryalways", "retryoverload", "reset"];
-const rateLimit = (failureMode: "closed" | "open") => ({
+const rateLimit = (failureMode: "closed" | "open" | "local") => ({
   limits: [{ limit: 1000, window: "1m" }],
   failure_mode: failureMode,
   origin_timeout: `${ORIGIN_TIMEOUT_MS}ms`,
@@ -386,5 +386,30 @@ describe("object faults", () => {
         expect(takeCalls(limiter(), k)).toHaveLength(1);
       },
     );
+  });
+
+  describe('failure_mode = "local"', () => {
+    const limiter = useLimiter({ origin: () => origin.url, rateLimit: rateLimit("local"), config: FAULTS_CONFIG });
+
+    it("the object throws: the isolate decides alone — exactly the limit proxied with its headers, then 429 limiter_fallback; one call, then none while it is known down", async () => {
+      const k = key("throw");
+      const before = jsonLines(limiter()).length;
+      const responses: Response[] = [];
+      for (let i = 0; i < 7; i++)
+        responses.push(await fetch(`${limiter().url}/v1/local?i=${i}`, { headers: { "x-api-key": k } }));
+      expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 429, 429]);
+      expect(responses[0]?.headers.get("RateLimit")).toBe('"throw";r=4;t=60');
+      const refused = await problem(responses[5] as Response, 429);
+      expect(refused).toMatchObject({ reason: "limiter_fallback" });
+      expect((responses[5] as Response).headers.get("Retry-After")).toMatch(/^(59|60)$/);
+      for (const r of responses.slice(0, 5)) await r.arrayBuffer();
+      expect(arrivalsFor(k).map((a) => a.url)).toEqual([0, 1, 2, 3, 4].map((i) => `/v1/local?i=${i}`));
+      await settleLogs(limiter());
+      // The first request's call failed; the object is known down for a second: no further call.
+      expect(takeCalls(limiter(), k)).toHaveLength(1);
+      const logs = jsonLines(limiter()).slice(before);
+      expect(logs).toContainEqual(expect.objectContaining({ event: "limiter_down", failure_mode: "local" }));
+      expect(logs.filter((l) => l.event === "limiter_unavailable")).toHaveLength(1);
+    });
   });
 });

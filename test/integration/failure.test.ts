@@ -120,7 +120,7 @@ describe('failure_mode = "local" under a binding that fails, hangs and recovers'
     expect((await arrivalsFor(key)).map((a) => a.url)).toEqual(["/a", "/b0", "/b1", "/b2"]);
   });
 
-  it("closed: known down, 503 at once without a call, one probe per interval", async () => {
+  it("closed: after one failed call, 503 at once without another while the object is known down", async () => {
     vi.spyOn(console, "error").mockImplementation(() => {});
     const flaky = flakyLimiter();
     const e = envWith(

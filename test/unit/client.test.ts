@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
 import type { HeldLease, KeyLeases, LeaseCall } from "../../src/client/leases.ts";
 import { type GrantRecord, headersOf } from "../../src/client/result.ts";
-import { grantOf, setup, T0 } from "./store.ts";
+import { grantOf, setup, T0 } from "../support/store.ts";
 
 describe("LimiterClient.limit", () => {
   it("grants from the object, then from a lease once the key is busy here: one call for many grants", async () => {

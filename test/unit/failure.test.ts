@@ -8,8 +8,8 @@ import { describe, expect, it } from "vitest";
 import { DOWN_FIRST_MS } from "../../src/client/circuit.ts";
 import { headersOf, type RateLimitResult } from "../../src/client/result.ts";
 import type { Route } from "../../src/config/types.ts";
+import { setup } from "../support/store.ts";
 import { maxInWindow } from "../support/window.ts";
-import { setup } from "./store.ts";
 
 /** The object fails every call until `up()`. */
 function down(t: ReturnType<typeof setup>): void {
@@ -174,6 +174,82 @@ describe('failure_mode = "local": the isolate decides alone', () => {
     ]);
   });
 
+  it("a call out when the object went down, granted later, must fit the grants made alone meanwhile", async () => {
+    const t = setup({ failure_mode: "local", leases: false, limits: [{ limit: 2, window: "1h" }] });
+    let open = () => {};
+    t.store.gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    // B's call is out (slow); A's fails: the key is down, and A and C are granted alone.
+    const b = t.limit();
+    down(t);
+    const alone = [await t.limit(), await t.limit(), await t.limit()];
+    expect(alone.map((r) => r.allowed)).toEqual([true, true, false]);
+    up(t);
+    open();
+    // The object grants B (it knew nothing of A and C); this isolate's log does not fit it.
+    expect(await b).toMatchObject({ allowed: false, reason: "limiter_fallback" });
+  });
+
+  it("a retried call carries the report too: the object records it before deciding", async () => {
+    const t = setup({ failure_mode: "local", leases: false, limits: [{ limit: 2, window: "1h" }] });
+    down(t);
+    expect((await t.limit()).allowed).toBe(true);
+    expect((await t.limit()).allowed).toBe(true);
+    // The object is back; its first try fails with a retryable error.
+    t.advance(DOWN_FIRST_MS);
+    t.store.fail = { retryable: true };
+    t.store.failures = 1;
+    await t.limit(); // the probe: the retryable error, then recorded with the retry
+    await t.settle();
+    const probes = t.store.calls.filter((c) => c.method === "recover");
+    const units = (c: (typeof probes)[number]) => c.report?.uses.reduce((n, u) => n + u.units, 0);
+    expect(probes.map(units)).toEqual([2, 2]);
+    // Both recorded: the object refuses.
+    expect((await t.limit()).reason).toBe("over_limit");
+  });
+
+  it("leases held when the object goes down are dropped: every request is then decided against the isolate's log", async () => {
+    const t = setup({ failure_mode: "local", limits: [{ limit: 40, window: "1h" }] });
+    for (let i = 0; i < 12; i++) {
+      await t.limit();
+      await t.settle();
+      t.advance(100);
+    }
+    expect(t.client.leases.get("key:a")).toBeDefined();
+    down(t);
+    let granted = 12;
+    for (let i = 0; i < 60; i++) {
+      const r = await t.limit();
+      if (r.allowed) granted++;
+      await t.settle();
+      t.advance(10);
+    }
+    expect(granted).toBe(40);
+    expect(t.client.leases.get("key:a")?.held ?? []).toEqual([]);
+  });
+
+  it("a route's grants made alone are reported in the route's budget", async () => {
+    const t = setup({
+      failure_mode: "local",
+      leases: false,
+      limits: [{ limit: 10, window: "1h" }],
+      routes: [{ name: "search", limits: [{ limit: 3, window: "1h" }] }],
+    });
+    const route = t.plan.routes[0] as Route;
+    down(t);
+    for (let i = 0; i < 2; i++)
+      await t.client.limit({ ns: t.ns, name: "key:a", plan: t.plan, cost: 1, route, bg: t.bg });
+    up(t);
+    t.advance(DOWN_FIRST_MS);
+    await t.limit();
+    await t.settle();
+    const report = t.store.calls.find((c) => c.method === "recover")?.report;
+    expect(report?.uses.map((u) => u.units)).toEqual([2]);
+    expect(report?.routes.map((r) => [r.budget.name, r.uses.map((u) => u.units)])).toEqual([["search", [2]]]);
+    expect(t.store.log("key:a\u0000search", route.limits).check(t.client.now(), 1).limits[0]?.remaining).toBe(1);
+  });
+
   it("fallback_share scales each limit; peek() answers from the isolate's log", async () => {
     const t = setup({
       failure_mode: "local",
@@ -227,10 +303,16 @@ describe('failure_mode = "local": the isolate decides alone', () => {
     expect(t.store.count("release")).toBe(0);
   });
 
-  it("property: one isolate, leases on or off, through outages and recoveries — no window of use times over N", async () => {
+  it("property: one isolate, leases on or off, requests at once, errors retried or not, a slow call out — no window of use times over N", async () => {
     const steps = fc.array(
-      fc.record({ gap: fc.integer({ min: 0, max: 150 }), cost: fc.integer({ min: 1, max: 2 }), down: fc.boolean() }),
-      { minLength: 1, maxLength: 120 },
+      fc.record({
+        gap: fc.integer({ min: 0, max: 150 }),
+        cost: fc.integer({ min: 1, max: 2 }),
+        // How many requests at once.
+        at: fc.integer({ min: 1, max: 3 }),
+        object: fc.constantFrom("up", "up", "down", "retryable", "slow"),
+      }),
+      { minLength: 1, maxLength: 100 },
     );
     await fc.assert(
       fc.asyncProperty(steps, fc.boolean(), async (seq, leases) => {
@@ -243,14 +325,41 @@ describe('failure_mode = "local": the isolate decides alone', () => {
           ],
         });
         const uses: number[] = [];
+        const used = (r: RateLimitResult, cost: number) => {
+          if (r.allowed) uses.push(...Array<number>(cost).fill(t.client.now()));
+        };
+        // Calls held at the object until the next step's requests are decided (a slow round trip).
+        let release: (() => void) | null = null;
+        const slow: Promise<unknown>[] = [];
         for (const s of seq) {
           t.advance(s.gap);
-          if (s.down) down(t);
-          else up(t);
-          const r = await t.limit("key:a", s.cost);
-          if (r.allowed) uses.push(...Array<number>(s.cost).fill(t.client.now()));
+          up(t);
+          if (s.object === "down") down(t);
+          if (s.object === "retryable") {
+            t.store.fail = { retryable: true };
+            t.store.failures = 1;
+          }
+          let open = () => {};
+          if (s.object === "slow") {
+            t.store.gate = new Promise<void>((resolve) => {
+              open = resolve;
+            });
+          }
+          const sent = Array.from({ length: s.at }, () => t.limit("key:a", s.cost).then((r) => used(r, s.cost)));
+          t.store.gate = null;
+          const before = release;
+          if (s.object === "slow") {
+            slow.push(...sent);
+            release = open;
+          } else {
+            await Promise.all(sent);
+            release = null;
+          }
+          before?.();
           await t.settle();
         }
+        release?.();
+        await Promise.all(slow);
         expect(maxInWindow(uses, 2000)).toBeLessThanOrEqual(10);
         expect(maxInWindow(uses, 10_000)).toBeLessThanOrEqual(30);
       }),

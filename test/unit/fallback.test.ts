@@ -59,9 +59,11 @@ describe("FallbackLog: deciding alone", () => {
     expect(none.pending).toBe(false);
   });
 
-  it("a cost over a scaled limit but within the key's is refused for a while, not for ever", () => {
+  it("a cost over a scaled limit but within the key's is refused for a while, not for ever (take and check alike)", () => {
     const log = new FallbackLog([{ limit: 10, windowMs: 1000 }], 0.5);
-    expect(log.take(T0, 6)).toMatchObject({ allowed: false, neverAllowed: false, retryAfterMs: 1000 });
+    const wait = { allowed: false, neverAllowed: false, retryAfterMs: FALLBACK_NOTHING_RETRY_MS };
+    expect(log.take(T0, 6)).toMatchObject(wait);
+    expect(log.check(T0, 6)).toMatchObject(wait);
   });
 
   it("rejects a share outside 0–1", () => {
@@ -96,8 +98,10 @@ describe("FallbackLog: reporting the grants made alone", () => {
     // Made in the same millisecond as the one out: a new entry, not added to the one out.
     log.take(T0, 1);
     log.take(T0 + 7, 2);
-    expect(log.report(T0 + 8)).toEqual([]);
+    expect(log.reporting).toBe(true);
+    expect(log.report(T0 + 8)).toBeNull();
     log.answered(true);
+    expect(log.reporting).toBe(false);
     expect(log.report(T0 + 9)).toEqual([
       { ageMs: 9, units: 1 },
       { ageMs: 2, units: 2 },
@@ -120,7 +124,10 @@ describe("FallbackLog: reporting the grants made alone", () => {
     const log = new FallbackLog([{ limit: 100, windowMs: 1000 }], 1);
     expect(log.idleAt).toBe(Number.NEGATIVE_INFINITY);
     log.take(T0, 1);
-    expect(log.idleAt).toBeGreaterThanOrEqual(T0 + 1000);
+    // Recorded at T0: it counts until T0 + 1000, and is reported until then.
+    expect(log.idleAt).toBe(T0 + 1000);
+    log.saw(T0 + 500, 1);
+    expect(log.idleAt).toBe(T0 + 502 + 1000);
   });
 });
 
@@ -191,7 +198,7 @@ describe("KeyLog.record: the object records grants made alone", () => {
         for (const { gap, cost, up } of seq) {
           t += gap;
           if (up) {
-            const report = alone.report(t);
+            const report = alone.report(t) ?? [];
             object.record(t + transit, report);
             alone.answered(true);
             const d = object.take(t + transit, { cost }).decision;
@@ -211,15 +218,15 @@ describe("KeyLog.record: the object records grants made alone", () => {
 describe("Circuit: objects known down", () => {
   it("after a failure, no call for a second; then one probe, in the background; up again when it answers", () => {
     const c = new Circuit(500);
-    expect(c.state("k", T0)).toBe("up");
+    expect(c.admit("k", T0)).toBe("up");
     expect(c.failed("k", T0, true)).toBe(true);
     expect(c.late("k")).toBe(true);
-    expect(c.state("k", T0 + DOWN_FIRST_MS - 1)).toBe("down");
-    expect(c.state("k", T0 + DOWN_FIRST_MS)).toBe("probe");
+    expect(c.admit("k", T0 + DOWN_FIRST_MS - 1)).toBe("down");
+    expect(c.admit("k", T0 + DOWN_FIRST_MS)).toBe("probe");
     // One probe at a time.
-    expect(c.state("k", T0 + DOWN_FIRST_MS + 1)).toBe("down");
+    expect(c.admit("k", T0 + DOWN_FIRST_MS + 1)).toBe("down");
     expect(c.answered("k")).toBe(true);
-    expect(c.state("k", T0 + DOWN_FIRST_MS + 2)).toBe("up");
+    expect(c.admit("k", T0 + DOWN_FIRST_MS + 2)).toBe("up");
     expect(c.answered("k")).toBe(false);
   });
 
@@ -233,8 +240,8 @@ describe("Circuit: objects known down", () => {
     let last = T0;
     for (let i = 0; i < 8; i++) {
       const due = last + expectedInterval(i);
-      expect(c.state("k", due - 1)).toBe("down");
-      expect(c.state("k", due)).toBe("probe");
+      expect(c.admit("k", due - 1)).toBe("down");
+      expect(c.admit("k", due)).toBe("probe");
       seen.push(due - last);
       c.failed("k", due, false);
       last = due;
@@ -246,12 +253,12 @@ describe("Circuit: objects known down", () => {
   it("a probe not back within the object's deadline counts as failed: the next request probes again later", () => {
     const c = new Circuit(500);
     c.failed("k", T0, true);
-    expect(c.state("k", T0 + 1000)).toBe("probe");
+    expect(c.admit("k", T0 + 1000)).toBe("probe");
     // Its background work was cut short: never answered, never failed.
-    expect(c.state("k", T0 + 1000 + 500 + DOWN_FIRST_MS - 1)).toBe("down");
+    expect(c.admit("k", T0 + 1000 + 500 + DOWN_FIRST_MS - 1)).toBe("down");
     // Counted failed at its deadline (T0 + 2500): the next interval, 2 s, runs from there.
-    expect(c.state("k", T0 + 2500 + 2000 - 1)).toBe("down");
-    expect(c.state("k", T0 + 2500 + 2000)).toBe("probe");
+    expect(c.admit("k", T0 + 2500 + 2000 - 1)).toBe("down");
+    expect(c.admit("k", T0 + 2500 + 2000)).toBe("probe");
     expect(c.failures("k")).toBe(2);
   });
 });

@@ -1,4 +1,4 @@
-// The object's behaviour in memory for the client's unit tests: the real core (KeyLog) at a clock the test moves for
+// The object's behaviour in memory for the client's unit tests (test/unit/client.test.ts, failure.test.ts): the real core (KeyLog) at a clock the test moves for
 // both the client and the object, with failures on demand (an error with the runtime's flags, or a call that hangs).
 
 import { type Background, LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
@@ -30,6 +30,8 @@ export class Store {
     settle?: readonly Settlement[];
     report?: AloneReport;
   }[] = [];
+  /** Calls made while it is set wait for it after their failure check, before the object decides (a slow round trip). */
+  gate: Promise<void> | null = null;
   /** Makes the next calls fail: an Error with these flags, or a promise that never settles. */
   fail: { retryable?: boolean; overloaded?: boolean } | "hang" | null = null;
   failures = 0;
@@ -61,10 +63,13 @@ export class Store {
     return override ? { ...d, limitsOverride: override } : d;
   }
 
-  /** Records what an isolate granted alone, as the object does (the key's own budget). */
+  /** Records what an isolate granted alone, as the object does: in the key's own budget and its routes'. */
   #recover(name: string, limits: readonly LimitSpec[], report: AloneReport | undefined): number {
     if (report === undefined) return 0;
-    return this.log(name, limits).record(this.now(), report.uses).length;
+    let rows = this.log(name, limits).record(this.now(), report.uses).length;
+    for (const r of report.routes)
+      rows += this.log(`${name}\u0000${r.budget.name}`, r.budget.limits).record(this.now(), r.uses).length;
+    return rows;
   }
 
   async #maybeFail(): Promise<void> {
@@ -76,7 +81,9 @@ export class Store {
     const stub = (name: string) => ({
       take: async (limits: readonly LimitSpec[], ask: Ask): Promise<Decision> => {
         this.calls.push({ name, method: "take", ask });
+        const gate = this.gate;
         await this.#maybeFail();
+        if (gate) await gate;
         this.#recover(name, limits, ask.alone);
         return this.#decide(name, limits, (log) => log.take(this.now(), ask).decision, ask.cost);
       },
