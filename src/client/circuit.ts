@@ -9,7 +9,7 @@
 export const DOWN_FIRST_MS = 1_000;
 
 /** The longest it is left alone between probes (ms). */
-export const DOWN_MOST_MS = 30_000;
+export const DOWN_MOST_MS = 10_000;
 
 /** How many keys' failures an isolate remembers: beyond, it forgets them all (a forgotten key is simply called). */
 const KEYS_MAX = 10_000;
