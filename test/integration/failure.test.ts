@@ -5,30 +5,18 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it, vi } from "vitest";
 import { ConfigError, createLimiter, type RateLimitResult } from "../../src/index.ts";
-import { arrivalsFor, background, envWith, freshKey, handle, request, type WorkerEnv } from "./helpers.ts";
+import { arrivalsFor, background, envWith, freshKey, handle, request, spyLimiter, type WorkerEnv } from "./helpers.ts";
 
 type Mode = "up" | "fail" | "hang";
 
 /** The real LIMITER namespace behind a switch: up (forwarded), failing every call, or hanging every call. */
 function flakyLimiter(): { namespace: WorkerEnv["LIMITER"]; set: (m: Mode) => void; calls: string[] } {
-  const real = (env as unknown as WorkerEnv).LIMITER;
-  const calls: string[] = [];
   let mode: Mode = "up";
-  const namespace = {
-    getByName: (name: string) =>
-      new Proxy(real.getByName(name), {
-        get(target, prop) {
-          const value = Reflect.get(target, prop);
-          if (typeof value !== "function") return value;
-          return (...args: unknown[]) => {
-            calls.push(String(prop));
-            if (mode === "fail") return Promise.reject(new Error("Durable Object is overloaded."));
-            if (mode === "hang") return new Promise(() => {});
-            return Reflect.apply(value as (...a: unknown[]) => unknown, target, args);
-          };
-        },
-      }),
-  } as unknown as WorkerEnv["LIMITER"];
+  const { namespace, calls } = spyLimiter(() => {
+    if (mode === "fail") return Promise.reject(new Error("Durable Object is overloaded."));
+    if (mode === "hang") return new Promise(() => {});
+    return undefined;
+  });
   return {
     namespace,
     set: (m) => {

@@ -122,8 +122,14 @@ export function problemBody(response: Response): Promise<Problem> {
   return problemOf(response, response.status);
 }
 
-/** A LIMITER namespace that records every method called on any of its objects (and forwards to the real one). */
-export function spyLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: string[] } {
+/**
+ * A LIMITER namespace that records every method called on any of its objects and forwards to the real one — unless
+ * `instead` answers the call itself (a promise; undefined: forwarded).
+ */
+export function spyLimiter(instead: () => Promise<unknown> | undefined = () => undefined): {
+  namespace: WorkerEnv["LIMITER"];
+  calls: string[];
+} {
   const calls: string[] = [];
   const real = (env as unknown as WorkerEnv).LIMITER;
   const namespace = {
@@ -135,7 +141,7 @@ export function spyLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: string[]
           return (...args: unknown[]) => {
             calls.push(String(prop));
             // Reflect.apply: `.apply` on an RPC method would itself be an RPC property.
-            return Reflect.apply(value as (...a: unknown[]) => unknown, target, args);
+            return instead() ?? Reflect.apply(value as (...a: unknown[]) => unknown, target, args);
           };
         },
       }),
