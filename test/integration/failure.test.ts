@@ -85,9 +85,13 @@ describe('failure_mode = "local" under a binding that fails, hangs and recovers'
     vi.spyOn(console, "error").mockImplementation(() => {});
     vi.spyOn(console, "log").mockImplementation(() => {});
     const flaky = flakyLimiter();
+    const points: AnalyticsEngineDataPoint[] = [];
     const e = envWith(
       { limits: [{ limit: 4, window: "1h" }], leases: false, failure_mode: "local", object_timeout: "100ms" },
-      { LIMITER: flaky.namespace },
+      {
+        LIMITER: flaky.namespace,
+        LIMITER_ANALYTICS: { writeDataPoint: (p) => void points.push(p ?? {}) } as AnalyticsEngineDataset,
+      },
     );
     const key = freshKey();
     expect((await handle(request(key, "/a"), e)).status).toBe(200);
@@ -105,6 +109,12 @@ describe('failure_mode = "local" under a binding that fails, hangs and recovers'
     expect(last?.headers.get("RateLimit")).toMatch(/^"per-hour";r=0;t=\d+$/);
     // Only the first hanging call waited (its deadline); the others made none.
     expect(flaky.calls).toEqual(["take", "take"]);
+    // One data point per decision: the reason and allowed/denied of each.
+    expect(points.map((p) => [p.blobs?.[0], p.blobs?.[2]])).toEqual([
+      ["granted", "allowed"],
+      ...Array.from({ length: 3 }, () => ["limiter_fallback", "allowed"]),
+      ...Array.from({ length: 2 }, () => ["limiter_fallback", "denied"]),
+    ]);
     expect((await arrivalsFor(key)).map((a) => a.url)).toEqual(["/a", "/b0", "/b1", "/b2"]);
   });
 
