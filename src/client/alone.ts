@@ -42,16 +42,29 @@ function logsOf(k: KeyAlone): FallbackLog[] {
   return [k.log, ...[...k.routes.values()].map((r) => r.log)];
 }
 
+/** How many keys' logs, and slots in them, an isolate keeps at most (defaults {@link KEYS_MAX}, {@link SLOTS_MAX}). */
+export interface AloneBounds {
+  readonly keys: number;
+  readonly slots: number;
+}
+
 export class AloneLogs {
   readonly #share: number;
+  readonly #bounds: AloneBounds;
   /** By object name, least recently used first. */
   readonly #keys = new Map<string, KeyAlone>();
   /** New keys since the logs' slots were last counted. */
   #newKeys = 0;
 
   /** @param share the fallback share (0–1) of each limit a key's requests get alone */
-  constructor(share: number) {
+  constructor(share: number, bounds: AloneBounds = { keys: KEYS_MAX, slots: SLOTS_MAX }) {
     this.#share = share;
+    this.#bounds = bounds;
+  }
+
+  /** Keys with a log here (for tests and measurements). */
+  get size(): number {
+    return this.#keys.size;
   }
 
   /** A grant of `units` in budgets `b` made at `now` with its object's word: counted here too. */
@@ -111,7 +124,7 @@ export class AloneLogs {
     let k = this.#keys.get(name);
     if (k !== undefined) this.#keys.delete(name);
     if (k === undefined || k.limits !== limits) {
-      if (k === undefined && (this.#keys.size >= KEYS_MAX || ++this.#newKeys >= CHECK_EVERY)) this.#bound(now);
+      if (k === undefined && (this.#keys.size >= this.#bounds.keys || ++this.#newKeys >= CHECK_EVERY)) this.#bound(now);
       k = { limits, log: new FallbackLog(limits, this.#share), routes: new Map() };
     }
     this.#keys.set(name, k);
@@ -125,7 +138,7 @@ export class AloneLogs {
   }
 
   /**
-   * Keeps the logs under {@link KEYS_MAX} keys and {@link SLOTS_MAX} slots at `now`: the idle ones go (nothing
+   * Keeps the logs under their bounds of keys and slots at `now`: the idle ones go (nothing
    * counting, nothing to report), then the least recently used until half the bounds (their grants made alone, if
    * any, are then never reported).
    */
@@ -137,9 +150,10 @@ export class AloneLogs {
       if (logs.every((log) => log.idleAt <= now)) this.#keys.delete(name);
       else for (const log of logs) slots += log.slots;
     }
-    if (this.#keys.size < KEYS_MAX && slots <= SLOTS_MAX) return;
+    const { keys, slots: most } = this.#bounds;
+    if (this.#keys.size < keys && slots <= most) return;
     for (const [name, k] of this.#keys) {
-      if (this.#keys.size <= KEYS_MAX / 2 && slots <= SLOTS_MAX / 2) break;
+      if (this.#keys.size <= keys / 2 && slots <= most / 2) break;
       for (const log of logsOf(k)) slots -= log.slots;
       this.#keys.delete(name);
     }

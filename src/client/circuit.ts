@@ -38,9 +38,12 @@ export class Circuit {
   readonly #down = new Map<string, Down>();
   /** How long a probe may take before it counts as failed (ms): the object's deadline, and a margin. */
   readonly #probeMs: number;
+  readonly #keysMax: number;
 
-  constructor(objectTimeoutMs: number) {
+  /** @param keysMax how many keys' failures it remembers (default {@link KEYS_MAX}) */
+  constructor(objectTimeoutMs: number, keysMax = KEYS_MAX) {
     this.#probeMs = objectTimeoutMs + DOWN_FIRST_MS;
+    this.#keysMax = keysMax;
   }
 
   /**
@@ -80,7 +83,7 @@ export class Circuit {
       if (d.probeEndsAt !== null || now >= d.until) this.#down.set(name, this.#fail({ ...d, late }, now));
       return false;
     }
-    if (this.#down.size >= KEYS_MAX) this.#down.clear();
+    if (this.#down.size >= this.#keysMax) this.#down.clear();
     this.#down.set(name, { failures: 1, until: now + DOWN_FIRST_MS, probeEndsAt: null, late });
     return true;
   }

@@ -37,8 +37,8 @@ export class InFlight {
   readonly #released = new Set<string>();
   /** Slots taken alone (the key's object could not answer): their key's object name, by id; never at the object. */
   readonly #alone = new Map<string, string>();
-  /** Per key: its slots taken alone here, held now. */
-  readonly #aloneCount = new Map<string, number>();
+  /** Per key: its slots taken alone here and held, by id, with when each lapses (ms, the client's clock). */
+  readonly #aloneByKey = new Map<string, Map<string, number>>();
   readonly #objectTimeoutMs: number;
   readonly #log: SlotLog;
 
@@ -66,44 +66,56 @@ export class InFlight {
     return slot !== null && (this.#held.has(slot.id) || this.#alone.has(slot.id));
   }
 
-  /** Whether the key of object `name` may take one more slot alone, holding at most `most` here at once. */
-  fitsAlone(name: string, most: number): boolean {
-    return (this.#aloneCount.get(name) ?? 0) < most;
+  /**
+   * Whether the key of object `name` may take one more slot alone at `now`, holding at most `most` here at once. Slots
+   * taken alone that were never released lapse after the plan's `concurrency_timeout`, as at the object.
+   */
+  fitsAlone(name: string, most: number, now: number): boolean {
+    const held = this.#aloneByKey.get(name);
+    if (held === undefined) return most > 0;
+    for (const [id, lapsesAt] of held) {
+      if (lapsesAt > now) continue;
+      held.delete(id);
+      this.#alone.delete(id);
+    }
+    if (held.size === 0) this.#aloneByKey.delete(name);
+    return held.size < most;
   }
 
   /**
-   * Holds `slot` for the key of object `name` alone, while its object cannot answer (`failure_mode = "local"`):
-   * counted here until released here, never renewed, never called about.
+   * Holds `slot` for the key of object `name` alone from `now`, while its object cannot answer (`failure_mode =
+   * "local"`): counted here until released here or lapsed, never renewed, never called about.
    */
-  holdAlone(name: string, slot: SlotAsk): SlotRecord {
+  holdAlone(name: string, slot: SlotAsk, now: number): SlotRecord {
     this.#alone.set(slot.id, name);
-    this.#aloneCount.set(name, (this.#aloneCount.get(name) ?? 0) + 1);
+    const held = this.#aloneByKey.get(name) ?? new Map<string, number>();
+    held.set(slot.id, now + slot.timeoutMs);
+    this.#aloneByKey.set(name, held);
     return { name, id: slot.id };
   }
 
   /**
    * Frees `slot` at the key's object, once: held here, its renewals stop; held by another isolate, the object frees
-   * it and that isolate's next renewal finds it gone. Resolves false when there was none (released already), or when
+   * it and that isolate's next renewal finds it gone. A slot taken alone here is freed here, with no call. Resolves false when there was none (released already), or when
    * the object did not answer (logged as `slot_release_failed`; the object frees it after its timeout). Never rejects.
    */
   async release(ns: LimiterNamespace, slot: SlotRecord | null): Promise<boolean> {
     if (slot === null || typeof slot.id !== "string" || typeof slot.name !== "string") return false;
+    if (this.#released.has(slot.id)) return false;
+    if (this.#released.size >= RELEASED_MAX) this.#released.clear();
     const alone = this.#alone.get(slot.id);
     if (alone !== undefined) {
       this.#alone.delete(slot.id);
-      const left = (this.#aloneCount.get(alone) ?? 1) - 1;
-      if (left > 0) this.#aloneCount.set(alone, left);
-      else this.#aloneCount.delete(alone);
+      this.#released.add(slot.id);
+      this.#aloneByKey.get(alone)?.delete(slot.id);
       return true;
     }
-    if (this.#released.has(slot.id)) return false;
     const held = this.#held.get(slot.id);
     if (held) {
       this.#held.delete(slot.id);
       clearTimeout(held.timer);
       held.released = true;
     }
-    if (this.#released.size >= RELEASED_MAX) this.#released.clear();
     this.#released.add(slot.id);
     try {
       const freed = await callObject(

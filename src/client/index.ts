@@ -519,12 +519,12 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const now = this.now();
     // A concurrency slot alone: counted in this isolate, at the share of the plan's `concurrency`.
     const most = slot ? Math.floor(this.config.fallbackShare * slot.limit) : 0;
-    if (slot && !this.#inFlight.fitsAlone(name, most)) {
+    if (slot && !this.#inFlight.fitsAlone(name, most, now)) {
       const d = this.#alone.check(aloneBudgets(r), now, cost);
       return this.#aloneResult(r, d, false, { retryAfterMs: UNAVAILABLE_RETRY_MS });
     }
     const d = this.#alone.take(aloneBudgets(r), now, cost);
-    const held = d.allowed && slot ? this.#inFlight.holdAlone(name, slot) : null;
+    const held = d.allowed && slot ? this.#inFlight.holdAlone(name, slot, now) : null;
     return this.#aloneResult(r, d, d.allowed, { handle: held ? { grants: [], slot: held } : null });
   }
 

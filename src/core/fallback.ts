@@ -54,8 +54,8 @@ export class FallbackLog {
 
   /** From this time on nothing in the log counts and nothing is left to report: the log can be dropped. */
   get idleAt(): number {
-    const last = this.#alone.at(-1);
-    return Math.max(this.#log?.idleAt ?? Number.NEGATIVE_INFINITY, last ? last.at + this.#longestMs : -Infinity);
+    // Grants made alone are in the log too, recorded no earlier than their entries here: its idle time covers them.
+    return this.#log?.idleAt ?? Number.NEGATIVE_INFINITY;
   }
 
   /** Whether grants made alone wait to be recorded by the object (a report of them may be out). */

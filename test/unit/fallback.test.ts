@@ -73,6 +73,63 @@ describe("FallbackLog: deciding alone", () => {
   });
 });
 
+describe("FallbackLog: edges", () => {
+  it("a share of 0 grants nothing (saw counts nothing, nothing is reported); so does one leaving any limit under 1", () => {
+    const none = new FallbackLog([{ limit: 100, windowMs: 1000 }], 0);
+    none.saw(T0, 1);
+    expect(none.take(T0, 1)).toMatchObject({ allowed: false, blockedUntil: T0 + FALLBACK_NOTHING_RETRY_MS });
+    expect(none.check(T0, 1)).toMatchObject({ allowed: false, retryAfterMs: FALLBACK_NOTHING_RETRY_MS });
+    expect([none.pending, none.slots, none.idleAt]).toEqual([false, 0, Number.NEGATIVE_INFINITY]);
+    const one = new FallbackLog(
+      [
+        { limit: 100, windowMs: 1000 },
+        { limit: 1, windowMs: 60_000 },
+      ],
+      0.5,
+    );
+    expect(one.take(T0, 1).allowed).toBe(false);
+    expect(new FallbackLog([{ limit: 1, windowMs: 1000 }], 1).take(T0, 1).allowed).toBe(true);
+  });
+
+  it("a refusal is not a grant made alone", () => {
+    const log = new FallbackLog([{ limit: 1, windowMs: 1000 }], 1);
+    log.take(T0, 1);
+    log.report(T0);
+    log.answered(true);
+    expect(log.take(T0 + 1, 1).allowed).toBe(false);
+    expect(log.pending).toBe(false);
+  });
+
+  it("groups grants made alone per the finest tick, rounded up; keeps them for the longest window", () => {
+    const log = new FallbackLog(
+      [
+        { limit: 100, windowMs: 10_000, tickMs: 10 },
+        { limit: 1000, windowMs: 100_000, tickMs: 100 },
+      ],
+      1,
+    );
+    log.take(T0 + 3, 1);
+    log.take(T0 + 7, 1);
+    log.take(T0 + 13, 1);
+    // T0 is a multiple of both ticks: +3 and +7 group at +10, +13 at +20; ages from the report's time.
+    expect(log.report(T0 + 50)).toEqual([
+      { ageMs: 40, units: 2 },
+      { ageMs: 30, units: 1 },
+    ]);
+    log.answered(false);
+    // Left the 10 s window, not the 100 s one: still reported.
+    expect(log.report(T0 + 50_000)).toHaveLength(2);
+  });
+
+  it("counts its slots: ring slots and grants made alone", () => {
+    const log = new FallbackLog([{ limit: 5, windowMs: 1000 }], 1);
+    const empty = log.slots;
+    log.take(T0, 1);
+    expect(log.slots).toBe(empty + 1);
+    expect(empty).toBeGreaterThan(0);
+  });
+});
+
 describe("FallbackLog: reporting the grants made alone", () => {
   it("reports each grant made alone once, by age, oldest first; seen grants are never reported", () => {
     const log = new FallbackLog([{ limit: 100, windowMs: 60_000 }], 1);
@@ -250,13 +307,37 @@ describe("Circuit: objects known down", () => {
     expect(c.failures("k")).toBe(9);
   });
 
+  it("a failure after the interval (a call sent before it ended) counts as one more; an unknown key is neither down nor late", () => {
+    const c = new Circuit(500);
+    expect([c.late("k"), c.failures("k")]).toEqual([false, 0]);
+    c.failed("k", T0, false);
+    expect(c.late("k")).toBe(false);
+    expect(c.failed("k", T0 + DOWN_FIRST_MS - 1, true)).toBe(false);
+    expect(c.failures("k")).toBe(1);
+    c.failed("k", T0 + DOWN_FIRST_MS, true);
+    expect([c.failures("k"), c.late("k")]).toEqual([2, true]);
+    expect(c.admit("k", T0 + DOWN_FIRST_MS + 2 * DOWN_FIRST_MS - 1)).toBe("down");
+    expect(c.admit("k", T0 + DOWN_FIRST_MS + 2 * DOWN_FIRST_MS)).toBe("probe");
+  });
+
+  it("remembers at most its bound of keys: beyond, it forgets them all", () => {
+    const c = new Circuit(500, 3);
+    for (const k of ["a", "b", "c"]) c.failed(k, T0, false);
+    expect(c.admit("a", T0)).toBe("down");
+    c.failed("d", T0, false);
+    expect(["a", "b", "c", "d"].map((k) => c.admit(k, T0))).toEqual(["up", "up", "up", "down"]);
+  });
+
   it("a probe not back within the object's deadline counts as failed: the next request probes again later", () => {
     const c = new Circuit(500);
     c.failed("k", T0, true);
     expect(c.admit("k", T0 + 1000)).toBe("probe");
     // Its background work was cut short: never answered, never failed.
     expect(c.admit("k", T0 + 1000 + 500 + DOWN_FIRST_MS - 1)).toBe("down");
-    // Counted failed at its deadline (T0 + 2500): the next interval, 2 s, runs from there.
+    // Counted failed at its deadline (T0 + 2500), and not a millisecond before: the next interval, 2 s, runs from there.
+    expect(c.failures("k")).toBe(1);
+    expect(c.admit("k", T0 + 2500)).toBe("down");
+    expect(c.failures("k")).toBe(2);
     expect(c.admit("k", T0 + 2500 + 2000 - 1)).toBe("down");
     expect(c.admit("k", T0 + 2500 + 2000)).toBe("probe");
     expect(c.failures("k")).toBe(2);

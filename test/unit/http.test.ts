@@ -88,6 +88,20 @@ describe("refusal", () => {
     });
   });
 
+  it("a refusal made alone (failure_mode local) says so, naming the limits that refused it, if any", async () => {
+    const alone = await body(refusal(result({ reason: "limiter_fallback", retryAfterMs: 1500 }), "draft-11"));
+    expect(alone.detail).toBe(
+      "The rate limiter is deciding without this key's store, at a share of its limits (per-minute exceeded); retry after 2 s.",
+    );
+    expect(alone).toMatchObject({ status: 429, reason: "limiter_fallback", retry_after: 2 });
+    const slots = await body(
+      refusal(result({ reason: "limiter_fallback", retryAfterMs: 1000, limits: [limit({ exceeded: false })] })),
+    );
+    expect(slots.detail).toBe(
+      "The rate limiter is deciding without this key's store, at a share of its limits; retry after 1 s.",
+    );
+  });
+
   it("too costly: never, no wait in the body", async () => {
     const b = await body(refusal(result({ reason: "too_costly", retryAfterMs: Number.POSITIVE_INFINITY }), "draft-11"));
     expect(b).toMatchObject({

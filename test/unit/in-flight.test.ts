@@ -509,3 +509,40 @@ describe("join (a relayed WebSocket)", () => {
     expect(closed).toBe(1);
   });
 });
+
+describe("slots taken alone (failure_mode local, the key's object down)", () => {
+  it("are counted per key in this isolate, up to the most given, and freed by a release here, once, with no call", async () => {
+    const calls: string[] = [];
+    const inFlight = new InFlight(100, () => {});
+    const ns = {
+      getByName: () => new Proxy({}, { get: (_, m) => () => calls.push(String(m)) }),
+    } as unknown as LimiterNamespace;
+    const spec = { limit: 2, timeoutMs: 60_000 };
+    expect([inFlight.fitsAlone("key:a", 2, T0), inFlight.fitsAlone("key:a", 0, T0)]).toEqual([true, false]);
+    const a = inFlight.holdAlone("key:a", inFlight.ask(spec), T0);
+    const b = inFlight.holdAlone("key:a", inFlight.ask(spec), T0);
+    expect([inFlight.fitsAlone("key:a", 2, T0), inFlight.fitsAlone("key:b", 2, T0), inFlight.holds(a)]).toEqual([
+      false,
+      true,
+      true,
+    ]);
+    expect(await inFlight.release(ns, a)).toBe(true);
+    expect(inFlight.fitsAlone("key:a", 2, T0)).toBe(true);
+    expect(inFlight.fitsAlone("key:a", 1, T0)).toBe(false);
+    expect(await inFlight.release(ns, b)).toBe(true);
+    expect(inFlight.fitsAlone("key:a", 1, T0)).toBe(true);
+    expect(inFlight.holds(a)).toBe(false);
+    // Released twice: nothing, and still no call.
+    expect(await inFlight.release(ns, a)).toBe(false);
+    expect(calls).toEqual([]);
+  });
+
+  it("a slot taken alone and never released lapses after the plan's concurrency_timeout", () => {
+    const inFlight = new InFlight(100, () => {});
+    const slot = inFlight.holdAlone("key:a", inFlight.ask({ limit: 1, timeoutMs: 60_000 }), T0);
+    expect(inFlight.fitsAlone("key:a", 1, T0 + 59_999)).toBe(false);
+    expect(inFlight.holds(slot)).toBe(true);
+    expect(inFlight.fitsAlone("key:a", 1, T0 + 60_000)).toBe(true);
+    expect(inFlight.holds(slot)).toBe(false);
+  });
+});
