@@ -225,7 +225,13 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     }
     const limits = plan.limits;
     if (!limits) return this.#result({ plan, shown: [], cost, reason: "unlimited", fits: true, at: this.now() });
-    if (this.#circuit.failures(name) > 0) return this.#peekWithout({ ...r, cost, route });
+    const state = this.#circuit.admit(name, this.now());
+    if (state !== "up") {
+      // Known down: answered without it; a probe due goes out, as for a request (docs/design.md, "When the object
+      // cannot answer").
+      if (state === "probe") this.#probe({ ns, name, plan, cost, route });
+      return this.#peekWithout({ ...r, cost, route });
+    }
     let d: Decision;
     try {
       d = await callObject(

@@ -128,10 +128,8 @@ function instantOf(local: number, zone: string): number {
 }
 
 /** The wall-clock start (as {@link asUtc}) of the period of kind `period` whose wall clock reads `w`. */
-function localStart(w: Wall, period: Period): number {
+function localStart(w: Wall, period: Exclude<Period, "hour">): number {
   switch (period) {
-    case "hour":
-      return Date.UTC(w.year, w.month - 1, w.day, w.hour);
     case "day":
       return Date.UTC(w.year, w.month - 1, w.day);
     case "week": {
@@ -145,11 +143,9 @@ function localStart(w: Wall, period: Period): number {
 }
 
 /** The wall-clock start of the period after the one starting at wall-clock `start`. */
-function localNext(start: number, period: Period): number {
+function localNext(start: number, period: Exclude<Period, "hour">): number {
   const d = new Date(start);
   switch (period) {
-    case "hour":
-      return start + HOUR_MS;
     case "day":
       return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate() + 1);
     case "week":

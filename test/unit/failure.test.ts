@@ -60,7 +60,7 @@ describe("an object known down is not called on a request's path", () => {
     expect(t.store.calls).toHaveLength(1);
   });
 
-  it("a failed probe doubles the interval; peek() does not call an object known down either", async () => {
+  it("a failed probe doubles the interval; peek() does not call an object known down either, but probes it when due", async () => {
     const t = setup({ leases: false });
     down(t);
     await t.limit();
@@ -75,6 +75,15 @@ describe("an object known down is not called on a request's path", () => {
     t.advance(1);
     await t.limit();
     expect(t.store.count("recover")).toBe(2);
+    // A peek due a probe sends it too (and answers without it): the object is back, and the next peek asks it.
+    await t.settle();
+    up(t);
+    t.advance(4 * DOWN_FIRST_MS);
+    expect((await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan })).reason).toBe("limiter_error");
+    expect(t.store.count("recover")).toBe(3);
+    // peek() has no waitUntil: its probe settles on its own, within the in-memory object's promise jobs.
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    expect((await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan })).reason).toBe("peek");
   });
 
   it("lease refills stop while the object is known down", async () => {
