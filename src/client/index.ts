@@ -573,20 +573,9 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   #probe(r: LimitRequest): void {
     const { ns, name } = r;
     const limits = r.plan.limits ?? [];
-    const report = this.#alone?.report(name, this.now()) ?? null;
-    const probe = callObject(
-      () => ns.getByName(name).recover(limits, report ?? NO_REPORT),
-      this.config.objectTimeoutMs,
-    ).then(
-      () => {
-        if (report) this.#alone?.answered(name, true);
-        this.#up(name);
-      },
-      (e: unknown) => {
-        if (report) this.#alone?.answered(name, false);
-        this.#down(name, e);
-      },
-    );
+    const probe = this.#reporting(name, this.now(), (report) =>
+      callObject(() => ns.getByName(name).recover(limits, report ?? NO_REPORT), this.config.objectTimeoutMs),
+    ).catch(() => {}); // a failed probe: #reporting has marked the key down again
     r.bg?.waitUntil?.(probe);
   }
 
@@ -673,29 +662,38 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const limits = r.plan.limits ?? [];
     const route = r.route ? routeBudget(r.route) : undefined;
     const start = this.now();
-    // Grants this isolate made alone (one report out per key at a time). A retry carries it too: recorded twice,
-    // they only count later.
-    const report = this.#alone?.report(name, start) ?? null;
-    const first = report ? { ...ask, alone: report } : ask;
-    const retry = report ? { ...ask, settle: [], refused: 0, alone: report } : { ...ask, settle: [], refused: 0 };
-    let tries = 0;
-    return callObject(
-      () => {
-        // A retry carries no settlements and no refusal count: the first try may have applied them.
-        const sent = tries++ === 0 ? first : retry;
-        const stub = ns.getByName(name);
-        return (route ? stub.take(limits, sent, route) : stub.take(limits, sent)).then((d) => {
-          this.leases.observeRtt(this.now() - start);
-          return d;
-        });
-      },
-      this.config.objectTimeoutMs,
-      (e) => this.#log("limiter_retry", name, e, "warn"),
-    ).then(
-      (d) => {
+    return this.#reporting(name, start, (report) => {
+      // Grants this isolate made alone go with it, a retry's too: recorded twice, they only count later.
+      const first = report ? { ...ask, alone: report } : ask;
+      let tries = 0;
+      return callObject(
+        () => {
+          // A retry carries no settlements and no refusal count: the first try may have applied them.
+          const sent = tries++ === 0 ? first : { ...first, settle: [], refused: 0 };
+          const stub = ns.getByName(name);
+          return (route ? stub.take(limits, sent, route) : stub.take(limits, sent)).then((d) => {
+            this.leases.observeRtt(this.now() - start);
+            return d;
+          });
+        },
+        this.config.objectTimeoutMs,
+        (e) => this.#log("limiter_retry", name, e, "warn"),
+      );
+    });
+  }
+
+  /**
+   * Runs `call` to `name`'s object at `now` with the key's grants made alone (one report out per key at a time; null:
+   * none), and keeps what its outcome says: answered, the report is recorded and the object is up; failed, the report
+   * goes again and the object is known down.
+   */
+  #reporting<T>(name: string, now: number, call: (report: AloneReport | null) => Promise<T>): Promise<T> {
+    const report = this.#alone?.report(name, now) ?? null;
+    return call(report).then(
+      (out) => {
         if (report) this.#alone?.answered(name, true);
         this.#up(name);
-        return d;
+        return out;
       },
       (e: unknown) => {
         if (report) this.#alone?.answered(name, false);
