@@ -10,6 +10,7 @@ import type { Decision } from "./core/decision.ts";
 import type { LimitSpec } from "./core/limits.ts";
 import type { Ask, Settlement, Use } from "./core/log.ts";
 import type { PenaltySpec } from "./core/penalty.ts";
+import type { QuotaSpec } from "./core/quota.ts";
 import type { ConcurrencySpec } from "./core/slots.ts";
 
 /** What a call asks of a key's object: the log's {@link Ask}, and what the object reads around the log. */
@@ -25,6 +26,11 @@ export interface TakeAsk extends Ask {
   readonly slot?: { readonly id: string } & ConcurrencySpec;
   /** Grants the caller made alone while the object could not answer: recorded before the decision. */
   readonly alone?: AloneReport;
+  /**
+   * The plan's calendar quotas (docs/configuration.md, "Quotas and credits"): the request must fit them as well as
+   * the limits, all or nothing; a lease granted with it counts in them at once and ends by their period's end.
+   */
+  readonly quotas?: readonly QuotaSpec[];
 }
 
 /**
@@ -42,6 +48,11 @@ export interface RefundedGrant {
   readonly id: string;
   readonly recordedAt: readonly number[];
   readonly units: number;
+  /**
+   * When it was granted (the decision's `now`), for a key with calendar quotas: its units go back to the quotas while
+   * that period lasts.
+   */
+  readonly at?: number;
 }
 
 /**
@@ -60,7 +71,12 @@ export interface LimiterStub {
   settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): Promise<number>;
   release(id: string): Promise<boolean>;
   renew(id: string, timeoutMs: number): Promise<boolean>;
-  peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget): Promise<Decision>;
+  peek(
+    limits: readonly LimitSpec[],
+    cost: number,
+    route?: RouteBudget,
+    quotas?: readonly QuotaSpec[],
+  ): Promise<Decision>;
   recover(limits: readonly LimitSpec[], report: AloneReport): Promise<number>;
   reset(limits: readonly LimitSpec[], buckets: number, routes?: readonly RouteBudget[]): Promise<unknown>;
 }

@@ -11,6 +11,8 @@ export interface HeaderLimit {
   readonly name: string;
   readonly limit: number;
   readonly windowMs: number;
+  /** A calendar quota's period: its policy has no window (`w`), its reset is the next period's start. */
+  readonly period?: string;
 }
 
 /** One limit's state; null where it is not known (then that limit is left out of the `RateLimit` field). */
@@ -38,14 +40,15 @@ export function sfString(s: string): string {
 
 /**
  * `RateLimit-Policy` for these limits: `"per-second";q=100;w=1, "per-minute";q=1000;w=60` in the
- * draft-8/11 form, `100;w=1, 1000;w=60` in the draft-6/7 form; "" for the other forms.
+ * draft-8/11 form, `100;w=1, 1000;w=60` in the draft-6/7 form; "" for the other forms. A calendar quota has no window
+ * (`"monthly";q=10000`): `w` is optional, and a month is no fixed number of seconds.
  */
 export function policyHeader(limits: readonly HeaderLimit[], form: HeaderForm = "draft-11"): string {
   const named = form === "draft-11" || form === "draft-8";
   if (!named && form !== "draft-7" && form !== "draft-6") return "";
   let out = "";
   for (const l of limits)
-    out += `${out ? ", " : ""}${named ? `${sfString(l.name)};q=` : ""}${l.limit};w=${seconds(l.windowMs)}`;
+    out += `${out ? ", " : ""}${named ? `${sfString(l.name)};q=` : ""}${l.limit}${l.period === undefined ? `;w=${seconds(l.windowMs)}` : ""}`;
   return out;
 }
 

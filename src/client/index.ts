@@ -7,7 +7,7 @@
 
 import { keyId, logEvent } from "../base/log.ts";
 import { routeBudget } from "../config/lookup.ts";
-import type { Limit, LimiterConfig, Plan, Route } from "../config/types.ts";
+import type { Limit, LimiterConfig, Plan, Route, ShownLimit } from "../config/types.ts";
 import type { Decision, LimitStatus, NamedLimit } from "../core/decision.ts";
 import { ringSlackMs } from "../core/limits.ts";
 import type { AloneReport, Background, LimiterNamespace, TakeAsk } from "../protocol.ts";
@@ -92,7 +92,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   readonly denyCache = new DenyCache();
   readonly #clock: () => number;
   /** An operator's override limits as `Limit` lists, one per distinct override (and route). */
-  readonly #views = new Map<string, readonly Limit[]>();
+  readonly #views = new Map<string, readonly ShownLimit[]>();
   /** Per key: refusals answered from the deny cache since its last call, sent with the next (a penalty counts them). */
   readonly #refusals = new Map<string, number>();
   /** Per key: the refusals its object had counted towards the plan's penalty at its latest answer. */
@@ -177,7 +177,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     }
     const limits = plan.limits;
     if (!limits) return this.#result({ plan, shown: [], cost, reason: "unlimited", fits: true, at: this.now() });
-    const all = route?.shown ?? limits;
+    const all = shownOf(plan, route);
     // Every limit is at least 1, so only a cost above 1 can exceed one.
     if (cost > 1 && all.some((l) => cost > l.limit)) {
       const exceeded = all.map((l) => cost > l.limit);
@@ -235,8 +235,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     let d: Decision;
     try {
       d = await callObject(
-        () =>
-          route ? ns.getByName(name).peek(limits, cost, routeBudget(route)) : ns.getByName(name).peek(limits, cost),
+        () => {
+          const stub = ns.getByName(name);
+          if (plan.quotas?.length) return stub.peek(limits, cost, route ? routeBudget(route) : undefined, plan.quotas);
+          return route ? stub.peek(limits, cost, routeBudget(route)) : stub.peek(limits, cost);
+        },
         this.config.objectTimeoutMs,
         (e) => this.#log("limiter_retry", name, e, "warn"),
       );
@@ -245,16 +248,16 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       this.#down(name, e);
       return this.#peekWithout({ ...r, cost, route }, e);
     }
-    const shown = this.#shown(limits, d.limitsOverride, route);
+    const shown = this.#shown(plan, d.limitsOverride, route);
     // Units this isolate holds on lease count as remaining, for the key's own limits (route requests never lease).
     const entry = route ? undefined : this.leases.get(name);
     const held =
       entry && d.blockedBy === undefined ? this.leases.spare(entry, this.now(), d.limitsOverride ?? null) : 0;
-    const states = d.limits.map((l) => withLease(l, held));
+    const states = statesOf(d).map((l) => withLease(l, held));
     if (d.allowed || held >= cost)
       return this.#result({ plan, shown, cost, reason: "peek", fits: true, states, at: d.now, route });
     const reason = d.blockedBy !== undefined ? blockReason(d) : d.neverAllowed ? "too_costly" : "over_limit";
-    const exceeded = d.limits.map((l) => l.exceeded);
+    const exceeded = statesOf(d).map((l) => l.exceeded);
     return this.#result({
       plan,
       shown,
@@ -281,12 +284,10 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   async refund(ns: LimiterNamespace, grant: GrantRecord): Promise<boolean> {
     checkGrant(grant);
     if (grant.lease !== undefined) return this.leases.refund(grant.name, grant.lease, grant.id, grant.units);
-    const { id, name, limits, recordedAt, units, route } = grant;
+    const { id, name, limits, recordedAt, units, route, at } = grant;
+    const refunded = at === undefined ? { id, recordedAt, units } : { id, recordedAt, units, at };
     const done = await callObject(
-      () =>
-        route
-          ? ns.getByName(name).refund(limits, { id, recordedAt, units }, route)
-          : ns.getByName(name).refund(limits, { id, recordedAt, units }),
+      () => (route ? ns.getByName(name).refund(limits, refunded, route) : ns.getByName(name).refund(limits, refunded)),
       this.config.objectTimeoutMs,
       (e) => this.#log("limiter_retry", name, e, "warn"),
     );
@@ -400,20 +401,21 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
         return this.#leased(r, entry, held, this.now());
       }
     }
-    return d.allowed ? this.#granted(r, d, at, lease) : this.#refused(r, d, at.limits);
+    return d.allowed ? this.#granted(r, d, at, lease) : this.#refused(r, d);
   }
 
   /** The object's refusal of `r` as a result. */
-  #refused(r: LimitRequest, d: Decision, limits: readonly Limit[]): RateLimitResult {
+  #refused(r: LimitRequest, d: Decision): RateLimitResult {
     const route = r.route ?? null;
+    const states = statesOf(d);
     return this.#result({
       plan: r.plan,
-      shown: this.#shown(limits, d.limitsOverride, route),
+      shown: this.#shown(r.plan, d.limitsOverride, route),
       cost: r.cost,
       reason: refusalReason(d),
       fits: false,
-      states: d.limits,
-      exceeded: d.limits.map((l) => l.exceeded),
+      states,
+      exceeded: states.map((l) => l.exceeded),
       retryAfterMs: d.retryAfterMs,
       at: d.now,
       route,
@@ -431,7 +433,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const { entry, limits, slot } = at;
     this.#alone?.saw(aloneBudgets(r), this.now(), cost);
     const units = entry ? this.leases.spare(entry, this.now(), d.limitsOverride ?? null) : 0;
-    const states = d.limits.map((l) => withLease(l, units));
+    const states = statesOf(d).map((l) => withLease(l, units));
     const held = slot ? this.#inFlight.hold(r.ns, name, slot) : null;
     const grant: GrantRecord | null = !d.recordedAt
       ? null
@@ -442,9 +444,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
           recordedAt: d.recordedAt,
           units: cost,
           ...(route ? { route: routeBudget(route) } : {}),
+          // Its units go back to the quotas of the period it was granted in, while that period lasts.
+          ...(d.quotas ? { at: d.now } : {}),
         };
     const handle = grant || held ? { grants: grant ? [grant] : [], slot: held } : null;
-    const shown = this.#shown(limits, d.limitsOverride, route);
+    const shown = this.#shown(plan, d.limitsOverride, route);
     return this.#result({ plan, shown, cost, reason: "granted", fits: true, states, at: d.now, route, handle });
   }
 
@@ -478,7 +482,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       remaining: l.remaining + units,
       resetMs: Math.max(0, l.resetMs - elapsed),
     }));
-    const shown = this.#shown(plan.limits ?? [], held.applied);
+    const shown = this.#shown(plan, held.applied);
     const grant = {
       id: this.leases.grantId(held),
       lease: held.id,
@@ -494,12 +498,11 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   #cachedDenial(r: LimitRequest, blocked: Blocked, retryAt: number, now: number): RateLimitResult {
     const { plan, cost } = r;
     const route = r.route ?? null;
-    const limits = plan.limits ?? [];
     const states = blocked.freeAt.map((at) => (at > now ? { remaining: 0, resetMs: at - now } : null));
     const isBlock = blocked.blockedBy !== undefined && now < blocked.blockedBy;
     // A block refuses whatever the limits say: no limit is what refused it.
     const exceeded = blocked.freeAt.map((at) => !isBlock && at > now);
-    const shown = this.#shown(limits, blocked.applied, route);
+    const shown = this.#shown(plan, blocked.applied, route);
     return this.#result({
       plan,
       shown,
@@ -519,7 +522,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * `failure_mode = "local"` this isolate decides alone; else the failure mode does.
    */
   #without(r: LimitRequest, slot: SlotAsk | undefined, e: unknown): RateLimitResult {
-    if (this.#alone === null) return this.#failed(r, e);
+    // A key with calendar quotas is never decided alone: only its object knows what its period has used.
+    if (this.#alone === null || r.plan.quotas?.length) return this.#failed(r, e);
     if (e !== NOT_CALLED) this.#unavailable(e);
     const { name, cost } = r;
     const now = this.now();
@@ -544,7 +548,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const route = r.route ?? null;
     return this.#result({
       plan: r.plan,
-      shown: route?.shown ?? r.plan.limits ?? [],
+      shown: shownOf(r.plan, route),
       cost: r.cost,
       reason: "limiter_fallback",
       fits,
@@ -561,7 +565,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   #peekWithout(r: PeekRequest & { cost: number }, e: unknown = NOT_CALLED): RateLimitResult {
     const { name, plan, cost } = r;
     const route = r.route ?? null;
-    if (this.#alone === null) return this.#failed({ plan, cost, route, name }, e);
+    if (this.#alone === null || plan.quotas?.length) return this.#failed({ plan, cost, route, name }, e);
     const d = this.#alone.check(aloneBudgets({ name, plan, route }), this.now(), cost);
     return this.#aloneResult({ plan, cost, route }, d, d.allowed, {});
   }
@@ -623,7 +627,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     if (e !== NOT_CALLED) this.#unavailable(e);
     return this.#result({
       plan,
-      shown: route?.shown ?? plan.limits ?? [],
+      shown: shownOf(plan, route),
       cost,
       reason,
       fits: false,
@@ -637,16 +641,17 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * the route's when the request has one.
    */
   #shown(
-    limits: readonly Limit[],
+    plan: Plan,
     override: readonly NamedLimit[] | null | undefined,
     route: Route | null = null,
-  ): readonly Limit[] {
-    if (!override) return route?.shown ?? limits;
-    const id = route ? `${JSON.stringify(override)}\u0000${route.name}` : JSON.stringify(override);
+  ): readonly ShownLimit[] {
+    if (!override) return shownOf(plan, route);
+    // One view per override, route and plan (the plan's quotas are shown after the override's limits).
+    const id = `${JSON.stringify(override)}\u0000${route?.name ?? ""}\u0000${plan.name}`;
     let view = this.#views.get(id);
     if (!view) {
       if (this.#views.size >= 1000) this.#views.clear();
-      view = route ? [...(override as readonly Limit[]), ...route.limits] : (override as readonly Limit[]);
+      view = [...override, ...(route?.limits ?? []), ...(plan.quotas ?? [])];
       this.#views.set(id, view);
     }
     return view;
@@ -664,7 +669,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const start = this.now();
     return this.#reporting(name, start, (report) => {
       // Grants this isolate made alone go with it, a retry's too: recorded twice, they only count later.
-      const first = report ? { ...ask, alone: report } : ask;
+      const quoted = r.plan.quotas?.length ? { ...ask, quotas: r.plan.quotas } : ask;
+      const first = report ? { ...quoted, alone: report } : quoted;
       let tries = 0;
       return callObject(
         () => {
@@ -823,7 +829,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const kept = this.denyCache.get(name, sentAt);
     const entry: Blocked = (kept && d.blockedBy === undefined && kept.blockedBy === undefined ? kept : null) ?? {
       until: sentAt + blockedForMs,
-      freeAt: d.limits.map((l) => (l.remaining === 0 ? sentAt + l.resetMs : 0)),
+      freeAt: statesOf(d).map((l) => (l.remaining === 0 ? sentAt + l.resetMs : 0)),
       retryAt: new Map(),
       recheckAt: sentAt + DENY_RECHECK_MS,
       blockedBy: d.blockedBy === undefined ? undefined : sentAt + (d.blockedBy - d.now),
@@ -874,4 +880,14 @@ function refusalReason(d: Decision): Reason {
 /** The reason of a refusal by a block: a penalty's, or an operator's. */
 function blockReason(d: Decision): Reason {
   return d.blockCause === "penalty" ? "penalty" : "blocked";
+}
+
+/** The limits `plan`'s requests (of `route`) are shown: its limits, the route's, then its quotas. */
+function shownOf(plan: Plan, route: Route | null): readonly ShownLimit[] {
+  return route?.shown ?? plan.shown ?? plan.limits ?? [];
+}
+
+/** A decision's states in the order shown: its limits', then its quotas'. */
+function statesOf(d: Decision): readonly LimitStatus[] {
+  return d.quotas ? [...d.limits, ...d.quotas] : d.limits;
 }

@@ -3,8 +3,9 @@
  * Analytics Engine — and how a decision's outcome becomes it under the limiter's settings.
  */
 
-import type { HeaderForm, Limit, LimiterConfig, Plan, Route } from "../config/types.ts";
+import type { HeaderForm, LimiterConfig, Plan, Route, ShownLimit } from "../config/types.ts";
 import type { RouteBudget } from "../core/budgets.ts";
+import type { Period } from "../core/calendar.ts";
 import type { LimitSpec } from "../core/limits.ts";
 import { type HeaderState, seconds, setRateLimitHeaders } from "./headers.ts";
 
@@ -48,8 +49,12 @@ export interface LimitResult {
   readonly name: string;
   /** Cost units allowed in any window. */
   readonly limit: number;
-  /** The window (ms). */
+  /** The window (ms); for a calendar quota, its period's nominal length (an hour, 24 h, 7 days, 30 days). */
   readonly windowMs: number;
+  /** A calendar quota's period (docs/configuration.md, "Quotas and credits"); missing for a sliding limit. */
+  readonly period?: Period;
+  /** A calendar quota's time zone (IANA); missing for a sliding limit. */
+  readonly timeZone?: string;
   /** Units that could still be granted now; null when not known (a cached denial knows only the limits that refuse). */
   readonly remaining: number | null;
   /** Milliseconds until `remaining` next grows (0: nothing in the window); null when not known. */
@@ -115,6 +120,8 @@ export interface GrantRecord {
   readonly units: number;
   /** The route budget it was also recorded in. */
   readonly route?: RouteBudget;
+  /** For a key with calendar quotas: when its object granted it (its clock, ms), so its units go back to that period. */
+  readonly at?: number;
   /**
    * Spent from a lease of the isolate that granted it: the lease's id. It is refunded to that lease, in that isolate,
    * while its use is not settled; elsewhere or later it stays counted (its record was moved to its use).
@@ -143,6 +150,7 @@ export function checkGrant(g: GrantRecord): void {
     ["recordedAt", Array.isArray(g?.recordedAt) && g.recordedAt.every((t) => Number.isSafeInteger(t))],
     ["units", Number.isSafeInteger(g?.units) && g.units > 0],
     ["lease", g?.lease === undefined || typeof g.lease === "string"],
+    ["at", g?.at === undefined || Number.isSafeInteger(g.at)],
   ];
   const bad = fields.find(([, ok]) => !ok);
   if (bad) throw new TypeError(`refund: handle.grants[].${bad[0]} is not as the limiter gave it`);
@@ -182,8 +190,8 @@ export const UNAVAILABLE_RETRY_MS = 1000;
 /** What a decision came to, before the limiter's settings (shadow mode, failure mode, header form) shape it. */
 export interface Outcome {
   readonly plan: Plan;
-  /** The limits shown, in order: the plan's (or an operator's override), then the route's. */
-  readonly shown: readonly Limit[];
+  /** The limits shown, in order: the plan's (or an operator's override), then the route's, then the plan's quotas. */
+  readonly shown: readonly ShownLimit[];
   readonly cost: number;
   readonly reason: Reason;
   /** Whether the limits fit the request. */
@@ -218,16 +226,17 @@ export function resultOf(settings: Pick<LimiterConfig, "failureMode" | "shadow">
     allowed = true;
     reason = "shadow";
   }
-  const limits = shown.map(
-    (l, i): LimitResult => ({
+  const limits = shown.map((l, i): LimitResult => {
+    const out: LimitResult = {
       name: l.name,
       limit: l.limit,
       windowMs: l.windowMs,
       remaining: states[i]?.remaining ?? null,
       resetMs: states[i]?.resetMs ?? null,
       exceeded: exceeded[i] ?? false,
-    }),
-  );
+    };
+    return l.period === undefined ? out : { ...out, period: l.period, timeZone: l.zone as string };
+  });
   return {
     allowed,
     reason,

@@ -5,6 +5,7 @@
  */
 
 import { ESCAPED_SLASHES, type EscapedSlashes, normalizePath } from "../base/path.ts";
+import { checkTimeZone, PERIODS, type Period } from "../core/calendar.ts";
 import { describe, formatDuration, parseDuration } from "../core/duration.ts";
 import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "../core/limits.ts";
 import type { PenaltySpec } from "../core/penalty.ts";
@@ -39,6 +40,7 @@ import {
   type Limit,
   type LimiterConfig,
   type Plan,
+  type QuotaLimit,
   type Route,
 } from "./types.ts";
 
@@ -125,7 +127,7 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
       ? null
       : {
           ...makePlan(
-            { name: "default", keyPrefix: "", limits: parseLimits(rl.limits, `${root}.limits`) },
+            { name: "default", keyPrefix: "", ...parsePlanLimits(rl.limits, `${root}.limits`) },
             leases,
             { settings: routes, field: `${root}.routes` },
             { budget: ip, field: `${root}.ip` },
@@ -221,7 +223,7 @@ function parseAnonymous(rl: Obj, ctx: PlanContext, inherited: Inherited): Plan |
   unknownFields(a, ["limits", "routes"], `${root}.anonymous`);
   const own = a.routes === undefined ? null : parseRoutes(a.routes, `${root}.anonymous.routes`, routePaths);
   const anonymous = makePlan(
-    { name: "anonymous", keyPrefix: "", limits: parseLimits(a.limits, `${root}.anonymous.limits`) },
+    { name: "anonymous", keyPrefix: "", ...parsePlanLimits(a.limits, `${root}.anonymous.limits`) },
     leases,
     { settings: own ?? routes, field: own ? `${root}.anonymous.routes` : `${root}.routes` },
     // Requests without a key are already counted per address: by the anonymous limits alone.
@@ -558,11 +560,11 @@ function parsePlan(value: unknown, field: string, ctx: PlanContext): Plan {
     return makePlan({ name, keyPrefix, limits: null }, leases, { settings: [], field }, { budget: null, field });
   }
   const own = p.routes === undefined ? null : parseRoutes(p.routes, `${field}.routes`, routePaths);
-  const limits = parseLimits(p.limits, `${field}.limits`);
+  const { limits, quotas } = parsePlanLimits(p.limits, `${field}.limits`);
   const ownIp =
     p.ip === undefined || p.ip === false ? null : parseAddressBudget(p.ip, `${field}.ip`, `addr.${name}`, leases);
   return makePlan(
-    { name, keyPrefix, limits },
+    { name, keyPrefix, limits, quotas },
     leases,
     { settings: own ?? routes, field: own ? `${field}.routes` : `${root}.routes` },
     { budget: p.ip === false ? null : (ownIp ?? ip), field: ownIp ? `${field}.ip` : `${root}.ip` },
@@ -574,18 +576,23 @@ function parsePlan(value: unknown, field: string, ctx: PlanContext): Plan {
  * budget (its limits named apart from both: the headers show them together).
  */
 function makePlan(
-  head: { readonly name: string; readonly keyPrefix: string; readonly limits: Limit[] | null },
+  head: {
+    readonly name: string;
+    readonly keyPrefix: string;
+    readonly limits: Limit[] | null;
+    readonly quotas?: readonly QuotaLimit[];
+  },
   leases: LeaseSettings,
   routeSettings: { readonly settings: readonly RouteSetting[]; readonly field: string },
   address: { readonly budget: AddressBudget | null; readonly field: string },
 ): Plan {
-  const { name, keyPrefix, limits } = head;
+  const { name, keyPrefix, limits, quotas = [] } = head;
   const { settings, field: routesField } = routeSettings;
   const { budget: ip, field: ipField } = address;
   const leaseMs = limits && leases.enabled ? Math.min(leases.maxLifetimeMs, maxLeaseMs(limits)) : 0;
   if (!limits) return { name, keyPrefix, limits, leaseMs, routes: [], ip: null };
   for (const [j, l] of (ip?.plan.limits ?? []).entries()) {
-    const twin = [...limits, ...settings.flatMap((r) => r.limits)].find((k) => k.name === l.name);
+    const twin = [...limits, ...quotas, ...settings.flatMap((r) => r.limits)].find((k) => k.name === l.name);
     if (twin) {
       throw new ConfigError(
         `${ipField}.limits[${j}].name: ${JSON.stringify(l.name)} is also a limit of plan ${JSON.stringify(name)} or its routes; the headers show both, so give the address's limit another name`,
@@ -594,15 +601,16 @@ function makePlan(
   }
   const routes = settings.map((r, i): Route => {
     for (const [j, l] of r.limits.entries()) {
-      if (limits.some((k) => k.name === l.name)) {
+      if ([...limits, ...quotas].some((k) => k.name === l.name)) {
         throw new ConfigError(
           `${routesField}[${i}].limits[${j}].name: ${JSON.stringify(l.name)} is also a limit of plan ${JSON.stringify(name)}; the headers show both, so give the route's limit another name`,
         );
       }
     }
-    return { ...r, shown: [...limits, ...r.limits] };
+    return { ...r, shown: [...limits, ...r.limits, ...quotas] };
   });
-  return { name, keyPrefix, limits, leaseMs, routes, ip };
+  if (quotas.length === 0) return { name, keyPrefix, limits, leaseMs, routes, ip };
+  return { name, keyPrefix, limits, quotas, shown: [...limits, ...quotas], leaseMs, routes, ip };
 }
 
 /** A route as parsed, before it is joined to a plan's limits. */
@@ -674,6 +682,114 @@ const WINDOW_NAMES: Readonly<Record<number, string>> = {
   86400000: "per-day",
 };
 
+/** A calendar quota's default name (its `RateLimit-Policy` name), by period. */
+const PERIOD_NAMES: Readonly<Record<Period, string>> = {
+  hour: "hourly",
+  day: "daily",
+  week: "weekly",
+  month: "monthly",
+};
+
+/** A calendar period's nominal length (ms): what a result's `windowMs` says of a quota. */
+const PERIOD_MS: Readonly<Record<Period, number>> = {
+  hour: 3_600_000,
+  day: 86_400_000,
+  week: 604_800_000,
+  month: 2_592_000_000,
+};
+
+/**
+ * A plan's `limits` (docs/configuration.md, "Quotas and credits"): sliding limits (with `window`) and calendar quotas
+ * (with `period`, and `time_zone`), in one list; at least one of either. Names are distinct across both.
+ *
+ * @throws ConfigError naming `field[i]`
+ */
+function parsePlanLimits(value: unknown, field: string): { limits: Limit[]; quotas: QuotaLimit[] } {
+  const list = array(value, field);
+  const sliding: number[] = [];
+  const quotas: { at: number; quota: QuotaLimit }[] = [];
+  list.forEach((item, i) => {
+    if (typeof item === "object" && item !== null && "period" in item) {
+      quotas.push({ at: i, quota: parseQuota(item, `${field}[${i}]`) });
+    } else sliding.push(i);
+  });
+  if (quotas.length === 0) return { limits: parseLimits(value, field), quotas: [] };
+  // The sliding limits alone, their errors naming their places in the whole list.
+  const limits =
+    sliding.length === 0
+      ? []
+      : renamed(
+          () =>
+            parseLimits(
+              sliding.map((i) => list[i]),
+              field,
+            ),
+          (j) => `${field}[${sliding[j]}]`,
+        );
+  const seen = new Map<string, number>(limits.map((l, j) => [l.name, sliding[j] as number]));
+  for (const { at, quota } of quotas) {
+    const before = seen.get(quota.name);
+    if (before !== undefined) {
+      throw new ConfigError(
+        `${field}[${at}].name: ${JSON.stringify(quota.name)} is already used by ${field}[${before}]; give each limit a distinct name`,
+      );
+    }
+    seen.set(quota.name, at);
+  }
+  return { limits, quotas: quotas.map((q) => q.quota) };
+}
+
+/** Runs `parse`, its errors' `field[j]` renamed by `place(j)`. */
+function renamed<T>(parse: () => T, place: (j: number) => string): T {
+  try {
+    return parse();
+  } catch (e) {
+    if (!(e instanceof ConfigError)) throw e;
+    throw new ConfigError(e.message.replace(/^[^[]*\[(\d+)\]/, (_, j: string) => place(Number(j))));
+  }
+}
+
+/** One calendar quota: `{ limit, period, time_zone?, name? }`. */
+function parseQuota(item: unknown, f: string): QuotaLimit {
+  const q = object(item, f);
+  if (q.window !== undefined) {
+    throw new ConfigError(`${f}: give either window (a sliding window) or period (a calendar quota), not both`);
+  }
+  if (q.tick !== undefined) throw new ConfigError(`${f}.tick: a calendar quota (period) has no tick`);
+  unknownFields(q, ["limit", "period", "time_zone", "name"], f);
+  const limit = q.limit;
+  if (typeof limit !== "number" || !Number.isSafeInteger(limit) || limit < 1) {
+    throw new ConfigError(`${f}.limit: expected a positive integer, got ${describe(limit)}`);
+  }
+  const period = q.period;
+  if (typeof period !== "string" || !(PERIODS as readonly string[]).includes(period)) {
+    throw new ConfigError(
+      `${f}.period: expected one of ${PERIODS.map((p) => `"${p}"`).join(", ")}, got ${describe(period)}`,
+    );
+  }
+  let zone = "UTC";
+  if (q.time_zone !== undefined) {
+    try {
+      zone = checkTimeZone(q.time_zone);
+    } catch (e) {
+      throw new ConfigError(`${f}.time_zone: ${(e as Error).message.replace(/^time zone: /, "")}`);
+    }
+  }
+  const name = q.name === undefined ? PERIOD_NAMES[period as Period] : limitName(q.name, `${f}.name`);
+  return { name, limit, period: period as Period, zone, windowMs: PERIOD_MS[period as Period] };
+}
+
+/** A limit's `name`: it goes into RateLimit-Policy as a structured-field string, so printable ASCII only. */
+function limitName(value: unknown, field: string): string {
+  const name = nonEmptyString(value, field);
+  if (!/^[\x20-\x7e]+$/.test(name)) {
+    throw new ConfigError(
+      `${field}: use printable ASCII only (it is sent in the RateLimit-Policy header), got ${JSON.stringify(name)}`,
+    );
+  }
+  return name;
+}
+
 /**
  * Parses a list of limits as `RATE_LIMIT.limits` takes them (also an operator's per-key override).
  *
@@ -689,6 +805,11 @@ export function parseLimits(
   const limits = list.map((item, i): Limit => {
     const f = `${field}[${i}]`;
     const l = object(item, f);
+    if (l.period !== undefined || l.time_zone !== undefined) {
+      throw new ConfigError(
+        `${f}.${l.period !== undefined ? "period" : "time_zone"}: calendar quotas are for a plan's limits (a plan's own, the top-level or the anonymous ones), not here`,
+      );
+    }
     unknownFields(l, ["limit", "window", "tick", "name"], f);
     const limit = l.limit;
     if (typeof limit !== "number" || !Number.isSafeInteger(limit) || limit < 1) {
@@ -696,18 +817,10 @@ export function parseLimits(
     }
     if (l.window === undefined) throw new ConfigError(`${f}.window: required, e.g. "1s" or "1m"`);
     const windowMs = wrap(() => parseDuration(l.window, `${f}.window`));
-    let name: string;
-    if (l.name === undefined) {
-      name = defaultName(WINDOW_NAMES[windowMs] ?? `per-${formatDuration(windowMs)}`);
-    } else {
-      name = nonEmptyString(l.name, `${f}.name`);
-      // The name goes into RateLimit-Policy as a structured-field string: printable ASCII only.
-      if (!/^[\x20-\x7e]+$/.test(name)) {
-        throw new ConfigError(
-          `${f}.name: use printable ASCII only (it is sent in the RateLimit-Policy header), got ${JSON.stringify(name)}`,
-        );
-      }
-    }
+    const name =
+      l.name === undefined
+        ? defaultName(WINDOW_NAMES[windowMs] ?? `per-${formatDuration(windowMs)}`)
+        : limitName(l.name, `${f}.name`);
     const tickMs = l.tick === undefined ? undefined : wrap(() => parseDuration(l.tick, `${f}.tick`));
     if (tickMs !== undefined && tickMs > windowMs) {
       throw new ConfigError(`${f}.tick: at most the window (${formatDuration(windowMs)}), got ${describe(l.tick)}`);

@@ -4,8 +4,10 @@
  */
 
 import type { EscapedSlashes } from "../base/path.ts";
+import type { Period } from "../core/calendar.ts";
 import type { Limit as CoreLimit } from "../core/limits.ts";
 import type { PenaltySpec } from "../core/penalty.ts";
+import type { QuotaSpec } from "../core/quota.ts";
 import type { ConcurrencySpec } from "../core/slots.ts";
 
 /** A header form, as `RATE_LIMIT.headers` names it. */
@@ -26,12 +28,38 @@ export interface Limit extends CoreLimit {
   readonly name: string;
 }
 
+/**
+ * A calendar quota (docs/configuration.md, "Quotas and credits"): at most `limit` units per `period` in `zone`, reset
+ * at each period's start. `windowMs` is the period's nominal length (an hour, 24 hours, 7 days, 30 days): what a
+ * result's `windowMs` says of it.
+ */
+export interface QuotaLimit extends QuotaSpec {
+  readonly name: string;
+  readonly windowMs: number;
+}
+
+/** A limit or a quota as results and headers show it (a quota's `period` and `zone` say which it is). */
+export interface ShownLimit {
+  readonly name: string;
+  readonly limit: number;
+  readonly windowMs: number;
+  readonly period?: Period;
+  readonly zone?: string;
+}
+
 /** A set of limits chosen for a key. `limits: null` means unlimited (the object is never called). */
 export interface Plan {
   readonly name: string;
   /** Keys starting with this prefix use this plan (`""` for the default plan). */
   readonly keyPrefix: string;
   readonly limits: readonly Limit[] | null;
+  /**
+   * Its calendar quotas (limits with a `period`), decided with `limits` all or nothing at the key's object; none when
+   * missing. A plan with quotas has `limits` (maybe empty), never null.
+   */
+  readonly quotas?: readonly QuotaLimit[];
+  /** `limits` then `quotas`, as results and headers show them (one list, built once); `limits` when missing. */
+  readonly shown?: readonly ShownLimit[];
   /** Lease lifetime asked for this plan's keys (ms): `leases.max_lifetime`, at most the longest window and a minute; 0: no leases. The object shortens it near a limit. */
   readonly leaseMs: number;
   /** Routes with their own budgets for this plan's keys (the plan's own `routes`, else the top-level ones). */
@@ -76,8 +104,8 @@ export interface Route {
   /** Null: matched by name only (the library's `limit(…, { route })`). */
   readonly pathPrefix: string | null;
   readonly limits: readonly Limit[];
-  /** The plan's limits followed by the route's: what a request of this route is shown (one list, built once). */
-  readonly shown: readonly Limit[];
+  /** The plan's limits, the route's, then the plan's quotas: what a request of this route is shown (built once). */
+  readonly shown: readonly ShownLimit[];
 }
 
 /** How isolates lease units ahead of use (docs/configuration.md, "Leases"). */

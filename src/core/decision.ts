@@ -50,6 +50,11 @@ export interface Decision {
   readonly blockedUntil: number;
   /** One entry per limit, in the order the limits were given. */
   readonly limits: readonly LimitStatus[];
+  /**
+   * Present when the request was sent with calendar quotas (docs/configuration.md, "Quotas and credits"): each one's
+   * state after the decision, in the order sent (`resetMs`: to the next period's start).
+   */
+  readonly quotas?: readonly LimitStatus[];
   /** Units granted ahead, or null (per-request decision, or a denial). */
   readonly lease: Lease | null;
   /**

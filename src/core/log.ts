@@ -134,9 +134,13 @@ export class KeyLog {
   /** The last time a request that could ever fit was refused: no leases for a shortest window after it. */
   #refusedAt = Number.NEGATIVE_INFINITY;
 
-  /** @throws RangeError naming the bad field */
+  /**
+   * @param specs the key's sliding limits; none for a key limited by calendar quotas alone (src/core/quota.ts): its
+   *   log then grants every cost, records nothing and leases nothing
+   * @throws RangeError naming the bad field
+   */
   constructor(specs: readonly LimitSpec[]) {
-    this.limits = normalizeLimits(specs);
+    this.limits = Array.isArray(specs) && specs.length === 0 ? [] : normalizeLimits(specs);
     this.maxLeaseMs = maxLeaseMs(this.limits);
     this.maxLeaseUnits = maxLeaseUnits(this.limits);
     const places: Place[] = [];

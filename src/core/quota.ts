@@ -8,8 +8,11 @@
  * move a unit into another period — which {@link Quota.leaseEnd} and {@link Quota.giveBack} keep.
  */
 
+import { combine, type TakenTogether, takeTogether } from "./budgets.ts";
 import { checkTimeZone, PERIODS, type Period, periodAt, type Span } from "./calendar.ts";
+import type { Decision } from "./decision.ts";
 import { describe } from "./duration.ts";
+import type { Ask, KeyLog, Settlement } from "./log.ts";
 
 /** A quota as configured: `limit` units per `period` in `zone` (an IANA name). */
 export interface QuotaSpec {
@@ -119,4 +122,273 @@ export class Quota {
   state(): QuotaState | null {
     return this.#span === null ? null : { periodStart: this.#span.start, used: this.#used };
   }
+}
+
+/** What is stored of a quota: its spec, the period its count is for, and the count. */
+export interface QuotaRow extends QuotaSpec {
+  readonly start: number;
+  readonly end: number;
+  readonly used: number;
+}
+
+/**
+ * Where a quota's count is kept: by its period and zone, not its limit (a plan's limit raised mid-month keeps what the
+ * month has used).
+ */
+export function quotaKey(spec: Pick<QuotaSpec, "period" | "zone">): string {
+  return `${spec.period}:${spec.zone}`;
+}
+
+/** The state of each quota after a decision, in the order given: as {@link LimitStatus} (`resetMs`: to the next start). */
+export interface QuotaStatus {
+  readonly remaining: number;
+  readonly resetMs: number;
+  readonly exceeded: boolean;
+}
+
+/**
+ * A key's calendar quotas decided as one (docs/design.md, "Quotas, credits and usage"): a request fits when its cost
+ * fits every quota; a grant counts its cost and its lease's units in each, in the period of its decision. Beside the
+ * sliding limits: the caller checks {@link fits} first, caps a lease by {@link leaseRoom}, and takes only what the
+ * sliding limits granted.
+ */
+export class QuotaBook {
+  readonly quotas: readonly Quota[];
+
+  /**
+   * @param stored the rows kept for the key ({@link rows}): a quota's count carries over from the row of its period
+   *   and zone, whatever limit it was counted under
+   * @throws RangeError naming the field for a spec that is not a quota
+   */
+  constructor(specs: readonly QuotaSpec[], stored: readonly QuotaRow[] = []) {
+    if (!Array.isArray(specs)) throw new RangeError(`quotas: expected a list of quotas, got ${describe(specs)}`);
+    const byKey = new Map<string, QuotaState>();
+    for (const r of Array.isArray(stored) ? stored : []) byKey.set(quotaKey(r), { periodStart: r.start, used: r.used });
+    this.quotas = specs.map((s, i) => {
+      if (typeof s !== "object" || s === null)
+        throw new RangeError(`quotas[${i}]: expected a quota, got ${describe(s)}`);
+      try {
+        const q = new Quota({ limit: s.limit, period: s.period, zone: s.zone }, null);
+        return new Quota(q.spec, byKey.get(quotaKey(q.spec)) ?? null);
+      } catch (e) {
+        throw new RangeError(`quotas[${i}].${(e as Error).message}`);
+      }
+    });
+  }
+
+  /** The book of the quotas stored (their specs from the rows): what refunds and settlements give back to. */
+  static stored(rows: readonly QuotaRow[]): QuotaBook {
+    return new QuotaBook(rows, rows);
+  }
+
+  /** Whether these are the quotas of `specs` (same limit, period and zone, in order): else the book is rebuilt. */
+  isFor(specs: readonly QuotaSpec[]): boolean {
+    return (
+      Array.isArray(specs) &&
+      specs.length === this.quotas.length &&
+      this.quotas.every((q, i) => {
+        const s = specs[i] as QuotaSpec;
+        return q.spec.limit === s?.limit && q.spec.period === s.period && q.spec.zone === s.zone;
+      })
+    );
+  }
+
+  /** Whether `cost` fits every quota at `now`. */
+  fits(now: number, cost: number): boolean {
+    return this.quotas.every((q) => q.remaining(now) >= cost);
+  }
+
+  /**
+   * What a lease granted with `cost` at `now` may carry: at most the units every quota has left after `cost`, spent
+   * before the earliest end of their periods (ms, exclusive) — a leased unit counts in the period of its issue, so it
+   * must be used in it.
+   */
+  leaseRoom(now: number, cost: number): { readonly units: number; readonly endsAt: number } {
+    let units = Number.POSITIVE_INFINITY;
+    let endsAt = Number.POSITIVE_INFINITY;
+    for (const q of this.quotas) {
+      units = Math.min(units, q.remaining(now) - cost);
+      endsAt = Math.min(endsAt, q.leaseEnd(now));
+    }
+    return { units: Math.max(0, units), endsAt };
+  }
+
+  /**
+   * Counts `units` granted at `now` in every quota (the caller checked that they fit).
+   *
+   * @returns the rows to write
+   * @throws RangeError when they do not fit one: nothing is counted then
+   */
+  take(now: number, units: number): QuotaRow[] {
+    if (!this.fits(now, units)) throw new RangeError(`units: ${units} do not fit every quota`);
+    for (const q of this.quotas) q.take(now, units);
+    return this.rows();
+  }
+
+  /**
+   * Gives back `units` counted at `at` (a grant's or a lease's decision, the object's clock) to each quota whose period
+   * containing `at` is still the current one at `now`; a period that ended keeps them (they count nowhere now).
+   *
+   * @returns the rows to write (none when nothing was given back)
+   */
+  giveBack(now: number, at: number, units: number): QuotaRow[] {
+    if (!Number.isSafeInteger(at)) throw new RangeError(`at: expected a time in ms, got ${describe(at)}`);
+    let changed = false;
+    for (const q of this.quotas) {
+      const start = periodAt(at, q.spec.period, q.spec.zone).start;
+      if (q.giveBack(now, start, units)) changed = true;
+    }
+    return changed ? this.rows() : [];
+  }
+
+  /** Each quota's state after a decision of `cost` at `now` (`allowed`: whether it was granted). */
+  statuses(now: number, cost: number, allowed: boolean): QuotaStatus[] {
+    return this.quotas.map((q) => {
+      const remaining = q.remaining(now);
+      const used = q.state()?.used ?? 0;
+      return {
+        remaining,
+        resetMs: used > 0 ? q.resetAt(now) - now : 0,
+        exceeded: !allowed && remaining < cost,
+      };
+    });
+  }
+
+  /**
+   * The refusal of `cost` at `now` by the quotas: whether it can never fit (over a quota's limit), when it fits every
+   * quota if nothing else is granted (ms; `now` when it fits now) and when a cost of 1 does.
+   */
+  wait(now: number, cost: number): { readonly never: boolean; readonly fitsAt: number; readonly oneFitsAt: number } {
+    let fitsAt = now;
+    let oneFitsAt = now;
+    let never = false;
+    for (const q of this.quotas) {
+      const left = q.remaining(now);
+      if (cost > q.spec.limit) never = true;
+      if (left < cost) fitsAt = Math.max(fitsAt, q.resetAt(now));
+      if (left < 1) oneFitsAt = Math.max(oneFitsAt, q.resetAt(now));
+    }
+    return { never, fitsAt: never ? Number.POSITIVE_INFINITY : fitsAt, oneFitsAt };
+  }
+
+  /** When no quota counts anything any more: the end of the last period with units counted (−∞: none). */
+  get idleAt(): number {
+    let at = Number.NEGATIVE_INFINITY;
+    for (const q of this.quotas) {
+      const s = q.state();
+      if (s !== null && s.used > 0) at = Math.max(at, q.resetAt(s.periodStart));
+    }
+    return at;
+  }
+
+  /** Every quota's row. */
+  rows(): QuotaRow[] {
+    const out: QuotaRow[] = [];
+    for (const q of this.quotas) {
+      const s = q.state();
+      if (s !== null) out.push({ ...q.spec, start: s.periodStart, end: q.resetAt(s.periodStart), used: s.used });
+    }
+    return out;
+  }
+}
+
+/**
+ * The decision `d` of the sliding limits (granted, or what they would say) with the quotas of `book` after it: refused
+ * when `fits` is false (the quotas refused its cost: nothing was recorded), waiting until every quota fits it, and no
+ * request of cost 1 passing before each used-up quota's next period.
+ */
+export function withQuotas(d: Decision, book: QuotaBook, fits: boolean): Decision {
+  const { now, cost } = d;
+  const allowed = d.allowed && fits;
+  const wait = book.wait(now, cost);
+  const out: { -readonly [K in keyof Decision]: Decision[K] } = {
+    ...d,
+    allowed,
+    blockedUntil: Math.max(d.blockedUntil, wait.oneFitsAt),
+    quotas: book.statuses(now, cost, allowed),
+  };
+  if (allowed) return out;
+  out.neverAllowed = d.neverAllowed || wait.never;
+  out.retryAfterMs = out.neverAllowed ? Number.POSITIVE_INFINITY : Math.max(d.retryAfterMs, wait.fitsAt - now);
+  out.lease = null;
+  delete out.recordedAt;
+  return out;
+}
+
+/**
+ * `ask` with its lease cut to what the quotas have room for at `now` ({@link QuotaBook.leaseRoom}): the units they
+ * have left after the cost, spent before their period ends. The caller's lifetime runs from before it asked, so its
+ * last use comes before `now + lifetime`, which stays before the end.
+ */
+export function leaseWithin<A extends Ask>(
+  ask: A,
+  room: { readonly units: number; readonly endsAt: number },
+  now: number,
+): A {
+  if (!ask.leaseUnits) return ask;
+  const leaseMs = Math.max(0, Math.min(ask.leaseMs ?? 0, room.endsAt - now - 1));
+  const leaseUnits = Math.min(ask.leaseUnits, room.units);
+  if (leaseUnits < 1 || leaseMs < 1) return { ...ask, leaseUnits: 0, leaseMs: 0, leaseLeadMs: 0 };
+  return { ...ask, leaseUnits, leaseMs, leaseLeadMs: Math.min(ask.leaseLeadMs ?? 0, leaseMs) };
+}
+
+/**
+ * Gives the unused units of settled leases back to the quotas they were counted in (the period of their issue, while
+ * it lasts).
+ *
+ * @returns the quota rows to write (none when nothing was given back)
+ */
+export function giveBackUnused(book: QuotaBook, now: number, settle: readonly Settlement[]): QuotaRow[] {
+  let rows: QuotaRow[] = [];
+  for (const s of Array.isArray(settle) ? settle : []) {
+    if (!Number.isSafeInteger(s?.unused) || s.unused < 1 || !Number.isSafeInteger(s.issuedAt)) continue;
+    const given = book.giveBack(now, s.issuedAt, s.unused);
+    if (given.length > 0) rows = given;
+  }
+  return rows;
+}
+
+/** What {@link takeQuoted} decided: the logs' rows (in the order of the logs) and the quotas' (null: unchanged). */
+export interface TakenQuoted extends TakenTogether {
+  readonly quotaRows: readonly QuotaRow[] | null;
+}
+
+/**
+ * Decides `ask` against the logs (the key's; with a route's, per request) and the key's calendar quotas, all or
+ * nothing (docs/design.md, "Quotas, credits and usage"): the unused units of leases settled with it go back to the
+ * quotas first; a cost the quotas refuse records nothing (the settlements still apply to the key's log); a lease is cut
+ * to the units the quotas have left and to the end of their period; a grant counts its cost and its lease's units in
+ * every quota, in the period of the decision.
+ *
+ * @param now the caller's clock; the decision's is the latest of it and the logs' (they never go back)
+ */
+export function takeQuoted(logs: readonly KeyLog[], book: QuotaBook, now: number, ask: Ask): TakenQuoted {
+  const [log, routed] = logs as [KeyLog, KeyLog | undefined];
+  const t = Math.max(now, ...logs.map((l) => l.clock));
+  const given = giveBackUnused(book, t, ask.settle ?? []);
+  const settleOnly = (): TakenTogether["writes"] => [(ask.settle ?? []).flatMap((s) => log.settle(t, s))];
+  if (!book.fits(t, ask.cost)) {
+    const writes = settleOnly();
+    const checked = combine(logs.map((l) => l.check(t, ask.cost)));
+    return { decision: withQuotas(checked, book, false), writes, quotaRows: given.length > 0 ? given : null };
+  }
+  const asked = leaseWithin(ask, book.leaseRoom(t, ask.cost), t);
+  if (asked.cost === 0 && !asked.leaseUnits) {
+    // A lease alone, and no room for one.
+    const writes = settleOnly();
+    return { decision: withQuotas(log.peek(t), book, true), writes, quotaRows: given.length > 0 ? given : null };
+  }
+  let taken: TakenTogether;
+  if (routed === undefined) {
+    const out = log.take(t, asked);
+    taken = { decision: out.decision, writes: [out.writes] };
+  } else taken = takeTogether(logs, t, asked.cost);
+  const { decision, writes } = taken;
+  if (!decision.allowed) {
+    return { decision: withQuotas(decision, book, true), writes, quotaRows: given.length > 0 ? given : null };
+  }
+  const units = decision.cost + (decision.lease?.units ?? 0);
+  // A lease asked alone and not granted (the limits near) takes nothing.
+  const quotaRows = units > 0 ? book.take(decision.now, units) : given.length > 0 ? given : null;
+  return { decision: withQuotas(decision, book, true), writes, quotaRows };
 }

@@ -12,6 +12,7 @@ import type { Decision, NamedLimit } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
 import { checkUses, type History, KeyLog, type Outcome, type Settlement } from "../core/log.ts";
 import { NO_PENALTY, type PenaltySpec, type PenaltyState, refused } from "../core/penalty.ts";
+import { giveBackUnused, QuotaBook, type QuotaRow, type QuotaSpec, takeQuoted, withQuotas } from "../core/quota.ts";
 import type { SlotRow } from "../core/ring.ts";
 import { checkSlotAsk, checkSlotTimeout, Slots } from "../core/slots.ts";
 import type { AloneReport, RefundedGrant, TakeAsk } from "../protocol.ts";
@@ -118,6 +119,8 @@ export class RateLimiter extends DurableObject<unknown> {
   #slots = new Slots();
   /** Whether the `inflight` table exists (made by the key's first slot). */
   #slotTable = false;
+  /** The key's calendar quotas, for the specs last sent (docs/configuration.md, "Quotas and credits"); null: none yet. */
+  #quotas: QuotaBook | null = null;
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
@@ -150,6 +153,9 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   take(limits: readonly LimitSpec[], ask: TakeAsk, route?: RouteBudget): Decision | Promise<Decision> {
     try {
+      // No limits at all is a key limited by its calendar quotas alone; without those it is no limit.
+      if (Array.isArray(limits) && limits.length === 0 && !(ask?.quotas && ask.quotas.length > 0))
+        throw new RangeError("limits: expected at least one limit (or calendar quotas)");
       const now = this.clock();
       // Grants the caller made alone while this object could not answer count before anything is decided.
       const recorded = this.#recordAlone(now, limits, ask?.alone);
@@ -170,7 +176,7 @@ export class RateLimiter extends DurableObject<unknown> {
     const log = this.#logOf(KEY_BUDGET, override?.limits ?? limits);
     const logs = route === undefined ? [log] : [log, this.#routeLog(route)];
     const refuse = (until: number) => combine(logs.map((l) => l.refuse(now, ask.cost, until)));
-    const idleAt = () => Math.max(...logs.map((l) => l.idleAt));
+    const idleAt = () => Math.max(...logs.map((l) => l.idleAt), this.#quotas?.idleAt ?? Number.NEGATIVE_INFINITY);
     // The refusals the caller answered from its deny cache count first: when they complete a penalty, this request
     // is decided under the block they start (docs/design.md, "What real clients do").
     const reported = this.#countReported(now, ask);
@@ -179,7 +185,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (this.#blockUntil !== null && this.#blockUntil > now) return this.#blocked(refuse(this.#blockUntil), override);
     const full = this.#slotsFull(now, own, logs);
     if (full) return this.#full({ now, ask: own, override, idleAt: idleAt(), refuse }, full);
-    const { decision, writes } = route === undefined ? single(log.take(now, own)) : takeTogether(logs, now, ask.cost);
+    const { decision, writes, quoted } = this.#takeLogs(now, own, logs, this.#quotaBook(ask.quotas));
     const [rows = [], routed = []] = writes;
     this.#write(KEY_BUDGET, rows);
     if (route !== undefined) this.#write(route.name, routed);
@@ -189,7 +195,56 @@ export class RateLimiter extends DurableObject<unknown> {
       const out = decision.allowed ? decision : refuse(penalized);
       return this.#armAfter(true, idleAt(), this.#blocked(out, override, decision.allowed));
     }
-    return this.#armAfter(rows.length > 0, idleAt(), withOverride(decision, override));
+    return this.#armAfter(rows.length > 0 || quoted, idleAt(), withOverride(decision, override));
+  }
+
+  /**
+   * The logs' decision on `ask` (the key's, with a route's: per request), and their rows; with the key's calendar
+   * quotas, decided with them all or nothing (src/core/quota.ts, `takeQuoted`): `quoted` says their row was written.
+   */
+  #takeLogs(
+    now: number,
+    ask: TakeAsk,
+    logs: readonly KeyLog[],
+    quotas: QuotaBook | null,
+  ): TakenTogether & { readonly quoted: boolean } {
+    if (quotas !== null) {
+      const { quotaRows, ...taken } = takeQuoted(logs, quotas, now, ask);
+      if (quotaRows !== null) this.#writeQuotas(quotaRows);
+      return { ...taken, quoted: quotaRows !== null };
+    }
+    const [log, routed] = logs as [KeyLog, KeyLog | undefined];
+    const taken = routed === undefined ? single(log.take(now, ask)) : takeTogether(logs, now, ask.cost);
+    return { ...taken, quoted: false };
+  }
+
+  /** The key's quota book for `specs` (null: none sent): the one in memory, else built from the stored row. */
+  #quotaBook(specs: readonly QuotaSpec[] | undefined): QuotaBook | null {
+    if (specs === undefined || (Array.isArray(specs) && specs.length === 0)) return null;
+    if (this.#quotas?.isFor(specs)) return this.#quotas;
+    this.#quotas = new QuotaBook(specs, this.#quotaRows());
+    return this.#quotas;
+  }
+
+  /** The quotas the key counts in (those last sent, else those stored), for a refund or a settlement; null: none. */
+  #storedQuotas(): QuotaBook | null {
+    if (this.#quotas !== null) return this.#quotas;
+    const rows = this.#quotaRows();
+    if (rows.length === 0) return null;
+    this.#quotas = QuotaBook.stored(rows);
+    return this.#quotas;
+  }
+
+  /** The stored quota counts (the `meta` row `quotas`). */
+  #quotaRows(): QuotaRow[] {
+    if (!this.#tables) return [];
+    const row = this.#sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'quotas'").toArray()[0];
+    return row ? (JSON.parse(row.v) as QuotaRow[]) : [];
+  }
+
+  /** Stores the quotas' counts: one `meta` row for all of them (`quotas`), written with the grant. */
+  #writeQuotas(rows: readonly QuotaRow[]): void {
+    if (rows.length > 0) this.#setMeta("quotas", JSON.stringify(rows));
   }
 
   /**
@@ -389,6 +444,9 @@ export class RateLimiter extends DurableObject<unknown> {
     if (route !== undefined && routed !== null) {
       this.#write(route.name, routed.giveBack(recordedAt.slice(split), units as number));
     }
+    const book = this.#storedQuotas();
+    if (book !== null && Number.isSafeInteger(grant.at))
+      this.#writeQuotas(book.giveBack(now, grant.at as number, units as number));
     // Kept until the grant's record has left every window it counts in (the idle alarm prunes it after).
     let longest = 0;
     for (const l of [...own.limits, ...(routed?.limits ?? [])]) longest = Math.max(longest, l.windowMs);
@@ -457,6 +515,8 @@ export class RateLimiter extends DurableObject<unknown> {
     if (!Array.isArray(settle)) throw new RangeError("settle: expected a list of lease settlements");
     const now = this.clock();
     const log = this.#logOf(KEY_BUDGET, this.#activeOverride(now)?.limits ?? limits);
+    const book = this.#storedQuotas();
+    if (book !== null) this.#writeQuotas(giveBackUnused(book, Math.max(now, log.clock), settle));
     let written = 0;
     for (const s of settle) {
       const writes = log.settle(now, s);
@@ -470,16 +530,18 @@ export class RateLimiter extends DurableObject<unknown> {
    * Whether a request of `cost` would be granted now, under the limits applied now (an
    * operator's override, else `limits`) and any block; consumes nothing and writes nothing.
    */
-  peek(limits: readonly LimitSpec[], cost = 1, route?: RouteBudget): Decision {
+  peek(limits: readonly LimitSpec[], cost = 1, route?: RouteBudget, quotas?: readonly QuotaSpec[]): Decision {
     const now = this.clock();
     const override = this.#activeOverride(now, false);
     const logs = [this.#view(KEY_BUDGET, override?.limits ?? limits)];
     if (route !== undefined) logs.push(this.#view(route.name, route.limits));
+    const book = this.#quotaBook(quotas);
+    const quoted = (d: Decision) => (book === null ? d : withQuotas(d, book, book.fits(d.now, cost)));
     if (this.#blockUntil !== null && this.#blockUntil > now) {
       const until = this.#blockUntil;
-      return withOverride(combine(logs.map((log) => log.refuse(now, cost, until))), override);
+      return withOverride(quoted(combine(logs.map((log) => log.refuse(now, cost, until)))), override);
     }
-    return withOverride(combine(logs.map((log) => log.check(now, cost))), override);
+    return withOverride(quoted(combine(logs.map((log) => log.check(now, cost)))), override);
   }
 
   /**
@@ -592,6 +654,7 @@ export class RateLimiter extends DurableObject<unknown> {
       this.#override = null;
       this.#slots = new Slots();
       this.#slotTable = false;
+      this.#quotas = null;
       await this.ctx.storage.deleteAll();
       this.#tables = false;
       return;
@@ -620,6 +683,7 @@ export class RateLimiter extends DurableObject<unknown> {
     const within = this.#penalty.withinMs ?? 0;
     for (const t of [...this.#penalty.refusals, this.#penalty.lastEnd]) if (t > 0) at = Math.max(at, t + within);
     if (this.#override) at = Math.max(at, this.#override.expiresAt ?? Number.POSITIVE_INFINITY);
+    if (this.#tables) at = Math.max(at, this.#storedQuotasEnd());
     return Math.max(at, this.#slots.lastExpiry);
   }
 
@@ -742,6 +806,13 @@ export class RateLimiter extends DurableObject<unknown> {
     return row.at;
   }
 
+  /** When the stored quota counts stop counting: the end of the last period with units counted (−∞: none). */
+  #storedQuotasEnd(): number {
+    let at = Number.NEGATIVE_INFINITY;
+    for (const r of this.#quotaRows()) if (r.used > 0) at = Math.max(at, r.end);
+    return at;
+  }
+
   /** A route's log, checked to be named. */
   #routeLog(route: RouteBudget): KeyLog {
     if (typeof route.name !== "string" || route.name.length === 0) {
@@ -782,6 +853,8 @@ export class RateLimiter extends DurableObject<unknown> {
     }
     // The longest window its rows count for: the key's follows its limits; a route's only grows (routes of several
     // plans may share a name).
+    this.#logs.set(budget, log);
+    if (log.limits.length === 0) return log; // quotas alone: nothing in budget_slots
     const longest = Math.max(...log.limits.map((l) => l.windowMs));
     const stored = this.#sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = ?", windowKey(budget)).toArray()[0];
     const keep = budget !== KEY_BUDGET && stored !== undefined && Number(stored.v) >= longest;

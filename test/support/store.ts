@@ -6,6 +6,7 @@ import type { GrantRecord, RateLimitResult } from "../../src/client/result.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
 import { type Decision, KeyLog, type LimitSpec, type NamedLimit, type Settlement } from "../../src/core/index.ts";
+import { giveBackUnused, QuotaBook, type QuotaSpec, takeQuoted, withQuotas } from "../../src/core/quota.ts";
 import type { AloneReport, TakeAsk as Ask } from "../../src/protocol.ts";
 
 export const T0 = 1_800_000_000_000;
@@ -38,7 +39,20 @@ export class Store {
   /** Grant ids refunded (the object gives each back once). */
   readonly refunded = new Set<string>();
 
+  /** Each key's calendar quotas, as the object keeps them (src/core/quota.ts). */
+  readonly quotas = new Map<string, QuotaBook>();
+
   constructor(readonly now: () => number) {}
+
+  /** The key's quota book for the specs sent (its counts carried over from the one before, as the object's row). */
+  book(name: string, specs: readonly QuotaSpec[] | undefined): QuotaBook | null {
+    const have = this.quotas.get(name) ?? null;
+    if (specs === undefined || specs.length === 0) return have;
+    if (have?.isFor(specs)) return have;
+    const book = new QuotaBook(specs, have?.rows() ?? []);
+    this.quotas.set(name, book);
+    return book;
+  }
 
   /** The key's log for the limits applied (an override's, else those sent), as the object keeps it. */
   log(name: string, limits: readonly LimitSpec[]): KeyLog {
@@ -85,22 +99,28 @@ export class Store {
         await this.#maybeFail();
         if (gate) await gate;
         this.#recover(name, limits, ask.alone);
-        return this.#decide(name, limits, (log) => log.take(this.now(), ask).decision, ask.cost);
+        const book = this.book(name, ask.quotas);
+        const take = (log: KeyLog) =>
+          book === null ? log.take(this.now(), ask).decision : takeQuoted([log], book, this.now(), ask).decision;
+        return this.#decide(name, limits, take, ask.cost);
       },
       refund: async (
         limits: readonly LimitSpec[],
-        grant: { id: string; recordedAt: readonly number[]; units: number },
+        grant: { id: string; recordedAt: readonly number[]; units: number; at?: number },
       ) => {
-        const { id, recordedAt, units } = grant;
+        const { id, recordedAt, units, at } = grant;
         this.calls.push({ name, method: "refund", units });
         if (this.refunded.has(id)) return false;
         this.refunded.add(id);
         this.log(name, limits).giveBack(recordedAt, units);
+        if (at !== undefined) this.book(name, undefined)?.giveBack(this.now(), at, units);
         return true;
       },
       settle: async (limits: readonly LimitSpec[], settle: readonly Settlement[]) => {
         this.calls.push({ name, method: "settle", settle });
         const log = this.log(name, limits);
+        const book = this.book(name, undefined);
+        if (book !== null) giveBackUnused(book, this.now(), settle);
         return settle.flatMap((x) => log.settle(this.now(), x)).length;
       },
       recover: async (limits: readonly LimitSpec[], report: AloneReport): Promise<number> => {
@@ -108,10 +128,20 @@ export class Store {
         await this.#maybeFail();
         return this.#recover(name, limits, report);
       },
-      peek: async (limits: readonly LimitSpec[], cost: number): Promise<Decision> => {
+      peek: async (
+        limits: readonly LimitSpec[],
+        cost: number,
+        _route?: unknown,
+        quotas?: readonly QuotaSpec[],
+      ): Promise<Decision> => {
         this.calls.push({ name, method: "peek" });
         await this.#maybeFail();
-        return this.#decide(name, limits, (log) => log.check(this.now(), cost), cost);
+        const book = this.book(name, quotas);
+        const check = (log: KeyLog) => {
+          const d = log.check(this.now(), cost);
+          return book === null ? d : withQuotas(d, book, book.fits(d.now, cost));
+        };
+        return this.#decide(name, limits, check, cost);
       },
     });
     return { getByName: stub } as unknown as LimiterNamespace;

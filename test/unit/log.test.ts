@@ -510,13 +510,22 @@ describe("KeyLog edge cases", () => {
     expect(() => log.take(0, { cost: 1, settle: [{ ...own, unused: 0.5 }] })).toThrow(/^unused: /);
     expect(() => log.take(0, { cost: 1, settle: [{ ...own, lastUseMs: Number.NaN }] })).toThrow(/^lastUseMs: /);
     expect(() => log.take(0, { cost: 1, settle: [{ ...own, issuedAt: 1.5 }] })).toThrow(/^issuedAt: /);
-    expect(() => new KeyLog([])).toThrow(/^limits: /);
+    expect(() => new KeyLog(null as never)).toThrow(/^limits: /);
     expect(() => new KeyLog([{ limit: 0, windowMs: 1 }])).toThrow(/^limits\[0\]\.limit: /);
     expect(() => new KeyLog([{ limit: 1, windowMs: 0 }])).toThrow(/^limits\[0\]\.windowMs: /);
     expect(() => new KeyLog([{ limit: 1, windowMs: 10, tickMs: 11 }])).toThrow(/^limits\[0\]\.tickMs: /);
     expect(() => new KeyLog([{ limit: 1e6, windowMs: 86_400_000, tickMs: 1 }])).toThrow(
       /^limits\[0\]\.tickMs: 1000000 per 1d at a tick of 1ms needs up to 1000000 slots per key, more than 2048; use a tick of at least/,
     );
+  });
+
+  it("with no limits (a key limited by calendar quotas alone) grants every cost, records nothing and leases nothing", () => {
+    const log = new KeyLog([]);
+    const out = log.take(5, { cost: 1_000_000, leaseUnits: 10, leaseMs: 1_000 });
+    expect(out.decision).toMatchObject({ allowed: true, neverAllowed: false, limits: [], lease: null, recordedAt: [] });
+    expect(out.writes).toEqual([]);
+    expect(log.idleAt).toBe(Number.NEGATIVE_INFINITY);
+    expect(log.check(6, 7).allowed).toBe(true);
   });
 });
 

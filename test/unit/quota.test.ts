@@ -4,7 +4,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type Period, periodAt } from "../../src/core/calendar.ts";
-import { Quota } from "../../src/core/quota.ts";
+import { KeyLog } from "../../src/core/log.ts";
+import { giveBackUnused, leaseWithin, Quota, QuotaBook, takeQuoted, withQuotas } from "../../src/core/quota.ts";
 
 const at = (iso: string) => Date.parse(iso);
 
@@ -118,5 +119,183 @@ describe("Quota", () => {
       ),
       { numRuns: 500 },
     );
+  });
+});
+
+describe("QuotaBook: a key's quotas decided as one", () => {
+  const day = { limit: 5, period: "day" as const, zone: "UTC" };
+  const hour = { limit: 3, period: "hour" as const, zone: "Europe/Berlin" };
+
+  it("fits a cost only when every quota has room; leases get the least room and end at the earliest period end", () => {
+    const b = new QuotaBook([day, hour]);
+    const t = at("2026-05-04T10:30:00Z");
+    expect(b.fits(t, 3)).toBe(true);
+    expect(b.fits(t, 4)).toBe(false);
+    expect(b.leaseRoom(t, 1)).toEqual({ units: 2, endsAt: at("2026-05-04T11:00:00Z") });
+    b.take(t, 2);
+    expect(b.leaseRoom(t, 1)).toEqual({ units: 0, endsAt: at("2026-05-04T11:00:00Z") });
+    expect(b.leaseRoom(t, 5).units).toBe(0);
+    expect(() => b.take(t, 2)).toThrow(/^units: 2 do not fit every quota/);
+    // Nothing was counted by the take that did not fit.
+    expect(b.statuses(t, 1, true).map((s) => s.remaining)).toEqual([3, 1]);
+  });
+
+  it("states, waits and idle time: to the next start of each quota used", () => {
+    const b = new QuotaBook([day, hour]);
+    const t = at("2026-05-04T10:30:00Z");
+    expect(b.statuses(t, 1, true)).toEqual([
+      { remaining: 5, resetMs: 0, exceeded: false },
+      { remaining: 3, resetMs: 0, exceeded: false },
+    ]);
+    expect(b.idleAt).toBe(Number.NEGATIVE_INFINITY);
+    b.take(t, 3);
+    expect(b.statuses(t, 1, false)).toEqual([
+      { remaining: 2, resetMs: at("2026-05-05T00:00:00Z") - t, exceeded: false },
+      { remaining: 0, resetMs: 30 * 60_000, exceeded: true },
+    ]);
+    expect(b.wait(t, 1)).toEqual({
+      never: false,
+      fitsAt: at("2026-05-04T11:00:00Z"),
+      oneFitsAt: at("2026-05-04T11:00:00Z"),
+    });
+    expect(b.wait(t, 3).fitsAt).toBe(at("2026-05-05T00:00:00Z"));
+    expect(b.wait(t, 4)).toEqual({
+      never: true,
+      fitsAt: Number.POSITIVE_INFINITY,
+      oneFitsAt: at("2026-05-04T11:00:00Z"),
+    });
+    expect(b.idleAt).toBe(at("2026-05-05T00:00:00Z"));
+  });
+
+  it("gives back to the period a grant was counted in while it lasts; rows carry the specs and come back", () => {
+    const b = new QuotaBook([day, hour]);
+    const t = at("2026-05-04T10:30:00Z");
+    b.take(t, 3);
+    // An hour later the hour's period has ended: only the day gets the units back.
+    const rows = b.giveBack(t + 3_600_000, t, 2);
+    expect(rows).toEqual([
+      { ...day, start: at("2026-05-04T00:00:00Z"), end: at("2026-05-05T00:00:00Z"), used: 1 },
+      { ...hour, start: at("2026-05-04T11:00:00Z"), end: at("2026-05-04T12:00:00Z"), used: 0 },
+    ]);
+    expect(b.giveBack(t + 3_600_000, at("2026-05-03T10:00:00Z"), 1)).toEqual([]);
+    expect(() => b.giveBack(t, 1.5, 1)).toThrow(/^at: /);
+    // Stored and read back: counts by period and zone, whatever the limit now.
+    const again = new QuotaBook([{ ...day, limit: 50 }], rows);
+    expect(again.statuses(t + 3_600_000, 1, true)[0]?.remaining).toBe(49);
+    expect(QuotaBook.stored(rows).isFor([day, hour])).toBe(true);
+    expect(again.isFor([day])).toBe(false);
+    expect(again.isFor([{ ...day, limit: 50 }])).toBe(true);
+    expect(again.isFor([{ ...day, limit: 50, zone: "Europe/Berlin" }])).toBe(false);
+    expect(again.isFor(null as never)).toBe(false);
+  });
+
+  it("rejects what is not a list of quotas, naming the field", () => {
+    expect(() => new QuotaBook(null as never)).toThrow(/^quotas: expected a list/);
+    expect(() => new QuotaBook([null as never])).toThrow(/^quotas\[0\]: expected a quota/);
+    expect(() => new QuotaBook([day, { ...day, period: "year" as never }])).toThrow(/^quotas\[1\]\.period: /);
+    expect(() => new QuotaBook([{ ...day, zone: "Mars/Olympus" }])).toThrow(/^quotas\[0\]\.time zone: /);
+  });
+});
+
+describe("takeQuoted: the sliding limits and the quotas, all or nothing", () => {
+  const t = at("2026-05-04T10:59:50Z");
+
+  it("a cost the quota refuses records nothing in the log, and waits for the next period", () => {
+    const log = new KeyLog([{ limit: 100, windowMs: 60_000 }]);
+    const book = new QuotaBook([{ limit: 2, period: "hour", zone: "UTC" }]);
+    expect(takeQuoted([log], book, t, { cost: 2 }).decision.allowed).toBe(true);
+    const out = takeQuoted([log], book, t + 1, { cost: 1 });
+    expect(out.decision).toMatchObject({
+      allowed: false,
+      retryAfterMs: 10_000 - 1,
+      blockedUntil: at("2026-05-04T11:00:00Z"),
+    });
+    expect(out.decision.quotas).toEqual([{ remaining: 0, resetMs: 10_000 - 1, exceeded: true }]);
+    expect(out.decision.limits).toEqual([expect.objectContaining({ remaining: 98, exceeded: false })]);
+    expect(out.quotaRows).toBeNull();
+    expect(out.writes).toEqual([[]]);
+    expect(takeQuoted([log], book, t + 2, { cost: 3 }).decision).toMatchObject({
+      neverAllowed: true,
+      retryAfterMs: Number.POSITIVE_INFINITY,
+    });
+  });
+
+  it("a sliding limit's refusal counts nothing in the quota", () => {
+    const log = new KeyLog([{ limit: 1, windowMs: 60_000 }]);
+    const book = new QuotaBook([{ limit: 5, period: "day", zone: "UTC" }]);
+    takeQuoted([log], book, t, { cost: 1 });
+    const out = takeQuoted([log], book, t + 1, { cost: 1 });
+    expect(out.decision.allowed).toBe(false);
+    expect(out.decision.quotas?.[0]).toEqual({
+      remaining: 4,
+      resetMs: at("2026-05-05T00:00:00Z") - t - 1,
+      exceeded: false,
+    });
+    expect(out.quotaRows).toBeNull();
+  });
+
+  it("a lease counts in the quota at once, is cut to its room and its period; unused units come back while it lasts", () => {
+    const log = new KeyLog([{ limit: 1_000, windowMs: 60_000 }]);
+    const book = new QuotaBook([{ limit: 10, period: "hour", zone: "UTC" }]);
+    const out = takeQuoted([log], book, t, { cost: 1, leaseUnits: 50, leaseMs: 30_000 });
+    const lease = out.decision.lease;
+    expect(lease).not.toBeNull();
+    expect(lease?.units).toBeLessThanOrEqual(9);
+    // Spent before 11:00 (the caller's lifetime runs from before it asked).
+    expect(t + (lease?.lifetimeMs ?? 0)).toBeLessThan(at("2026-05-04T11:00:00Z"));
+    expect(out.quotaRows?.[0]?.used).toBe(1 + (lease?.units ?? 0));
+    const unused = lease?.units ?? 0;
+    const settle = [{ recordedAt: lease?.recordedAt ?? [], issuedAt: t, used: 0, lastUseMs: 0, unused }];
+    const back = takeQuoted([log], book, t + 5_000, { cost: 1, settle });
+    expect(back.quotaRows?.[0]?.used).toBe(2);
+    // In the next hour, units of a lease issued in this one go back nowhere.
+    const late = new QuotaBook(
+      [{ limit: 10, period: "hour", zone: "UTC" }],
+      [
+        {
+          limit: 10,
+          period: "hour",
+          zone: "UTC",
+          start: at("2026-05-04T10:00:00Z"),
+          end: at("2026-05-04T11:00:00Z"),
+          used: 10,
+        },
+      ],
+    );
+    expect(giveBackUnused(late, at("2026-05-04T11:00:01Z"), settle)).toEqual([]);
+    expect(giveBackUnused(late, t + 1, [null as never, { ...settle[0], unused: 0 } as never])).toEqual([]);
+  });
+
+  it("a lease asked alone with no room left grants nothing and counts nothing", () => {
+    const log = new KeyLog([{ limit: 1_000, windowMs: 60_000 }]);
+    const book = new QuotaBook([{ limit: 1, period: "hour", zone: "UTC" }]);
+    takeQuoted([log], book, t, { cost: 1 });
+    const out = takeQuoted([log], book, t + 1, { cost: 0, leaseUnits: 5, leaseMs: 1_000 });
+    expect(out.decision).toMatchObject({ allowed: true, cost: 0, lease: null });
+    expect(out.quotaRows).toBeNull();
+  });
+
+  it("leaseWithin: no lease past the period or over the room; a lead never longer than the lifetime", () => {
+    const ask = { cost: 1, leaseUnits: 20, leaseMs: 30_000, leaseLeadMs: 25_000 };
+    expect(leaseWithin(ask, { units: 5, endsAt: t + 10_000 }, t)).toEqual({
+      cost: 1,
+      leaseUnits: 5,
+      leaseMs: 9_999,
+      leaseLeadMs: 9_999,
+    });
+    expect(leaseWithin(ask, { units: 0, endsAt: t + 10_000 }, t)).toMatchObject({ leaseUnits: 0, leaseMs: 0 });
+    expect(leaseWithin(ask, { units: 5, endsAt: t + 1 }, t)).toMatchObject({ leaseUnits: 0, leaseMs: 0 });
+    expect(leaseWithin({ cost: 1 }, { units: 5, endsAt: t + 1 }, t)).toEqual({ cost: 1 });
+  });
+
+  it("withQuotas keeps a grant's own fields and drops a refused one's record and lease", () => {
+    const log = new KeyLog([{ limit: 10, windowMs: 1_000 }]);
+    const book = new QuotaBook([{ limit: 10, period: "day", zone: "UTC" }]);
+    const d = log.take(t, { cost: 1 }).decision;
+    expect(withQuotas(d, book, true)).toMatchObject({ allowed: true, recordedAt: d.recordedAt });
+    const refused = withQuotas(d, book, false);
+    expect(refused.allowed).toBe(false);
+    expect(refused.recordedAt).toBeUndefined();
+    expect(refused.lease).toBeNull();
   });
 });

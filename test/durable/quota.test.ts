@@ -1,0 +1,115 @@
+// Calendar quotas in the key's object (docs/design.md, "Quotas, credits and usage"), inside workerd with its SQLite
+// storage and the object's clock seam: all or nothing with the sliding limits, one `meta` row for every quota written
+// with the grant, counts kept across an eviction, leases counted at once and their unused units given back, refunds to
+// the period they were granted in, and the idle alarm keeping the state until the period ends.
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { LimitSpec } from "../../src/core/index.ts";
+import type { QuotaSpec } from "../../src/core/quota.ts";
+import type { RateLimiter } from "../../src/object/index.ts";
+import { object, T0 } from "./object.ts";
+
+// T0 is 2027-01-15T08:00:00Z.
+const DAY_END = Date.UTC(2027, 0, 16);
+const monthly: QuotaSpec[] = [{ limit: 5, period: "month", zone: "UTC" }];
+const daily: QuotaSpec[] = [{ limit: 3, period: "day", zone: "UTC" }];
+const wide: LimitSpec[] = [{ limit: 1_000, windowMs: 60_000, tickMs: 1 }];
+
+describe("quotas at the key's object", () => {
+  it("a quota alone: grants its limit, refuses to the next start, writes one meta row per grant and no slots", async () => {
+    const o = await object();
+    expect(new Date(T0).toISOString()).toBe("2027-01-15T08:00:00.000Z");
+    for (let i = 0; i < 3; i++) {
+      const d = await o.take([], 1, { quotas: daily });
+      expect(d).toMatchObject({ allowed: true, limits: [] });
+      expect(d.quotas).toEqual([{ remaining: 2 - i, resetMs: DAY_END - T0, exceeded: false }]);
+    }
+    expect(o.written()).toBe(0); // no budget_slots rows
+    const refused = await o.take([], 1, { quotas: daily });
+    expect(refused).toMatchObject({ allowed: false, retryAfterMs: DAY_END - T0, blockedUntil: DAY_END });
+    const { meta, tables } = await o.stored();
+    expect(tables).toContain("meta");
+    expect(meta).toEqual([
+      {
+        k: "quotas",
+        v: JSON.stringify([
+          { limit: 3, period: "day", zone: "UTC", start: DAY_END - 86_400_000, end: DAY_END, used: 3 },
+        ]),
+      },
+    ]);
+    expect(await o.alarm()).toBe(DAY_END);
+    // Without quotas and without limits, nothing is limited: refused as no limit at all.
+    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
+      await expect(instance.take([], { cost: 1 })).rejects.toThrow(/^limits: expected at least one limit/);
+    });
+  });
+
+  it("counts survive an eviction; a new period starts afresh; the alarm deletes the state once it ends", async () => {
+    const o = await object();
+    for (let i = 0; i < 3; i++) await o.take(wide, 1, { quotas: daily });
+    await o.evict();
+    expect((await o.take(wide, 1, { quotas: daily })).allowed).toBe(false);
+    // A raised limit keeps what the day has used.
+    expect((await o.take(wide, 1, { quotas: [{ ...daily[0], limit: 4 } as QuotaSpec] })).quotas?.[0]?.remaining).toBe(
+      0,
+    );
+    // The sliding window's rows leave at T0 + 60 s; the quota's count keeps the key until midnight.
+    o.at(T0 + 120_000);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect((await o.stored()).meta).toHaveLength(2); // quotas, and the window of the key's budget
+    o.at(DAY_END);
+    expect(await o.alarm()).toBe(DAY_END);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect((await o.stored()).tables).toEqual([]);
+    expect((await o.take(wide, 1, { quotas: daily })).quotas?.[0]?.remaining).toBe(2);
+  });
+
+  it("all or nothing: a refusal by either counts in neither", async () => {
+    const o = await object();
+    const tight: LimitSpec[] = [{ limit: 1, windowMs: 1_000, tickMs: 1 }];
+    expect((await o.take(tight, 1, { quotas: monthly })).allowed).toBe(true);
+    const bySliding = await o.take(tight, 1, { quotas: monthly });
+    expect(bySliding.allowed).toBe(false);
+    expect(bySliding.quotas?.[0]).toMatchObject({ remaining: 4, exceeded: false });
+    o.at(T0 + 1_000);
+    expect((await o.take(tight, 1, { quotas: monthly })).quotas?.[0]?.remaining).toBe(3);
+    const o2 = await object();
+    await o2.take(wide, 5, { quotas: monthly });
+    o2.written();
+    const byQuota = await o2.take(wide, 1, { quotas: monthly });
+    expect(byQuota).toMatchObject({ allowed: false, retryAfterMs: Date.UTC(2027, 1, 1) - T0 });
+    expect(byQuota.limits[0]?.remaining).toBe(995);
+    expect(o2.written()).toBe(0);
+  });
+
+  it("a lease counts in the quota when granted; its unused units come back with a settlement, in the period only", async () => {
+    const o = await object();
+    const d = await o.take(wide, 1, { quotas: monthly, leaseUnits: 100, leaseMs: 30_000 });
+    const lease = d.lease;
+    expect(lease?.units).toBe(4);
+    expect(d.quotas?.[0]?.remaining).toBe(0);
+    const settle = [{ recordedAt: lease?.recordedAt ?? [], issuedAt: d.now, used: 1, lastUseMs: 10, unused: 3 }];
+    await o.settle(wide, settle);
+    expect((await o.peek(wide)).quotas).toBeUndefined(); // a peek without quotas shows none
+    const p = (await o.stub.peek(wide, 1, undefined, monthly)) as Awaited<ReturnType<typeof o.peek>>;
+    expect(p.quotas?.[0]?.remaining).toBe(3);
+  });
+
+  it("a refund gives a grant's units back to the period it was granted in, once", async () => {
+    const o = await object();
+    const d = await o.take(wide, 2, { quotas: monthly });
+    const grant = { id: "g1", recordedAt: d.recordedAt ?? [], units: 2, at: d.now };
+    expect(await o.stub.refund(wide, grant)).toBe(true);
+    expect(await o.stub.refund(wide, grant)).toBe(false);
+    expect((await o.take(wide, 5, { quotas: monthly })).allowed).toBe(true);
+    // A grant of January refunded in February: February's count stays.
+    const o2 = await object();
+    const jan = await o2.take(wide, 5, { quotas: monthly });
+    o2.at(Date.UTC(2027, 1, 1, 0, 0, 30));
+    await o2.take(wide, 5, { quotas: monthly });
+    expect(await o2.stub.refund(wide, { id: "g2", recordedAt: jan.recordedAt ?? [], units: 5, at: jan.now })).toBe(
+      true,
+    );
+    expect((await o2.take(wide, 1, { quotas: monthly })).allowed).toBe(false);
+  });
+});
