@@ -53,11 +53,23 @@ export interface LimitSetting {
   readonly name?: string;
 }
 
+/**
+ * A calendar quota (docs/configuration.md, "Quotas and credits"): at most `limit` units per `period` in `time_zone`
+ * (IANA, default `"UTC"`), reset at each period's start. It goes in a plan's `limits` beside the sliding ones.
+ */
+export interface QuotaSetting {
+  readonly limit: number;
+  readonly period: "hour" | "day" | "week" | "month";
+  readonly time_zone?: string;
+  /** The name in `RateLimit-Policy` (default `hourly`, `daily`, `weekly`, `monthly`). */
+  readonly name?: string;
+}
+
 /** A plan chosen by key prefix: its own limits (and routes, in place of the top-level ones), or none (`unlimited`). */
 export interface PlanSetting {
   readonly name: string;
   readonly key_prefix: string;
-  readonly limits?: readonly LimitSetting[];
+  readonly limits?: readonly (LimitSetting | QuotaSetting)[];
   readonly routes?: readonly RouteSetting[];
   readonly unlimited?: boolean;
   /** The plan's own per-address limits in place of the top-level `ip`; `false`: none for its keys. */
@@ -100,11 +112,11 @@ export interface RouteSetting {
  * without its proxy-only settings (`origin_timeout`, `admin`, `refund`).
  */
 export interface LimiterSettings {
-  /** The limits of keys that match no plan; a request must fit every one. */
-  readonly limits?: readonly LimitSetting[];
+  /** The limits of keys that match no plan (sliding limits and calendar quotas); a request must fit every one. */
+  readonly limits?: readonly (LimitSetting | QuotaSetting)[];
   readonly plans?: readonly PlanSetting[];
   /** Limits for requests without a key, per client address (the hono middleware, or `identify(null, ip)`). */
-  readonly anonymous?: { readonly limits: readonly LimitSetting[] };
+  readonly anonymous?: { readonly limits: readonly (LimitSetting | QuotaSetting)[] };
   /**
    * Limits every request with a key must also fit, counted per client address across all keys
    * (`limit(…, { ip })`; the hono middleware reads `CF-Connecting-IP`). All or nothing: a request one

@@ -102,7 +102,8 @@ export function identify(
 /**
  * The name a limiter gets from its settings: `s-` and 12 hex digits of a hash of what its grants
  * mean — each plan's key prefix, limits and routes (not their header names, and not how keys are
- * read, failures handled or leases sized).
+ * read, failures handled or leases sized). Not its calendar quotas either: a quota's count carries over a change of
+ * its limit (a plan upgraded mid-month keeps what the month has used), which a new name would lose.
  */
 export function settingsName(config: LimiterConfig): string {
   const limits = (ls: readonly { limit: number; windowMs: number; tickMs: number }[] | null) =>

@@ -1,0 +1,84 @@
+// Calendar quotas through the proxy and the library, the real object and the real origin (docs/configuration.md,
+// "Quotas and credits"): the quota's limit reaches the origin in its period and not one request more, with leases on
+// and requests sent at once; the refusal waits for the next period's start and the headers name the quota.
+import { describe, expect, it } from "vitest";
+import { createLimiter } from "../../src/index.ts";
+import { arrivalsFor, envWith, freshKey, handle, problemBody, request } from "./helpers.ts";
+
+/** Seconds from now to the next midnight in `zone` as the runtime's Intl has it (what Retry-After must say at most). */
+function secondsToMidnight(zone: string): number {
+  const parts = new Intl.DateTimeFormat("en-US", {
+    timeZone: zone,
+    hourCycle: "h23",
+    hour: "numeric",
+    minute: "numeric",
+    second: "numeric",
+  }).formatToParts(Date.now());
+  const n = (type: string) => Number(parts.find((p) => p.type === type)?.value);
+  return 86_400 - (n("hour") * 3600 + n("minute") * 60 + n("second"));
+}
+
+describe("a daily quota through the proxy", () => {
+  const CONFIG = {
+    limits: [
+      { limit: 1_000, window: "1m" },
+      { limit: 25, period: "day", time_zone: "Asia/Tokyo" },
+    ],
+  };
+
+  it("lets exactly the quota through to the origin, with requests sent at once and leases on", async () => {
+    const e = envWith(CONFIG);
+    const key = freshKey();
+    const statuses: number[] = [];
+    for (let round = 0; round < 4; round++) {
+      const batch = await Promise.all(Array.from({ length: 10 }, () => handle(request(key, "/items"), e)));
+      statuses.push(...batch.map((r) => r.status));
+    }
+    expect(statuses.filter((s) => s === 200)).toHaveLength(25);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(15);
+    expect(await arrivalsFor(key)).toHaveLength(25);
+    const refused = await handle(request(key, "/items"), e);
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("RateLimit-Policy")).toBe('"per-minute";q=1000;w=60, "daily";q=25');
+    const wait = Number(refused.headers.get("Retry-After"));
+    // To midnight in Tokyo (DST-free): within two seconds of what Intl says now.
+    expect(Math.abs(wait - secondsToMidnight("Asia/Tokyo"))).toBeLessThanOrEqual(2);
+    expect(refused.headers.get("RateLimit")).toMatch(new RegExp(`"daily";r=0;t=${wait}$`));
+    expect(await problemBody(refused)).toMatchObject({ violated_policies: ["daily"] });
+  });
+
+  it("a plan of a quota alone: per-request decisions at the object, the quota exact", async () => {
+    const e = envWith({ plans: [{ name: "trial", key_prefix: "trial_", limits: [{ limit: 7, period: "month" }] }] });
+    const key = freshKey("trial_");
+    const batch = await Promise.all(Array.from({ length: 12 }, () => handle(request(key, "/"), e)));
+    expect(batch.filter((r) => r.status === 200)).toHaveLength(7);
+    expect(await arrivalsFor(key)).toHaveLength(7);
+    const ok = batch.find((r) => r.status === 200) as Response;
+    expect(ok.headers.get("RateLimit-Policy")).toBe('"monthly";q=7');
+  });
+});
+
+describe("a quota through the library", () => {
+  it("limit() refuses past the quota until the next period; peek() shows it; refund() gives back", async () => {
+    const limiter = createLimiter({ limits: [{ limit: 3, period: "week", time_zone: "Europe/Berlin" }] });
+    const key = freshKey();
+    const granted = [];
+    for (let i = 0; i < 3; i++) granted.push(await limiter.limit(envWith({}), key));
+    expect(granted.every((r) => r.allowed)).toBe(true);
+    const refused = await limiter.limit(envWith({}), key);
+    expect(refused.allowed).toBe(false);
+    expect(refused.limits[0]).toMatchObject({
+      name: "weekly",
+      period: "week",
+      timeZone: "Europe/Berlin",
+      remaining: 0,
+    });
+    expect(refused.retryAfterMs).toBeGreaterThan(0);
+    expect(refused.retryAfterMs).toBeLessThanOrEqual(7 * 86_400_000 + 3_600_000);
+    expect(await limiter.refund(envWith({}), granted[0] as (typeof granted)[number])).toBe(true);
+    const peek = await limiter.peek(envWith({}), key);
+    expect(peek).toMatchObject({ allowed: true });
+    expect(peek.limits[0]?.remaining).toBe(1);
+    expect((await limiter.limit(envWith({}), key)).allowed).toBe(true);
+  });
+});
