@@ -65,6 +65,21 @@ export interface QuotaSetting {
   readonly name?: string;
 }
 
+/**
+ * Prepaid credits (docs/configuration.md, "Quotas and credits"): each key starts with `initial`, each grant spends its
+ * cost, a request the balance cannot cover is refused (`reason: "credits"`, `402` or `status`) and spends nothing;
+ * `refill` raises a smaller balance to `amount` at each period's start.
+ */
+export interface CreditsSetting {
+  readonly initial: number;
+  readonly refill?: {
+    readonly amount: number;
+    readonly period: "hour" | "day" | "week" | "month";
+    readonly time_zone?: string;
+  };
+  readonly status?: 402 | 429;
+}
+
 /** A plan chosen by key prefix: its own limits (and routes, in place of the top-level ones), or none (`unlimited`). */
 export interface PlanSetting {
   readonly name: string;
@@ -79,6 +94,8 @@ export interface PlanSetting {
   /** The plan's own concurrency in place of the top-level one; `false`: none for its keys. */
   readonly concurrency?: number | false;
   readonly concurrency_timeout?: Duration;
+  /** The plan's own credits in place of the top-level ones; `false`: none for its keys. */
+  readonly credits?: CreditsSetting | false;
 }
 
 /**
@@ -131,6 +148,8 @@ export interface LimiterSettings {
   readonly concurrency?: number;
   /** How long a slot whose holder vanished stays taken (default `"60s"`, 1s to 1d). */
   readonly concurrency_timeout?: Duration;
+  /** Prepaid credits every key spends (plans inherit them). */
+  readonly credits?: CreditsSetting;
   /**
    * Routes with their own budget per key (docs/configuration.md, "Per-route budgets"): `limit(…, { route })` names
    * one; the hono middleware matches `method` and `path` when it is given no `route`.
@@ -290,6 +309,14 @@ export interface Limiter {
   /** Forgets the key's grants (units leased to isolates and not yet expired still count). */
   reset(env: object, key: string): Promise<void>;
   /**
+   * Adds `add` credits to the key's balance (a top-up after a payment; docs/configuration.md, "Quotas and credits"):
+   * a key that never spent any starts from its plan's `initial`. Resolves to the new balance.
+   *
+   * @throws LimiterError as `limit()` does for the key; RangeError when `add` is not a positive whole number;
+   *   ConfigError when the key's plan has no credits
+   */
+  credit(env: object, key: string, add: number): Promise<number>;
+  /**
    * The object name and plan of `key`, checked as `limit()` checks it; for a request without a key
    * (`null`), those of the `anonymous` limits for the client address `ip`.
    *
@@ -408,6 +435,16 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const routes = plan.routes.map(routeBudget);
       await callObject(() => ns.getByName(object).reset(limits, 1, routes) as Promise<unknown>, config.objectTimeoutMs);
       client.forget(ns, object);
+    },
+    async credit(env, key, add) {
+      const ns = namespace(env);
+      const { name: object, plan } = pipeline.identify(keyOf(key));
+      if (!Number.isSafeInteger(add) || add < 1) {
+        throw new RangeError(`add: expected a positive whole number of credits, got ${String(add)}`);
+      }
+      const credits = plan.credits;
+      if (!credits) throw new ConfigError(`credit(): the plan ${JSON.stringify(plan.name)} of this key has no credits`);
+      return callObject(() => ns.getByName(object).credit(credits.spec, add), config.objectTimeoutMs);
     },
   };
 }

@@ -6,6 +6,7 @@
  */
 
 import type { RouteBudget } from "./core/budgets.ts";
+import type { CreditSpec } from "./core/credits.ts";
 import type { Decision } from "./core/decision.ts";
 import type { LimitSpec } from "./core/limits.ts";
 import type { Ask, Settlement, Use } from "./core/log.ts";
@@ -13,8 +14,19 @@ import type { PenaltySpec } from "./core/penalty.ts";
 import type { QuotaSpec } from "./core/quota.ts";
 import type { ConcurrencySpec } from "./core/slots.ts";
 
+/**
+ * What a key's object counts beside the limits, as the plan has it (docs/configuration.md, "Quotas and credits"):
+ * decided with them all or nothing.
+ */
+export interface MeterSpecs {
+  /** The plan's calendar quotas: a lease granted with a request counts in them at once and ends by their period's end. */
+  readonly quotas?: readonly QuotaSpec[];
+  /** The plan's credits: each grant spends its cost (and a lease its units) from the key's balance. */
+  readonly credits?: CreditSpec;
+}
+
 /** What a call asks of a key's object: the log's {@link Ask}, and what the object reads around the log. */
-export interface TakeAsk extends Ask {
+export interface TakeAsk extends Ask, MeterSpecs {
   /** The key's plan's penalty for repeated refusals (docs/configuration.md, "Penalties"): the object counts them. */
   readonly penalty?: PenaltySpec;
   /** Refusals the caller answered from its deny cache since its last call: they count towards the penalty too. */
@@ -26,11 +38,6 @@ export interface TakeAsk extends Ask {
   readonly slot?: { readonly id: string } & ConcurrencySpec;
   /** Grants the caller made alone while the object could not answer: recorded before the decision. */
   readonly alone?: AloneReport;
-  /**
-   * The plan's calendar quotas (docs/configuration.md, "Quotas and credits"): the request must fit them as well as
-   * the limits, all or nothing; a lease granted with it counts in them at once and ends by their period's end.
-   */
-  readonly quotas?: readonly QuotaSpec[];
 }
 
 /**
@@ -50,7 +57,7 @@ export interface RefundedGrant {
   readonly units: number;
   /**
    * When it was granted (the decision's `now`), for a key with calendar quotas: its units go back to the quotas while
-   * that period lasts.
+   * that period lasts (and to its credits, whenever).
    */
   readonly at?: number;
 }
@@ -71,12 +78,8 @@ export interface LimiterStub {
   settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): Promise<number>;
   release(id: string): Promise<boolean>;
   renew(id: string, timeoutMs: number): Promise<boolean>;
-  peek(
-    limits: readonly LimitSpec[],
-    cost: number,
-    route?: RouteBudget,
-    quotas?: readonly QuotaSpec[],
-  ): Promise<Decision>;
+  peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget, meters?: MeterSpecs): Promise<Decision>;
+  credit(credits: CreditSpec, add: number): Promise<number>;
   recover(limits: readonly LimitSpec[], report: AloneReport): Promise<number>;
   reset(limits: readonly LimitSpec[], buckets: number, routes?: readonly RouteBudget[]): Promise<unknown>;
 }

@@ -237,7 +237,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       d = await callObject(
         () => {
           const stub = ns.getByName(name);
-          if (plan.quotas?.length) return stub.peek(limits, cost, route ? routeBudget(route) : undefined, plan.quotas);
+          if (plan.meters) return stub.peek(limits, cost, route ? routeBudget(route) : undefined, plan.meters);
           return route ? stub.peek(limits, cost, routeBudget(route)) : stub.peek(limits, cost);
         },
         this.config.objectTimeoutMs,
@@ -254,9 +254,15 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const held =
       entry && d.blockedBy === undefined ? this.leases.spare(entry, this.now(), d.limitsOverride ?? null) : 0;
     const states = statesOf(d).map((l) => withLease(l, held));
-    if (d.allowed || held >= cost)
-      return this.#result({ plan, shown, cost, reason: "peek", fits: true, states, at: d.now, route });
-    const reason = d.blockedBy !== undefined ? blockReason(d) : d.neverAllowed ? "too_costly" : "over_limit";
+    const credits = d.credits?.balance;
+    if (d.allowed || (held >= cost && !d.credits?.exceeded))
+      return this.#result({ plan, shown, cost, reason: "peek", fits: true, states, at: d.now, route, credits });
+    const reason =
+      d.blockedBy !== undefined || d.credits?.exceeded
+        ? refusalReason(d)
+        : d.neverAllowed
+          ? "too_costly"
+          : "over_limit";
     const exceeded = statesOf(d).map((l) => l.exceeded);
     return this.#result({
       plan,
@@ -269,6 +275,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       retryAfterMs: d.retryAfterMs,
       at: d.now,
       route,
+      credits,
     });
   }
 
@@ -419,6 +426,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       retryAfterMs: d.retryAfterMs,
       at: d.now,
       route,
+      credits: d.credits?.balance,
     });
   }
 
@@ -445,11 +453,23 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
           units: cost,
           ...(route ? { route: routeBudget(route) } : {}),
           // Its units go back to the quotas of the period it was granted in, while that period lasts.
-          ...(d.quotas ? { at: d.now } : {}),
+          ...(r.plan.meters ? { at: d.now } : {}),
         };
     const handle = grant || held ? { grants: grant ? [grant] : [], slot: held } : null;
     const shown = this.#shown(plan, d.limitsOverride, route);
-    return this.#result({ plan, shown, cost, reason: "granted", fits: true, states, at: d.now, route, handle });
+    const credits = d.credits?.balance;
+    return this.#result({
+      plan,
+      shown,
+      cost,
+      reason: "granted",
+      fits: true,
+      states,
+      at: d.now,
+      route,
+      handle,
+      credits,
+    });
   }
 
   /**
@@ -522,8 +542,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * `failure_mode = "local"` this isolate decides alone; else the failure mode does.
    */
   #without(r: LimitRequest, slot: SlotAsk | undefined, e: unknown): RateLimitResult {
-    // A key with calendar quotas is never decided alone: only its object knows what its period has used.
-    if (this.#alone === null || r.plan.quotas?.length) return this.#failed(r, e);
+    // A key with quotas or credits is never decided alone: only its object knows what its period used, its balance.
+    if (this.#alone === null || r.plan.meters) return this.#failed(r, e);
     if (e !== NOT_CALLED) this.#unavailable(e);
     const { name, cost } = r;
     const now = this.now();
@@ -565,7 +585,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   #peekWithout(r: PeekRequest & { cost: number }, e: unknown = NOT_CALLED): RateLimitResult {
     const { name, plan, cost } = r;
     const route = r.route ?? null;
-    if (this.#alone === null || plan.quotas?.length) return this.#failed({ plan, cost, route, name }, e);
+    if (this.#alone === null || plan.meters) return this.#failed({ plan, cost, route, name }, e);
     const d = this.#alone.check(aloneBudgets({ name, plan, route }), this.now(), cost);
     return this.#aloneResult({ plan, cost, route }, d, d.allowed, {});
   }
@@ -669,7 +689,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const start = this.now();
     return this.#reporting(name, start, (report) => {
       // Grants this isolate made alone go with it, a retry's too: recorded twice, they only count later.
-      const quoted = r.plan.quotas?.length ? { ...ask, quotas: r.plan.quotas } : ask;
+      const quoted = r.plan.meters ? { ...ask, ...r.plan.meters } : ask;
       const first = report ? { ...quoted, alone: report } : quoted;
       let tries = 0;
       return callObject(
@@ -871,10 +891,11 @@ function withLease(l: LimitStatus, units: number): HeaderState {
   return units === 0 ? l : { remaining: l.remaining + units, resetMs: l.resetMs };
 }
 
-/** The reason of the object's refusal: a block's, a full concurrency, or the limits. */
+/** The reason of the object's refusal: a block's, a full concurrency, an empty balance, or the limits. */
 function refusalReason(d: Decision): Reason {
   if (d.blockedBy !== undefined) return blockReason(d);
-  return d.concurrencyFull ? "concurrency" : "over_limit";
+  if (d.concurrencyFull) return "concurrency";
+  return d.credits?.exceeded ? "credits" : "over_limit";
 }
 
 /** The reason of a refusal by a block: a penalty's, or an operator's. */

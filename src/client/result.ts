@@ -25,6 +25,8 @@ export type Reason =
   | "penalty"
   /** Refused from the deny cache: the object said no request can pass before a known time. */
   | "cached_denial"
+  /** The key's credits cannot cover its cost (docs/configuration.md, "Quotas and credits"): nothing was spent. */
+  | "credits"
   /** Its cost exceeds a limit: it can never pass. */
   | "too_costly"
   /** The key's object did not answer within `object_timeout`. */
@@ -98,6 +100,11 @@ export interface RateLimitResult {
    * there is nothing to give back or free (a refusal, a peek, an unlimited plan).
    */
   readonly handle: Handle | null;
+  /**
+   * For a plan with credits: the key's balance after the decision (null where not known: decided from a lease, the
+   * deny cache, or without the object), and the status a refusal for want of credits is answered with.
+   */
+  readonly credits?: { readonly balance: number | null; readonly refuseWith: 402 | 429 };
 }
 
 /** A grant's units and slot, as data (see {@link RateLimitResult.handle}). */
@@ -207,6 +214,8 @@ export interface Outcome {
   readonly route?: Route | null;
   /** What a refund or a release needs (granted only). */
   readonly handle?: Handle | null;
+  /** The key's credit balance after the decision, where known. */
+  readonly credits?: number | undefined;
 }
 
 /**
@@ -237,7 +246,7 @@ export function resultOf(settings: Pick<LimiterConfig, "failureMode" | "shadow">
     };
     return l.period === undefined ? out : { ...out, period: l.period, timeZone: l.zone as string };
   });
-  return {
+  const out: RateLimitResult = {
     allowed,
     reason,
     plan: o.plan.name,
@@ -249,6 +258,8 @@ export function resultOf(settings: Pick<LimiterConfig, "failureMode" | "shadow">
     at: o.at,
     handle: o.handle ?? null,
   };
+  const credits = o.plan.credits;
+  return credits ? { ...out, credits: { balance: o.credits ?? null, refuseWith: credits.status } } : out;
 }
 
 /**

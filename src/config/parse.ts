@@ -6,6 +6,7 @@
 
 import { ESCAPED_SLASHES, type EscapedSlashes, normalizePath } from "../base/path.ts";
 import { checkTimeZone, PERIODS, type Period } from "../core/calendar.ts";
+import { checkCredits } from "../core/credits.ts";
 import { describe, formatDuration, parseDuration } from "../core/duration.ts";
 import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "../core/limits.ts";
 import type { PenaltySpec } from "../core/penalty.ts";
@@ -28,6 +29,7 @@ import {
   ConfigError,
   type CorsSettings,
   type CostRule,
+  type CreditsSetting,
   DEFAULTS,
   type FailureMode,
   HEADER_FORMS,
@@ -65,6 +67,7 @@ export const LIMITER_FIELDS = [
   "penalty",
   "concurrency",
   "concurrency_timeout",
+  "credits",
 ] as const;
 
 /** The settings only the proxy reads. */
@@ -119,26 +122,31 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
   const ip = rl.ip === undefined ? null : parseAddressBudget(rl.ip, `${root}.ip`, "addr", leases);
   if (rl.penalty === false) throw new ConfigError(`${root}.penalty: leave it out for no penalty (false is for a plan)`);
   const penalty = rl.penalty === undefined ? null : parsePenalty(rl.penalty, `${root}.penalty`);
+  if (rl.credits === false) throw new ConfigError(`${root}.credits: leave it out for no credits (false is for a plan)`);
+  const credits = rl.credits === undefined ? null : parseCredits(rl.credits, `${root}.credits`);
   const concurrency = parseConcurrency(rl, root, null, false);
   const ctx: PlanContext = { root, maxKeyLength: key.maxLength, leases, routes, routePaths, ip };
-  const plans = parsePlans(rl, ctx, { penalty, concurrency });
+  const plans = parsePlans(rl, ctx, { penalty, concurrency, credits });
   const defaultPlan =
     rl.limits === undefined
       ? null
-      : {
-          ...makePlan(
-            { name: "default", keyPrefix: "", ...parsePlanLimits(rl.limits, `${root}.limits`) },
-            leases,
-            { settings: routes, field: `${root}.routes` },
-            { budget: ip, field: `${root}.ip` },
-          ),
-          penalty,
-          concurrency,
-        };
+      : withCredits(
+          {
+            ...makePlan(
+              { name: "default", keyPrefix: "", ...parsePlanLimits(rl.limits, `${root}.limits`) },
+              leases,
+              { settings: routes, field: `${root}.routes` },
+              { budget: ip, field: `${root}.ip` },
+            ),
+            penalty,
+            concurrency,
+          },
+          credits,
+        );
   if (!defaultPlan && plans.length === 0) {
     throw new ConfigError(`${root}.limits: required (or give ${root}.plans); without limits nothing would be limited`);
   }
-  const anonymous = parseAnonymous(rl, ctx, { penalty, concurrency });
+  const anonymous = parseAnonymous(rl, ctx, { penalty, concurrency, credits: null });
   checkRoutesTaken(rl, ctx, defaultPlan !== null, anonymous !== null);
   return {
     objectTimeoutMs: parseTimeout(rl.object_timeout, `${root}.object_timeout`, DEFAULTS.objectTimeoutMs),
@@ -175,6 +183,47 @@ interface PlanContext {
 interface Inherited {
   readonly penalty: PenaltySpec | null;
   readonly concurrency: ConcurrencySpec | null;
+  readonly credits: CreditsSetting | null;
+}
+
+/** `plan` with its credits (null: none) and the meters its keys' calls carry to their object (quotas, credits). */
+function withCredits(plan: Plan, credits: CreditsSetting | null): Plan {
+  const quotas = plan.quotas ?? [];
+  if (credits === null && quotas.length === 0) return plan;
+  const meters = { ...(quotas.length > 0 ? { quotas } : {}), ...(credits ? { credits: credits.spec } : {}) };
+  return { ...plan, ...(credits ? { credits } : {}), meters };
+}
+
+/**
+ * `credits = { initial, refill?, status? }` (docs/configuration.md, "Quotas and credits"): each key starts with
+ * `initial`; `refill = { amount, period, time_zone? }` raises a smaller balance to `amount` at each period's start; a
+ * request the balance cannot cover is refused with `status` (402, or 429).
+ */
+function parseCredits(value: unknown, field: string): CreditsSetting {
+  const c = object(value, field);
+  unknownFields(c, ["initial", "refill", "status"], field);
+  const initial = c.initial;
+  if (typeof initial !== "number" || !Number.isSafeInteger(initial) || initial < 0) {
+    throw new ConfigError(
+      `${field}.initial: expected a whole number ≥ 0 (each key's first balance), got ${describe(initial)}`,
+    );
+  }
+  let refill: { amount: number; period: Period; zone: string } | null = null;
+  if (c.refill !== undefined) {
+    const r = object(c.refill, `${field}.refill`);
+    unknownFields(r, ["amount", "period", "time_zone"], `${field}.refill`);
+    const amount = r.amount;
+    if (typeof amount !== "number" || !Number.isSafeInteger(amount) || amount < 1) {
+      throw new ConfigError(`${field}.refill.amount: expected a positive integer, got ${describe(amount)}`);
+    }
+    const { period, zone } = periodAndZone(r, `${field}.refill`);
+    refill = { amount, period, zone };
+  }
+  const status = c.status ?? 402;
+  if (status !== 402 && status !== 429) {
+    throw new ConfigError(`${field}.status: expected 402 (Payment Required) or 429, got ${describe(c.status)}`);
+  }
+  return { spec: checkCredits({ initial, refill }), status };
 }
 
 /** `plans = [...]`: each plan with its penalty and concurrency; names unique, no prefix hidden by an earlier one. */
@@ -195,11 +244,24 @@ function parsePlans(rl: Obj, ctx: PlanContext, inherited: Inherited): Plan[] {
         : own === undefined
           ? inherited.penalty
           : parsePenalty(own, `${field}.penalty`);
-    return {
+    const ownCredits = (p as Obj).credits;
+    if (plan.limits === null && ownCredits !== undefined && ownCredits !== false) {
+      throw new ConfigError(
+        `${field}.credits: an unlimited plan's keys never consult the limiter; remove credits or unlimited = true`,
+      );
+    }
+    const credits =
+      plan.limits === null || ownCredits === false
+        ? null
+        : ownCredits === undefined
+          ? inherited.credits
+          : parseCredits(ownCredits, `${field}.credits`);
+    const full = {
       ...plan,
       penalty: spec,
       concurrency: plan.limits === null ? null : parseConcurrency(p as Obj, field, inherited.concurrency, true),
     };
+    return withCredits(full, credits);
   });
   const names = new Set<string>();
   for (const [i, p] of plans.entries()) {
@@ -229,7 +291,7 @@ function parseAnonymous(rl: Obj, ctx: PlanContext, inherited: Inherited): Plan |
     // Requests without a key are already counted per address: by the anonymous limits alone.
     { budget: null, field: `${root}.anonymous` },
   );
-  return { ...anonymous, ...inherited };
+  return withCredits({ ...anonymous, penalty: inherited.penalty, concurrency: inherited.concurrency }, null);
 }
 
 /** Top-level routes that no plan takes would silently do nothing: an error. */
@@ -518,7 +580,18 @@ function parsePlan(value: unknown, field: string, ctx: PlanContext): Plan {
   const p = object(value, field);
   unknownFields(
     p,
-    ["name", "key_prefix", "limits", "unlimited", "routes", "ip", "penalty", "concurrency", "concurrency_timeout"],
+    [
+      "name",
+      "key_prefix",
+      "limits",
+      "unlimited",
+      "routes",
+      "ip",
+      "penalty",
+      "concurrency",
+      "concurrency_timeout",
+      "credits",
+    ],
     field,
   );
   const name = nonEmptyString(p.name, `${field}.name`);
@@ -761,22 +834,25 @@ function parseQuota(item: unknown, f: string): QuotaLimit {
   if (typeof limit !== "number" || !Number.isSafeInteger(limit) || limit < 1) {
     throw new ConfigError(`${f}.limit: expected a positive integer, got ${describe(limit)}`);
   }
-  const period = q.period;
+  const { period, zone } = periodAndZone(q, f);
+  const name = q.name === undefined ? PERIOD_NAMES[period] : limitName(q.name, `${f}.name`);
+  return { name, limit, period, zone, windowMs: PERIOD_MS[period] };
+}
+
+/** A calendar `period` and its `time_zone` (default `"UTC"`), as a quota and a credits refill take them. */
+function periodAndZone(t: Obj, f: string): { period: Period; zone: string } {
+  const period = t.period;
   if (typeof period !== "string" || !(PERIODS as readonly string[]).includes(period)) {
     throw new ConfigError(
       `${f}.period: expected one of ${PERIODS.map((p) => `"${p}"`).join(", ")}, got ${describe(period)}`,
     );
   }
-  let zone = "UTC";
-  if (q.time_zone !== undefined) {
-    try {
-      zone = checkTimeZone(q.time_zone);
-    } catch (e) {
-      throw new ConfigError(`${f}.time_zone: ${(e as Error).message.replace(/^time zone: /, "")}`);
-    }
+  if (t.time_zone === undefined) return { period: period as Period, zone: "UTC" };
+  try {
+    return { period: period as Period, zone: checkTimeZone(t.time_zone) };
+  } catch (e) {
+    throw new ConfigError(`${f}.time_zone: ${(e as Error).message.replace(/^time zone: /, "")}`);
   }
-  const name = q.name === undefined ? PERIOD_NAMES[period as Period] : limitName(q.name, `${f}.name`);
-  return { name, limit, period: period as Period, zone, windowMs: PERIOD_MS[period as Period] };
 }
 
 /** A limit's `name`: it goes into RateLimit-Policy as a structured-field string, so printable ASCII only. */

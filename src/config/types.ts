@@ -5,6 +5,7 @@
 
 import type { EscapedSlashes } from "../base/path.ts";
 import type { Period } from "../core/calendar.ts";
+import type { CreditSpec } from "../core/credits.ts";
 import type { Limit as CoreLimit } from "../core/limits.ts";
 import type { PenaltySpec } from "../core/penalty.ts";
 import type { QuotaSpec } from "../core/quota.ts";
@@ -38,6 +39,13 @@ export interface QuotaLimit extends QuotaSpec {
   readonly windowMs: number;
 }
 
+/** A plan's credits (docs/configuration.md, "Quotas and credits"): the balance's rules, and the status of a refusal. */
+export interface CreditsSetting {
+  readonly spec: CreditSpec;
+  /** What a request the balance cannot cover is answered: 402 (Payment Required), or 429. */
+  readonly status: 402 | 429;
+}
+
 /** A limit or a quota as results and headers show it (a quota's `period` and `zone` say which it is). */
 export interface ShownLimit {
   readonly name: string;
@@ -60,6 +68,10 @@ export interface Plan {
   readonly quotas?: readonly QuotaLimit[];
   /** `limits` then `quotas`, as results and headers show them (one list, built once); `limits` when missing. */
   readonly shown?: readonly ShownLimit[];
+  /** Prepaid credits its keys spend (`credits`: the plan's own, else the top-level one); none when missing. */
+  readonly credits?: CreditsSetting;
+  /** What its keys' calls carry to their object beside the limits (its quotas, its credits); none when missing. */
+  readonly meters?: { readonly quotas?: readonly QuotaLimit[]; readonly credits?: CreditSpec };
   /** Lease lifetime asked for this plan's keys (ms): `leases.max_lifetime`, at most the longest window and a minute; 0: no leases. The object shortens it near a limit. */
   readonly leaseMs: number;
   /** Routes with their own budgets for this plan's keys (the plan's own `routes`, else the top-level ones). */

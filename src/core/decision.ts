@@ -55,6 +55,11 @@ export interface Decision {
    * state after the decision, in the order sent (`resetMs`: to the next period's start).
    */
   readonly quotas?: readonly LimitStatus[];
+  /**
+   * Present when the request was sent with the plan's credits (docs/configuration.md, "Quotas and credits"): the
+   * key's balance after the decision, and whether it was too small for the request's cost (nothing was spent).
+   */
+  readonly credits?: { readonly balance: number; readonly exceeded: boolean };
   /** Units granted ahead, or null (per-request decision, or a denial). */
   readonly lease: Lease | null;
   /**

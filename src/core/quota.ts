@@ -8,11 +8,8 @@
  * move a unit into another period — which {@link Quota.leaseEnd} and {@link Quota.giveBack} keep.
  */
 
-import { combine, type TakenTogether, takeTogether } from "./budgets.ts";
 import { checkTimeZone, PERIODS, type Period, periodAt, type Span } from "./calendar.ts";
-import type { Decision } from "./decision.ts";
 import { describe } from "./duration.ts";
-import type { Ask, KeyLog, Settlement } from "./log.ts";
 
 /** A quota as configured: `limit` units per `period` in `zone` (an IANA name). */
 export interface QuotaSpec {
@@ -290,105 +287,4 @@ export class QuotaBook {
     }
     return out;
   }
-}
-
-/**
- * The decision `d` of the sliding limits (granted, or what they would say) with the quotas of `book` after it: refused
- * when `fits` is false (the quotas refused its cost: nothing was recorded), waiting until every quota fits it, and no
- * request of cost 1 passing before each used-up quota's next period.
- */
-export function withQuotas(d: Decision, book: QuotaBook, fits: boolean): Decision {
-  const { now, cost } = d;
-  const allowed = d.allowed && fits;
-  const wait = book.wait(now, cost);
-  const out: { -readonly [K in keyof Decision]: Decision[K] } = {
-    ...d,
-    allowed,
-    blockedUntil: Math.max(d.blockedUntil, wait.oneFitsAt),
-    quotas: book.statuses(now, cost, allowed),
-  };
-  if (allowed) return out;
-  out.neverAllowed = d.neverAllowed || wait.never;
-  out.retryAfterMs = out.neverAllowed ? Number.POSITIVE_INFINITY : Math.max(d.retryAfterMs, wait.fitsAt - now);
-  out.lease = null;
-  delete out.recordedAt;
-  return out;
-}
-
-/**
- * `ask` with its lease cut to what the quotas have room for at `now` ({@link QuotaBook.leaseRoom}): the units they
- * have left after the cost, spent before their period ends. The caller's lifetime runs from before it asked, so its
- * last use comes before `now + lifetime`, which stays before the end.
- */
-export function leaseWithin<A extends Ask>(
-  ask: A,
-  room: { readonly units: number; readonly endsAt: number },
-  now: number,
-): A {
-  if (!ask.leaseUnits) return ask;
-  const leaseMs = Math.max(0, Math.min(ask.leaseMs ?? 0, room.endsAt - now - 1));
-  const leaseUnits = Math.min(ask.leaseUnits, room.units);
-  if (leaseUnits < 1 || leaseMs < 1) return { ...ask, leaseUnits: 0, leaseMs: 0, leaseLeadMs: 0 };
-  return { ...ask, leaseUnits, leaseMs, leaseLeadMs: Math.min(ask.leaseLeadMs ?? 0, leaseMs) };
-}
-
-/**
- * Gives the unused units of settled leases back to the quotas they were counted in (the period of their issue, while
- * it lasts).
- *
- * @returns the quota rows to write (none when nothing was given back)
- */
-export function giveBackUnused(book: QuotaBook, now: number, settle: readonly Settlement[]): QuotaRow[] {
-  let rows: QuotaRow[] = [];
-  for (const s of Array.isArray(settle) ? settle : []) {
-    if (!Number.isSafeInteger(s?.unused) || s.unused < 1 || !Number.isSafeInteger(s.issuedAt)) continue;
-    const given = book.giveBack(now, s.issuedAt, s.unused);
-    if (given.length > 0) rows = given;
-  }
-  return rows;
-}
-
-/** What {@link takeQuoted} decided: the logs' rows (in the order of the logs) and the quotas' (null: unchanged). */
-export interface TakenQuoted extends TakenTogether {
-  readonly quotaRows: readonly QuotaRow[] | null;
-}
-
-/**
- * Decides `ask` against the logs (the key's; with a route's, per request) and the key's calendar quotas, all or
- * nothing (docs/design.md, "Quotas, credits and usage"): the unused units of leases settled with it go back to the
- * quotas first; a cost the quotas refuse records nothing (the settlements still apply to the key's log); a lease is cut
- * to the units the quotas have left and to the end of their period; a grant counts its cost and its lease's units in
- * every quota, in the period of the decision.
- *
- * @param now the caller's clock; the decision's is the latest of it and the logs' (they never go back)
- */
-export function takeQuoted(logs: readonly KeyLog[], book: QuotaBook, now: number, ask: Ask): TakenQuoted {
-  const [log, routed] = logs as [KeyLog, KeyLog | undefined];
-  const t = Math.max(now, ...logs.map((l) => l.clock));
-  const given = giveBackUnused(book, t, ask.settle ?? []);
-  const settleOnly = (): TakenTogether["writes"] => [(ask.settle ?? []).flatMap((s) => log.settle(t, s))];
-  if (!book.fits(t, ask.cost)) {
-    const writes = settleOnly();
-    const checked = combine(logs.map((l) => l.check(t, ask.cost)));
-    return { decision: withQuotas(checked, book, false), writes, quotaRows: given.length > 0 ? given : null };
-  }
-  const asked = leaseWithin(ask, book.leaseRoom(t, ask.cost), t);
-  if (asked.cost === 0 && !asked.leaseUnits) {
-    // A lease alone, and no room for one.
-    const writes = settleOnly();
-    return { decision: withQuotas(log.peek(t), book, true), writes, quotaRows: given.length > 0 ? given : null };
-  }
-  let taken: TakenTogether;
-  if (routed === undefined) {
-    const out = log.take(t, asked);
-    taken = { decision: out.decision, writes: [out.writes] };
-  } else taken = takeTogether(logs, t, asked.cost);
-  const { decision, writes } = taken;
-  if (!decision.allowed) {
-    return { decision: withQuotas(decision, book, true), writes, quotaRows: given.length > 0 ? given : null };
-  }
-  const units = decision.cost + (decision.lease?.units ?? 0);
-  // A lease asked alone and not granted (the limits near) takes nothing.
-  const quotaRows = units > 0 ? book.take(decision.now, units) : given.length > 0 ? given : null;
-  return { decision: withQuotas(decision, book, true), writes, quotaRows };
 }

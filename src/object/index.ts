@@ -8,14 +8,16 @@
 
 import { DurableObject } from "cloudflare:workers";
 import { combine, type RouteBudget, type TakenTogether, takeTogether } from "../core/budgets.ts";
+import { CreditAccount, type CreditSpec, type CreditState } from "../core/credits.ts";
 import type { Decision, NamedLimit } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
 import { checkUses, type History, KeyLog, type Outcome, type Settlement } from "../core/log.ts";
+import { fitOf, giveBackUnused, type Meters, type MeterWrites, takeMetered, withMeters } from "../core/meters.ts";
 import { NO_PENALTY, type PenaltySpec, type PenaltyState, refused } from "../core/penalty.ts";
-import { giveBackUnused, QuotaBook, type QuotaRow, type QuotaSpec, takeQuoted, withQuotas } from "../core/quota.ts";
+import { QuotaBook, type QuotaRow, type QuotaSpec } from "../core/quota.ts";
 import type { SlotRow } from "../core/ring.ts";
 import { checkSlotAsk, checkSlotTimeout, Slots } from "../core/slots.ts";
-import type { AloneReport, RefundedGrant, TakeAsk } from "../protocol.ts";
+import type { AloneReport, MeterSpecs, RefundedGrant, TakeAsk } from "../protocol.ts";
 
 const UPSERT =
   "INSERT INTO budget_slots (budget, ring, key, ts, cost) VALUES (?, ?, ?, ?, ?) ON CONFLICT (budget, ring, key) DO UPDATE SET ts = excluded.ts, cost = excluded.cost";
@@ -86,7 +88,7 @@ export interface KeyStatus {
   readonly inFlight: number;
   /** The override in force, if any (its limits are the ones `decision` reports). */
   readonly override: Override | null;
-  /** Grants over the longest window of the limits applied. */
+  /** Grants over the longest window of the limits applied (`limit` −1 and no counts: a key of quotas alone). */
   readonly history: History & { readonly limit: number };
   /** Whether the key has any stored state at all. */
   readonly stored: boolean;
@@ -121,6 +123,8 @@ export class RateLimiter extends DurableObject<unknown> {
   #slotTable = false;
   /** The key's calendar quotas, for the specs last sent (docs/configuration.md, "Quotas and credits"); null: none yet. */
   #quotas: QuotaBook | null = null;
+  /** The key's credits, for the spec last sent (docs/configuration.md, "Quotas and credits"); null: none yet. */
+  #credits: CreditAccount | null = null;
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
@@ -185,7 +189,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (this.#blockUntil !== null && this.#blockUntil > now) return this.#blocked(refuse(this.#blockUntil), override);
     const full = this.#slotsFull(now, own, logs);
     if (full) return this.#full({ now, ask: own, override, idleAt: idleAt(), refuse }, full);
-    const { decision, writes, quoted } = this.#takeLogs(now, own, logs, this.#quotaBook(ask.quotas));
+    const { decision, writes, quoted } = this.#takeLogs(now, own, logs, this.#meters(ask));
     const [rows = [], routed = []] = writes;
     this.#write(KEY_BUDGET, rows);
     if (route !== undefined) this.#write(route.name, routed);
@@ -199,23 +203,89 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /**
-   * The logs' decision on `ask` (the key's, with a route's: per request), and their rows; with the key's calendar
-   * quotas, decided with them all or nothing (src/core/quota.ts, `takeQuoted`): `quoted` says their row was written.
+   * The logs' decision on `ask` (the key's, with a route's: per request), and their rows; with the key's meters
+   * (calendar quotas, credits), decided with them all or nothing (src/core/meters.ts, `takeMetered`): `quoted` says
+   * a meter's row was written.
    */
   #takeLogs(
     now: number,
     ask: TakeAsk,
     logs: readonly KeyLog[],
-    quotas: QuotaBook | null,
+    meters: Meters | null,
   ): TakenTogether & { readonly quoted: boolean } {
-    if (quotas !== null) {
-      const { quotaRows, ...taken } = takeQuoted(logs, quotas, now, ask);
-      if (quotaRows !== null) this.#writeQuotas(quotaRows);
-      return { ...taken, quoted: quotaRows !== null };
+    if (meters !== null) {
+      const { quotaRows, credits, ...taken } = takeMetered(logs, meters, now, ask);
+      return { ...taken, quoted: this.#writeMeters({ quotaRows, credits }) };
     }
     const [log, routed] = logs as [KeyLog, KeyLog | undefined];
     const taken = routed === undefined ? single(log.take(now, ask)) : takeTogether(logs, now, ask.cost);
     return { ...taken, quoted: false };
+  }
+
+  /** The key's meters for what a call sent (null: neither quotas nor credits). */
+  #meters(specs: MeterSpecs | undefined): Meters | null {
+    const quotas = this.#quotaBook(specs?.quotas);
+    const credits = this.#creditAccount(specs?.credits);
+    return quotas === null && credits === null ? null : { quotas, credits };
+  }
+
+  /** The meters the key counts in (those last sent, else those stored), for a refund or a settlement. */
+  #storedMeters(): Meters {
+    return { quotas: this.#storedQuotas(), credits: this.#storedCredits() };
+  }
+
+  /** Writes what a decision changed in the meters; whether it wrote anything. */
+  #writeMeters(w: MeterWrites): boolean {
+    if (w.quotaRows !== null) this.#writeQuotas(w.quotaRows);
+    if (w.credits !== null) this.#writeCredits(w.credits);
+    return w.quotaRows !== null || w.credits !== null;
+  }
+
+  /** The key's credit account for `spec` (null: none sent): the one in memory, else built from the stored row. */
+  #creditAccount(spec: CreditSpec | undefined): CreditAccount | null {
+    if (spec === undefined) return null;
+    const have = this.#credits;
+    if (have !== null && JSON.stringify(have.spec) === JSON.stringify(new CreditAccount(spec).spec)) return have;
+    this.#credits = new CreditAccount(spec, this.#creditRow()?.state ?? null);
+    return this.#credits;
+  }
+
+  /** The key's credits as last sent, else as stored; null: it has none. */
+  #storedCredits(): CreditAccount | null {
+    if (this.#credits !== null) return this.#credits;
+    const row = this.#creditRow();
+    if (row === null) return null;
+    this.#credits = new CreditAccount(row.spec, row.state);
+    return this.#credits;
+  }
+
+  /** The stored balance (the `meta` row `credits`) and the spec it was kept under. */
+  #creditRow(): { spec: CreditSpec; state: CreditState } | null {
+    if (!this.#tables) return null;
+    const row = this.#sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'credits'").toArray()[0];
+    return row ? (JSON.parse(row.v) as { spec: CreditSpec; state: CreditState }) : null;
+  }
+
+  /** Stores the key's balance: one `meta` row (`credits`), written with the grant. */
+  #writeCredits(state: CreditState): void {
+    this.#setMeta("credits", JSON.stringify({ spec: this.#credits?.spec, state }));
+  }
+
+  /**
+   * Adds `add` credits to the key's balance (an operator's top-up; docs/operating.md): a key new to credits starts
+   * from the spec's `initial`. Returns the new balance.
+   *
+   * @throws RangeError for an add that is not a positive whole number, or a spec that is not one
+   */
+  credit(spec: CreditSpec, add: number): number | Promise<number> {
+    try {
+      const account = this.#creditAccount(spec) as CreditAccount;
+      const state = account.add(this.clock(), add);
+      this.#writeCredits(state);
+      return state.balance;
+    } catch (e) {
+      return Promise.reject(e); // as from an async method: invalid input is a rejection
+    }
   }
 
   /** The key's quota book for `specs` (null: none sent): the one in memory, else built from the stored row. */
@@ -444,9 +514,11 @@ export class RateLimiter extends DurableObject<unknown> {
     if (route !== undefined && routed !== null) {
       this.#write(route.name, routed.giveBack(recordedAt.slice(split), units as number));
     }
-    const book = this.#storedQuotas();
-    if (book !== null && Number.isSafeInteger(grant.at))
-      this.#writeQuotas(book.giveBack(now, grant.at as number, units as number));
+    const meters = this.#storedMeters();
+    if (meters.quotas !== null && Number.isSafeInteger(grant.at))
+      this.#writeQuotas(meters.quotas.giveBack(now, grant.at as number, units as number));
+    if (meters.credits !== null) this.#writeCredits(meters.credits.giveBack(units as number));
+
     // Kept until the grant's record has left every window it counts in (the idle alarm prunes it after).
     let longest = 0;
     for (const l of [...own.limits, ...(routed?.limits ?? [])]) longest = Math.max(longest, l.windowMs);
@@ -515,8 +587,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (!Array.isArray(settle)) throw new RangeError("settle: expected a list of lease settlements");
     const now = this.clock();
     const log = this.#logOf(KEY_BUDGET, this.#activeOverride(now)?.limits ?? limits);
-    const book = this.#storedQuotas();
-    if (book !== null) this.#writeQuotas(giveBackUnused(book, Math.max(now, log.clock), settle));
+    this.#writeMeters(giveBackUnused(this.#storedMeters(), Math.max(now, log.clock), settle));
     let written = 0;
     for (const s of settle) {
       const writes = log.settle(now, s);
@@ -530,13 +601,13 @@ export class RateLimiter extends DurableObject<unknown> {
    * Whether a request of `cost` would be granted now, under the limits applied now (an
    * operator's override, else `limits`) and any block; consumes nothing and writes nothing.
    */
-  peek(limits: readonly LimitSpec[], cost = 1, route?: RouteBudget, quotas?: readonly QuotaSpec[]): Decision {
+  peek(limits: readonly LimitSpec[], cost = 1, route?: RouteBudget, specs?: MeterSpecs): Decision {
     const now = this.clock();
     const override = this.#activeOverride(now, false);
     const logs = [this.#view(KEY_BUDGET, override?.limits ?? limits)];
     if (route !== undefined) logs.push(this.#view(route.name, route.limits));
-    const book = this.#quotaBook(quotas);
-    const quoted = (d: Decision) => (book === null ? d : withQuotas(d, book, book.fits(d.now, cost)));
+    const metered = this.#meters(specs);
+    const quoted = (d: Decision) => (metered === null ? d : withMeters(d, metered, fitOf(metered, d.now, cost)));
     if (this.#blockUntil !== null && this.#blockUntil > now) {
       const until = this.#blockUntil;
       return withOverride(quoted(combine(logs.map((log) => log.refuse(now, cost, until)))), override);
@@ -549,15 +620,27 @@ export class RateLimiter extends DurableObject<unknown> {
    * `limits`), any block and override, and the longest window's grants in `buckets` buckets.
    * Consumes nothing and writes nothing: a key never seen stays without any stored state.
    */
-  status(limits: readonly LimitSpec[], buckets = 60, routes: readonly RouteBudget[] = []): KeyStatus {
+  status(
+    limits: readonly LimitSpec[],
+    buckets = 60,
+    routes: readonly RouteBudget[] = [],
+    specs: MeterSpecs = {},
+  ): KeyStatus {
     const now = this.clock();
     const override = this.#activeOverride(now, false);
     const log = this.#view(KEY_BUDGET, override?.limits ?? limits);
-    const decision = log.peek(now);
+    const meters = this.#meters(specs);
+    const peeked = log.peek(now);
+    // Its quotas' states and its balance as a request of cost 0 sees them (nothing written).
+    const decision = meters === null ? peeked : withMeters(peeked, meters, { quotas: true, credits: true });
     let longest = 0;
     log.limits.forEach((l, i) => {
       if (l.windowMs > (log.limits[longest] as LimitSpec).windowMs) longest = i;
     });
+    const history =
+      log.limits.length === 0
+        ? { startMs: decision.now, bucketMs: 0, counts: [], ahead: 0, limit: -1 }
+        : { ...log.history(longest, decision.now, buckets), limit: longest };
     return {
       now: decision.now,
       decision: withOverride(decision, override),
@@ -566,7 +649,7 @@ export class RateLimiter extends DurableObject<unknown> {
       refusals: this.#penalty.refusals.filter((t) => t > now - (this.#penalty.withinMs ?? 0)).length,
       inFlight: this.#slots.heldAt(now),
       override,
-      history: { ...log.history(longest, decision.now, buckets), limit: longest },
+      history,
       stored: this.#tables,
       routes: (Array.isArray(routes) ? routes : []).map((r) => ({
         name: r.name,
@@ -655,6 +738,15 @@ export class RateLimiter extends DurableObject<unknown> {
       this.#slots = new Slots();
       this.#slotTable = false;
       this.#quotas = null;
+      if (this.#creditRow() !== null) {
+        // A balance is kept for good (it was paid for): everything else goes, in one transaction.
+        this.ctx.storage.transactionSync(() => {
+          this.#sql.exec("DELETE FROM budget_slots");
+          this.#sql.exec("DELETE FROM meta WHERE k <> 'credits'");
+          this.#sql.exec("DROP TABLE IF EXISTS inflight");
+        });
+        return;
+      }
       await this.ctx.storage.deleteAll();
       this.#tables = false;
       return;

@@ -70,6 +70,7 @@ export function refusal(r: RateLimitResult, form: HeaderForm = "draft-11"): Resp
   const headers = headersOf(r, form);
   headers.set("content-type", "application/problem+json");
   headers.set("cache-control", "no-store");
+  if (r.reason === "credits") return noCredits(r, headers);
   const detail =
     r.reason === "blocked"
       ? `This API key is blocked by an operator; retry after ${seconds(r.retryAfterMs)} s.`
@@ -92,6 +93,28 @@ export function refusal(r: RateLimitResult, form: HeaderForm = "draft-11"): Resp
     retry_after_ms: never ? null : r.retryAfterMs,
   };
   return new Response(JSON.stringify(body), { status: 429, headers });
+}
+
+/**
+ * The refusal of a request its key's credits cannot cover (docs/configuration.md, "Quotas and credits"): `402`, or
+ * `429` where the plan says so; `Retry-After` only when a refill will cover it.
+ */
+function noCredits(r: RateLimitResult, headers: Headers): Response {
+  const status = r.credits?.refuseWith ?? 402;
+  const balance = r.credits?.balance ?? null;
+  const refill = Number.isFinite(r.retryAfterMs);
+  const body = {
+    type: "about:blank",
+    title: status === 402 ? "Payment Required" : "Too Many Requests",
+    status,
+    detail: `This API key's credits cannot cover this request (cost ${r.cost}${balance === null ? "" : `, balance ${balance}`}); ${refill ? `they are refilled in ${seconds(r.retryAfterMs)} s, or add credits` : "add credits to continue"}.`,
+    reason: r.reason,
+    balance,
+    cost: r.cost,
+    retry_after: refill ? seconds(r.retryAfterMs) : null,
+    retry_after_ms: refill ? r.retryAfterMs : null,
+  };
+  return new Response(JSON.stringify(body), { status, headers });
 }
 
 /** Each error code's status and title. */

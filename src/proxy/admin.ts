@@ -12,6 +12,7 @@ import { withDeadline } from "../client/policy.ts";
 import { routeBudget } from "../config/lookup.ts";
 import { parseLimits } from "../config/parse.ts";
 import { type AddressBudget, type Config, ConfigError, type Limit, type Plan } from "../config/types.ts";
+import type { CreditSpec } from "../core/credits.ts";
 import type { LimitStatus, NamedLimit } from "../core/decision.ts";
 import { describe, parseDuration } from "../core/duration.ts";
 import { type KeyStatus, MAX_TIME_MS, type Override, type RateLimiter } from "../object/index.ts";
@@ -52,8 +53,8 @@ export async function isAdminRequest(request: Request, path: string, env: AdminE
   return BEARER.test(request.headers.get("authorization") ?? "") && (await authorized(request, env.ADMIN_TOKEN));
 }
 
-type Action = "status" | "reset" | "block" | "unblock" | "override" | "override/delete";
-const ACTIONS: readonly Action[] = ["status", "reset", "block", "unblock", "override", "override/delete"];
+type Action = "status" | "reset" | "block" | "unblock" | "override" | "override/delete" | "credits";
+const ACTIONS: readonly Action[] = ["status", "reset", "block", "unblock", "override", "override/delete", "credits"];
 /** Whose budget a call is about: exactly one of these (`plan` only with `ip`, for a plan's own `ip`). */
 const SUBJECT = ["key", "ip", "anonymous", "plan"];
 /** The fields each action's body may carry besides its subject. */
@@ -64,6 +65,7 @@ const FIELDS: Record<Action, readonly string[]> = {
   unblock: SUBJECT,
   override: [...SUBJECT, "limits", "expires", "for"],
   "override/delete": SUBJECT,
+  credits: ["key", "add"],
 };
 
 /** Answers one admin request; never throws, never proxies. */
@@ -142,7 +144,7 @@ async function run(
       throw new HttpError(
         409,
         "Conflict",
-        `The key's plan ${JSON.stringify(plan.name)} is unlimited: its requests never consult the limiter, so it cannot be ${action === "block" || action === "unblock" ? "blocked" : action === "reset" ? "reset" : "overridden"}. Give the key a limited plan first.`,
+        `The key's plan ${JSON.stringify(plan.name)} is unlimited: its requests never consult the limiter, so it cannot be ${action === "block" || action === "unblock" ? "blocked" : action === "reset" ? "reset" : action === "credits" ? "given credits" : "overridden"}. Give the key a limited plan first.`,
       );
     }
     return json({
@@ -193,12 +195,18 @@ async function run(
     case "override/delete":
       await call(stub().clearOverride());
       break;
+    case "credits":
+      fields.balance = await call(stub().credit(creditsOf(plan), added(body.add)));
+      fields.added = body.add;
+      break;
   }
   if (action !== "status") {
     ctx.forget(name);
     logEvent("admin", { action, key_id: id, plan: plan.name, ...fields });
   }
-  const status = (await call(stub().status(limits, HISTORY_BUCKETS, plan.routes.map(routeBudget)))) as KeyStatus;
+  const status = (await call(
+    stub().status(limits, HISTORY_BUCKETS, plan.routes.map(routeBudget), plan.meters ?? {}),
+  )) as KeyStatus;
   return json(statusJson(id, plan, limits, status));
 }
 
@@ -234,6 +242,8 @@ export function statusJson(
     // Requests holding a concurrency slot now (an object of 0.2 holds none).
     in_flight: s.inFlight ?? 0,
     override: s.override === null ? null : overrideJson(s.override),
+    quotas: quotasJson(plan, s),
+    credits: plan.credits ? { balance: s.decision.credits?.balance ?? plan.credits.spec.initial } : null,
     routes: plan.routes.map((r) => {
       const d = s.routes?.find((x) => x.name === r.name)?.decision;
       return {
@@ -252,6 +262,45 @@ export function statusJson(
       ahead: s.history.ahead,
     },
   };
+}
+
+/** The credits of a key's plan, for a top-up: `409` when it has none. */
+function creditsOf(plan: Plan): CreditSpec {
+  if (!plan.credits) {
+    throw new HttpError(
+      409,
+      "Conflict",
+      `The key's plan ${JSON.stringify(plan.name)} has no credits (docs/configuration.md, "Quotas and credits"); give it credits = { initial = … } first.`,
+    );
+  }
+  return plan.credits.spec;
+}
+
+/** The credits a top-up adds: a positive whole number, else `400`. */
+function added(value: unknown): number {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
+    throw bad(`"add": expected a positive whole number of credits, got ${JSON.stringify(value) ?? "nothing"}`);
+  }
+  return value;
+}
+
+/** A key's calendar quotas in its status: each one's settings, and what is used and left of it in this period. */
+function quotasJson(plan: Plan, s: KeyStatus): Record<string, unknown>[] {
+  return (plan.quotas ?? []).map((q, i) => {
+    const st = s.decision.quotas?.[i];
+    const remaining = st?.remaining ?? q.limit;
+    const resetsAt = st && st.resetMs > 0 ? s.now + st.resetMs : null;
+    return {
+      name: q.name,
+      limit: q.limit,
+      period: q.period,
+      time_zone: q.zone,
+      used: q.limit - remaining,
+      remaining,
+      resets_at: resetsAt === null ? null : iso(resetsAt),
+      resets_at_ms: resetsAt,
+    };
+  });
 }
 
 /** One limit of a key's status: its settings, and what is used and left of it now. */

@@ -91,7 +91,7 @@ describe("quotas at the key's object", () => {
     const settle = [{ recordedAt: lease?.recordedAt ?? [], issuedAt: d.now, used: 1, lastUseMs: 10, unused: 3 }];
     await o.settle(wide, settle);
     expect((await o.peek(wide)).quotas).toBeUndefined(); // a peek without quotas shows none
-    const p = (await o.stub.peek(wide, 1, undefined, monthly)) as Awaited<ReturnType<typeof o.peek>>;
+    const p = (await o.stub.peek(wide, 1, undefined, { quotas: monthly })) as Awaited<ReturnType<typeof o.peek>>;
     expect(p.quotas?.[0]?.remaining).toBe(3);
   });
 

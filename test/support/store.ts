@@ -5,9 +5,11 @@ import { type Background, LimiterClient, type LimiterNamespace } from "../../src
 import type { GrantRecord, RateLimitResult } from "../../src/client/result.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
+import { CreditAccount } from "../../src/core/credits.ts";
 import { type Decision, KeyLog, type LimitSpec, type NamedLimit, type Settlement } from "../../src/core/index.ts";
-import { giveBackUnused, QuotaBook, type QuotaSpec, takeQuoted, withQuotas } from "../../src/core/quota.ts";
-import type { AloneReport, TakeAsk as Ask } from "../../src/protocol.ts";
+import { fitOf, giveBackUnused, type Meters, takeMetered, withMeters } from "../../src/core/meters.ts";
+import { QuotaBook } from "../../src/core/quota.ts";
+import type { AloneReport, TakeAsk as Ask, MeterSpecs } from "../../src/protocol.ts";
 
 export const T0 = 1_800_000_000_000;
 
@@ -39,19 +41,28 @@ export class Store {
   /** Grant ids refunded (the object gives each back once). */
   readonly refunded = new Set<string>();
 
-  /** Each key's calendar quotas, as the object keeps them (src/core/quota.ts). */
-  readonly quotas = new Map<string, QuotaBook>();
+  /** Each key's calendar quotas and credits, as the object keeps them (src/core/meters.ts). */
+  readonly meters = new Map<string, Meters>();
 
   constructor(readonly now: () => number) {}
 
-  /** The key's quota book for the specs sent (its counts carried over from the one before, as the object's row). */
-  book(name: string, specs: readonly QuotaSpec[] | undefined): QuotaBook | null {
-    const have = this.quotas.get(name) ?? null;
-    if (specs === undefined || specs.length === 0) return have;
-    if (have?.isFor(specs)) return have;
-    const book = new QuotaBook(specs, have?.rows() ?? []);
-    this.quotas.set(name, book);
-    return book;
+  /** The key's meters for the specs sent (counts carried over from the ones before, as the object's rows); none sent: as kept. */
+  book(name: string, specs: MeterSpecs | undefined): Meters | null {
+    const have = this.meters.get(name) ?? null;
+    if (specs === undefined || (specs.quotas === undefined && specs.credits === undefined)) return have;
+    const quotas =
+      specs.quotas === undefined
+        ? null
+        : have?.quotas?.isFor(specs.quotas)
+          ? have.quotas
+          : new QuotaBook(specs.quotas, have?.quotas?.rows() ?? []);
+    const credits =
+      specs.credits === undefined
+        ? null
+        : (have?.credits ?? new CreditAccount(specs.credits, have?.credits?.state() ?? null));
+    const meters = { quotas, credits };
+    this.meters.set(name, meters);
+    return meters;
   }
 
   /** The key's log for the limits applied (an override's, else those sent), as the object keeps it. */
@@ -99,9 +110,9 @@ export class Store {
         await this.#maybeFail();
         if (gate) await gate;
         this.#recover(name, limits, ask.alone);
-        const book = this.book(name, ask.quotas);
+        const book = this.book(name, ask);
         const take = (log: KeyLog) =>
-          book === null ? log.take(this.now(), ask).decision : takeQuoted([log], book, this.now(), ask).decision;
+          book === null ? log.take(this.now(), ask).decision : takeMetered([log], book, this.now(), ask).decision;
         return this.#decide(name, limits, take, ask.cost);
       },
       refund: async (
@@ -113,14 +124,16 @@ export class Store {
         if (this.refunded.has(id)) return false;
         this.refunded.add(id);
         this.log(name, limits).giveBack(recordedAt, units);
-        if (at !== undefined) this.book(name, undefined)?.giveBack(this.now(), at, units);
+        const meters = this.book(name, undefined);
+        if (at !== undefined) meters?.quotas?.giveBack(this.now(), at, units);
+        meters?.credits?.giveBack(units);
         return true;
       },
       settle: async (limits: readonly LimitSpec[], settle: readonly Settlement[]) => {
         this.calls.push({ name, method: "settle", settle });
         const log = this.log(name, limits);
-        const book = this.book(name, undefined);
-        if (book !== null) giveBackUnused(book, this.now(), settle);
+        const meters = this.book(name, undefined);
+        if (meters !== null) giveBackUnused(meters, this.now(), settle);
         return settle.flatMap((x) => log.settle(this.now(), x)).length;
       },
       recover: async (limits: readonly LimitSpec[], report: AloneReport): Promise<number> => {
@@ -132,14 +145,14 @@ export class Store {
         limits: readonly LimitSpec[],
         cost: number,
         _route?: unknown,
-        quotas?: readonly QuotaSpec[],
+        specs?: MeterSpecs,
       ): Promise<Decision> => {
         this.calls.push({ name, method: "peek" });
         await this.#maybeFail();
-        const book = this.book(name, quotas);
+        const meters = this.book(name, specs);
         const check = (log: KeyLog) => {
           const d = log.check(this.now(), cost);
-          return book === null ? d : withQuotas(d, book, book.fits(d.now, cost));
+          return meters === null ? d : withMeters(d, meters, fitOf(meters, d.now, cost));
         };
         return this.#decide(name, limits, check, cost);
       },

@@ -5,7 +5,15 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type Period, periodAt } from "../../src/core/calendar.ts";
 import { KeyLog } from "../../src/core/log.ts";
-import { giveBackUnused, leaseWithin, Quota, QuotaBook, takeQuoted, withQuotas } from "../../src/core/quota.ts";
+import { giveBackUnused, leaseWithin, type Meters, takeMetered, withMeters } from "../../src/core/meters.ts";
+import { Quota, QuotaBook } from "../../src/core/quota.ts";
+
+/** `takeMetered` with quotas alone. */
+const takeQuoted = (logs: KeyLog[], quotas: QuotaBook, now: number, ask: Parameters<typeof takeMetered>[3]) =>
+  takeMetered(logs, { quotas, credits: null }, now, ask);
+const withQuotas = (d: Parameters<typeof withMeters>[0], quotas: QuotaBook, fits: boolean) =>
+  withMeters(d, { quotas, credits: null }, { quotas: fits, credits: true });
+const only = (quotas: QuotaBook): Meters => ({ quotas, credits: null });
 
 const at = (iso: string) => Date.parse(iso);
 
@@ -197,7 +205,7 @@ describe("QuotaBook: a key's quotas decided as one", () => {
   });
 });
 
-describe("takeQuoted: the sliding limits and the quotas, all or nothing", () => {
+describe("takeMetered with quotas: the sliding limits and the quotas, all or nothing", () => {
   const t = at("2026-05-04T10:59:50Z");
 
   it("a cost the quota refuses records nothing in the log, and waits for the next period", () => {
@@ -262,8 +270,10 @@ describe("takeQuoted: the sliding limits and the quotas, all or nothing", () => 
         },
       ],
     );
-    expect(giveBackUnused(late, at("2026-05-04T11:00:01Z"), settle)).toEqual([]);
-    expect(giveBackUnused(late, t + 1, [null as never, { ...settle[0], unused: 0 } as never])).toEqual([]);
+    expect(giveBackUnused(only(late), at("2026-05-04T11:00:01Z"), settle)).toEqual({ quotaRows: null, credits: null });
+    expect(
+      giveBackUnused(only(late), t + 1, [null as never, { ...settle[0], unused: 0 } as never]).quotaRows,
+    ).toBeNull();
   });
 
   it("a lease asked alone with no room left grants nothing and counts nothing", () => {
