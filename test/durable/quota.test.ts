@@ -113,3 +113,53 @@ describe("quotas at the key's object", () => {
     expect((await o2.take(wide, 1, { quotas: monthly })).allowed).toBe(false);
   });
 });
+
+describe("credits at the key's object", () => {
+  const credits = { initial: 5 };
+
+  it("spends by cost, writes one meta row with the grant, and a refusal spends and writes nothing", async () => {
+    const o = await object();
+    const d = await o.take(wide, 3, { credits });
+    expect(d.credits).toEqual({ balance: 2, exceeded: false });
+    const refused = await o.take(wide, 3, { credits });
+    expect(refused).toMatchObject({ allowed: false, retryAfterMs: Number.POSITIVE_INFINITY, blockedUntil: T0 });
+    expect(refused.credits).toEqual({ balance: 2, exceeded: true });
+    const { meta } = await o.stored();
+    expect(meta.filter((m) => (m as { k: string }).k === "credits")).toEqual([
+      {
+        k: "credits",
+        v: JSON.stringify({ spec: { initial: 5, refill: null }, state: { balance: 2, refilledAt: null } }),
+      },
+    ]);
+  });
+
+  it("a top-up starts from initial; the balance outlives the idle alarm, which deletes everything else", async () => {
+    const o = await object();
+    expect(await o.stub.credit(credits, 10)).toBe(15);
+    await o.take(wide, 1, { credits });
+    o.at(T0 + 120_000);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await o.rows()).toEqual([]);
+    const { meta } = await o.stored();
+    expect(meta.map((m) => (m as { k: string }).k)).toEqual(["credits"]);
+    await o.evict();
+    expect((await o.take(wide, 1, { credits })).credits?.balance).toBe(13);
+    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
+      await expect(instance.credit(credits, 0)).rejects.toThrow(/^add: /);
+      await expect(instance.credit({ initial: -1 }, 1)).rejects.toThrow(/^initial: /);
+    });
+  });
+
+  it("a refund and a lease's unused units give credits back; a lease spends when leased", async () => {
+    const o = await object();
+    const d = await o.take(wide, 1, { credits: { initial: 100 }, leaseUnits: 10, leaseMs: 30_000 });
+    const units = d.lease?.units ?? 0;
+    expect(units).toBeGreaterThan(0);
+    expect(d.credits?.balance).toBe(99 - units);
+    await o.settle(wide, [
+      { recordedAt: d.lease?.recordedAt ?? [], issuedAt: d.now, used: 0, lastUseMs: 0, unused: units },
+    ]);
+    expect(await o.stub.refund(wide, { id: "c1", recordedAt: d.recordedAt ?? [], units: 1, at: d.now })).toBe(true);
+    expect((await o.stub.status(wide, 10, [], { credits: { initial: 100 } })).decision.credits?.balance).toBe(100);
+  });
+});

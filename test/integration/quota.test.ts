@@ -82,3 +82,86 @@ describe("a quota through the library", () => {
     expect((await limiter.limit(envWith({}), key)).allowed).toBe(true);
   });
 });
+
+describe("credits through the proxy and the operators' API", () => {
+  const TOKEN = "credits-admin-token";
+  const CONFIG = {
+    limits: [{ limit: 1_000, window: "1m" }],
+    plans: [
+      { name: "prepaid", key_prefix: "pp_", limits: [{ limit: 1_000, window: "1m" }], credits: { initial: 4 } },
+      { name: "free", key_prefix: "free_", limits: [{ limit: 10, window: "1m" }] },
+    ],
+    costs: [{ method: "POST", path: "/v1/render", cost: 3 }],
+  };
+  const admin = (e: ReturnType<typeof envWith>, body: unknown, token: string | null = TOKEN) =>
+    handle(
+      new Request("https://limiter.example/__limiter/credits", {
+        method: "POST",
+        headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        body: JSON.stringify(body),
+      }),
+      e,
+    );
+
+  it("spends by cost, refuses with 402 and spends nothing, and a top-up counts at once", async () => {
+    const e = envWith(CONFIG, { ADMIN_TOKEN: TOKEN });
+    const key = freshKey("pp_");
+    expect((await handle(request(key, "/v1/render", { method: "POST", body: "{}" }), e)).status).toBe(200);
+    const refused = await handle(request(key, "/v1/render", { method: "POST", body: "{}" }), e);
+    expect(refused.status).toBe(402);
+    expect(refused.headers.get("Retry-After")).toBeNull();
+    expect(await problemBody(refused)).toMatchObject({ reason: "credits", balance: 1, cost: 3 });
+    // A cheaper request still fits the balance: nothing was spent by the refusal.
+    expect((await handle(request(key, "/v1/items"), e)).status).toBe(200);
+    expect(await arrivalsFor(key)).toHaveLength(2);
+
+    const topped = await admin(e, { key, add: 10 });
+    expect(topped.status).toBe(200);
+    expect(await topped.json()).toMatchObject({ plan: "prepaid", credits: { balance: 10 } });
+    expect((await handle(request(key, "/v1/render", { method: "POST", body: "{}" }), e)).status).toBe(200);
+    const status = await handle(
+      new Request("https://limiter.example/__limiter/status", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+        body: JSON.stringify({ key }),
+      }),
+      e,
+    );
+    expect(await status.json()).toMatchObject({ credits: { balance: 7 }, quotas: [] });
+  });
+
+  it("the top-up call: 401 without the token, 400 for anything but a positive integer, 409 for a plan without credits", async () => {
+    const e = envWith(CONFIG, { ADMIN_TOKEN: TOKEN });
+    const key = freshKey("pp_");
+    expect((await admin(e, { key, add: 5 }, null)).status).toBe(401);
+    expect((await admin(e, { key, add: 5 }, "wrong")).status).toBe(401);
+    for (const add of [0, -3, 1.5, "5", null]) {
+      const r = await admin(e, { key, add });
+      expect(r.status).toBe(400);
+      expect(await problemBody(r)).toMatchObject({
+        detail: expect.stringMatching(/^"add": expected a positive whole number/),
+      });
+    }
+    expect((await admin(e, { key })).status).toBe(400);
+    expect((await admin(e, { key, add: 1, extra: true })).status).toBe(400);
+    const none = await admin(e, { key: freshKey("free_"), add: 5 });
+    expect(none.status).toBe(409);
+    expect(await problemBody(none)).toMatchObject({ detail: expect.stringMatching(/has no credits/) });
+    // Nothing was added by the refused calls: the first real one starts from initial.
+    expect(await (await admin(e, { key, add: 1 })).json()).toMatchObject({ credits: { balance: 5 } });
+  });
+
+  it("the library: credit() adds, peek() shows the balance, refund() gives it back", async () => {
+    const limiter = createLimiter({ limits: [{ limit: 100, window: "1m" }], credits: { initial: 1 } });
+    const key = freshKey();
+    const granted = await limiter.limit(envWith({}), key);
+    expect(granted.credits).toEqual({ balance: 0, refuseWith: 402 });
+    expect(await limiter.limit(envWith({}), key)).toMatchObject({ allowed: false, reason: "credits" });
+    expect(await limiter.refund(envWith({}), granted)).toBe(true);
+    expect((await limiter.peek(envWith({}), key)).credits).toEqual({ balance: 1, refuseWith: 402 });
+    expect(await limiter.credit(envWith({}), key, 2)).toBe(3);
+    await expect(limiter.credit(envWith({}), key, 0)).rejects.toThrow(/^add: /);
+    const none = createLimiter({ limits: [{ limit: 100, window: "1m" }] });
+    await expect(none.credit(envWith({}), key, 1)).rejects.toThrow(/has no credits/);
+  });
+});

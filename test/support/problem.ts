@@ -32,6 +32,9 @@ const MEMBERS = new Set([
   "route",
   "retry_after",
   "retry_after_ms",
+  // A refusal for want of credits (docs/http.md): the key's balance and the request's cost.
+  "balance",
+  "cost",
 ]);
 
 /**

@@ -2322,3 +2322,72 @@ describe('calendar quotas (docs/configuration.md, "Quotas and credits")', () => 
     expect(() => parse(rl as Obj)).toThrow(new ConfigError(message));
   });
 });
+
+describe('credits (docs/configuration.md, "Quotas and credits")', () => {
+  const parse = (rl: Obj) => parseConfig({ ORIGIN, RATE_LIMIT: rl });
+
+  it("a plan's own credits, the top-level ones inherited, false for none; the meters its calls carry", () => {
+    const config = parse({
+      limits: [{ limit: 10, window: "1s" }],
+      credits: { initial: 100, refill: { amount: 100, period: "month", time_zone: "Europe/Paris" } },
+      plans: [
+        { name: "own", key_prefix: "own_", limits: [{ limit: 5, window: "1s" }], credits: { initial: 0, status: 429 } },
+        { name: "none", key_prefix: "none_", limits: [{ limit: 5, window: "1s" }], credits: false },
+        {
+          name: "heir",
+          key_prefix: "heir_",
+          limits: [
+            { limit: 5, window: "1s" },
+            { limit: 9, period: "day" },
+          ],
+        },
+      ],
+    });
+    const top = { initial: 100, refill: { amount: 100, period: "month", zone: "Europe/Paris" } };
+    expect(config.defaultPlan?.credits).toEqual({ spec: top, status: 402 });
+    expect(config.defaultPlan?.meters).toEqual({ credits: top });
+    const [own, none, heir] = config.plans;
+    expect(own?.credits).toEqual({ spec: { initial: 0, refill: null }, status: 429 });
+    expect(none?.credits).toBeUndefined();
+    expect(none?.meters).toBeUndefined();
+    expect(heir?.meters).toEqual({ quotas: heir?.quotas, credits: top });
+  });
+
+  it.each([
+    [
+      { credits: { initial: -1 } },
+      "RATE_LIMIT.credits.initial: expected a whole number ≥ 0 (each key's first balance), got -1",
+    ],
+    [
+      { credits: { initial: 1.5 } },
+      "RATE_LIMIT.credits.initial: expected a whole number ≥ 0 (each key's first balance), got 1.5",
+    ],
+    [
+      { credits: { initial: 1, status: 403 } },
+      "RATE_LIMIT.credits.status: expected 402 (Payment Required) or 429, got 403",
+    ],
+    [
+      { credits: { initial: 1, refill: { amount: 0, period: "day" } } },
+      "RATE_LIMIT.credits.refill.amount: expected a positive integer, got 0",
+    ],
+    [
+      { credits: { initial: 1, refill: { amount: 5, period: "fortnight" } } },
+      'RATE_LIMIT.credits.refill.period: expected one of "hour", "day", "week", "month", got "fortnight"',
+    ],
+    [
+      { credits: { initial: 1, refill: { amount: 5, period: "day", time_zone: "Europe/Atlantis" } } },
+      'RATE_LIMIT.credits.refill.time_zone: the runtime knows no zone "Europe/Atlantis"; expected an IANA name like "Europe/Berlin"',
+    ],
+    [
+      { credits: { initial: 1, balance: 5 } },
+      "RATE_LIMIT.credits.balance: unknown setting; expected one of initial, refill, status",
+    ],
+    [{ credits: false }, "RATE_LIMIT.credits: leave it out for no credits (false is for a plan)"],
+    [
+      { plans: [{ name: "live", key_prefix: "live_", unlimited: true, credits: { initial: 1 } }] },
+      "RATE_LIMIT.plans[0].credits: an unlimited plan's keys never consult the limiter; remove credits or unlimited = true",
+    ],
+  ])("%j: %s", (rl, message) => {
+    expect(() => parse({ limits: [{ limit: 1, window: "1s" }], ...(rl as Obj) })).toThrow(new ConfigError(message));
+  });
+});
