@@ -29,6 +29,7 @@ export const FLOORS: Readonly<Record<string, number>> = {
   "src/core/quota.ts": 85,
   "src/core/credits.ts": 85,
   "src/core/meters.ts": 85,
+  "src/core/usage.ts": 85,
   "src/core/ring.ts": 93,
   "src/client/deny-cache.ts": 95,
   "src/client/alone.ts": 85,

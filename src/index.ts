@@ -20,6 +20,7 @@ import { routeBudget } from "./config/lookup.ts";
 import { parseLimiterConfig } from "./config/parse.ts";
 import { ConfigError, type HeaderForm, type LimiterConfig } from "./config/types.ts";
 import type { Duration } from "./core/duration.ts";
+import { type UsagePeriod, usageBy } from "./core/usage.ts";
 import { namespaceOf, Pipeline, type RequestOptions, routeNamed } from "./pipeline/index.ts";
 import { type Identity, settingsName } from "./pipeline/key.ts";
 
@@ -38,6 +39,7 @@ export {
 export type { HeaderForm, LimiterConfig } from "./config/types.ts";
 export { ConfigError } from "./config/types.ts";
 export type { Duration } from "./core/duration.ts";
+export type { UsagePeriod } from "./core/usage.ts";
 export { RateLimiter } from "./object/index.ts";
 export { problemFor, refusal } from "./pipeline/http.ts";
 export type { RequestOptions } from "./pipeline/index.ts";
@@ -96,7 +98,15 @@ export interface PlanSetting {
   readonly concurrency_timeout?: Duration;
   /** The plan's own credits in place of the top-level ones; `false`: none for its keys. */
   readonly credits?: CreditsSetting | false;
+  /** The plan's own usage in place of the top-level one; `false`: none for its keys. */
+  readonly usage?: UsageSetting | false;
 }
+
+/**
+ * Exact usage per key and calendar day (docs/configuration.md, "Usage"): `true` (days in UTC, kept 400 days), or
+ * `keep` (whole days, `"1d"` to `"3660d"`) and `time_zone`. Keys of such a plan get no leases.
+ */
+export type UsageSetting = true | { readonly keep?: string; readonly time_zone?: string };
 
 /**
  * A key refused `after` times within `within` is blocked for `block` (docs/configuration.md, "Penalties"); with
@@ -124,6 +134,9 @@ export interface RouteSetting {
   readonly limits: readonly LimitSetting[];
 }
 
+/** The end of `usage()`'s default range: 2100-01-01, past anything kept. */
+const USAGE_END = Date.UTC(2100, 0, 1);
+
 /**
  * A limiter's settings: the shape of the proxy's `RATE_LIMIT` (docs/configuration.md)
  * without its proxy-only settings (`origin_timeout`, `admin`, `refund`).
@@ -150,6 +163,8 @@ export interface LimiterSettings {
   readonly concurrency_timeout?: Duration;
   /** Prepaid credits every key spends (plans inherit them). */
   readonly credits?: CreditsSetting;
+  /** Usage kept per key and day (plans inherit it). */
+  readonly usage?: UsageSetting;
   /**
    * Routes with their own budget per key (docs/configuration.md, "Per-route budgets"): `limit(…, { route })` names
    * one; the hono middleware matches `method` and `path` when it is given no `route`.
@@ -317,6 +332,19 @@ export interface Limiter {
    */
   credit(env: object, key: string, add: number): Promise<number>;
   /**
+   * The key's exact usage per calendar `period` (`"day"` or `"month"` in its plan's usage zone) overlapping
+   * `[from, to)` (ms; default: all that is kept), oldest first, periods without use left out: requests granted and
+   * their cost, refunds subtracted (docs/configuration.md, "Usage").
+   *
+   * @throws LimiterError as `limit()` does for the key; ConfigError when its plan keeps no usage; RangeError for a
+   *   period or range that is not one
+   */
+  usage(
+    env: object,
+    key: string,
+    options: { readonly period: "day" | "month"; readonly from?: number; readonly to?: number },
+  ): Promise<UsagePeriod[]>;
+  /**
    * The object name and plan of `key`, checked as `limit()` checks it; for a request without a key
    * (`null`), those of the `anonymous` limits for the client address `ip`.
    *
@@ -445,6 +473,15 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const credits = plan.credits;
       if (!credits) throw new ConfigError(`credit(): the plan ${JSON.stringify(plan.name)} of this key has no credits`);
       return callObject(() => ns.getByName(object).credit(credits.spec, add), config.objectTimeoutMs);
+    },
+    async usage(env, key, { period, from = 0, to = USAGE_END }) {
+      const ns = namespace(env);
+      const { name: object, plan } = pipeline.identify(keyOf(key));
+      const spec = plan.usage;
+      if (!spec) throw new ConfigError(`usage(): the plan ${JSON.stringify(plan.name)} of this key keeps no usage`);
+      const range = { period, from, to };
+      usageBy(spec, [], range); // throws a RangeError for a period or range that is not one
+      return callObject(() => ns.getByName(object).usage(spec, range), config.objectTimeoutMs);
     },
   };
 }

@@ -13,6 +13,7 @@ import type { Ask, Settlement, Use } from "./core/log.ts";
 import type { PenaltySpec } from "./core/penalty.ts";
 import type { QuotaSpec } from "./core/quota.ts";
 import type { ConcurrencySpec } from "./core/slots.ts";
+import type { UsagePeriod, UsageSpec } from "./core/usage.ts";
 
 /**
  * What a key's object counts beside the limits, as the plan has it (docs/configuration.md, "Quotas and credits"):
@@ -23,6 +24,8 @@ export interface MeterSpecs {
   readonly quotas?: readonly QuotaSpec[];
   /** The plan's credits: each grant spends its cost (and a lease its units) from the key's balance. */
   readonly credits?: CreditSpec;
+  /** The plan keeps usage: each grant counts in its day's row (docs/configuration.md, "Usage"). */
+  readonly usage?: UsageSpec;
 }
 
 /** What a call asks of a key's object: the log's {@link Ask}, and what the object reads around the log. */
@@ -80,6 +83,10 @@ export interface LimiterStub {
   renew(id: string, timeoutMs: number): Promise<boolean>;
   peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget, meters?: MeterSpecs): Promise<Decision>;
   credit(credits: CreditSpec, add: number): Promise<number>;
+  usage(
+    spec: UsageSpec,
+    range: { readonly period: "day" | "month"; readonly from: number; readonly to: number },
+  ): Promise<UsagePeriod[]>;
   recover(limits: readonly LimitSpec[], report: AloneReport): Promise<number>;
   reset(limits: readonly LimitSpec[], buckets: number, routes?: readonly RouteBudget[]): Promise<unknown>;
 }

@@ -11,6 +11,7 @@ import { describe, formatDuration, parseDuration } from "../core/duration.ts";
 import { type Limit as CoreLimit, maxLeaseMs, normalizeLimits } from "../core/limits.ts";
 import type { PenaltySpec } from "../core/penalty.ts";
 import { type ConcurrencySpec, MAX_CONCURRENCY, MAX_SLOT_TIMEOUT_MS, MIN_SLOT_TIMEOUT_MS } from "../core/slots.ts";
+import { checkUsage, MAX_USAGE_DAYS, type UsageSpec } from "../core/usage.ts";
 import {
   array,
   fromJsonString,
@@ -68,6 +69,7 @@ export const LIMITER_FIELDS = [
   "concurrency",
   "concurrency_timeout",
   "credits",
+  "usage",
 ] as const;
 
 /** The settings only the proxy reads. */
@@ -124,9 +126,11 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
   const penalty = rl.penalty === undefined ? null : parsePenalty(rl.penalty, `${root}.penalty`);
   if (rl.credits === false) throw new ConfigError(`${root}.credits: leave it out for no credits (false is for a plan)`);
   const credits = rl.credits === undefined ? null : parseCredits(rl.credits, `${root}.credits`);
+  if (rl.usage === false) throw new ConfigError(`${root}.usage: leave it out for no usage (false is for a plan)`);
+  const usage = rl.usage === undefined ? null : parseUsage(rl.usage, `${root}.usage`);
   const concurrency = parseConcurrency(rl, root, null, false);
   const ctx: PlanContext = { root, maxKeyLength: key.maxLength, leases, routes, routePaths, ip };
-  const plans = parsePlans(rl, ctx, { penalty, concurrency, credits });
+  const plans = parsePlans(rl, ctx, { penalty, concurrency, credits, usage });
   const defaultPlan =
     rl.limits === undefined
       ? null
@@ -142,11 +146,12 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
             concurrency,
           },
           credits,
+          usage,
         );
   if (!defaultPlan && plans.length === 0) {
     throw new ConfigError(`${root}.limits: required (or give ${root}.plans); without limits nothing would be limited`);
   }
-  const anonymous = parseAnonymous(rl, ctx, { penalty, concurrency, credits: null });
+  const anonymous = parseAnonymous(rl, ctx, { penalty, concurrency, credits: null, usage: null });
   checkRoutesTaken(rl, ctx, defaultPlan !== null, anonymous !== null);
   return {
     objectTimeoutMs: parseTimeout(rl.object_timeout, `${root}.object_timeout`, DEFAULTS.objectTimeoutMs),
@@ -184,14 +189,57 @@ interface Inherited {
   readonly penalty: PenaltySpec | null;
   readonly concurrency: ConcurrencySpec | null;
   readonly credits: CreditsSetting | null;
+  readonly usage: UsageSpec | null;
 }
 
-/** `plan` with its credits (null: none) and the meters its keys' calls carry to their object (quotas, credits). */
-function withCredits(plan: Plan, credits: CreditsSetting | null): Plan {
+/**
+ * `plan` with its credits and usage (null: none), and the meters its keys' calls carry to their object (quotas,
+ * credits, usage). A plan keeping usage gets no leases: a lease's uses are not all reported to the object, and units
+ * leased to an isolate that vanished were never used — counted from leases, usage would bill them.
+ */
+function withCredits(plan: Plan, credits: CreditsSetting | null, usage: UsageSpec | null): Plan {
   const quotas = plan.quotas ?? [];
-  if (credits === null && quotas.length === 0) return plan;
-  const meters = { ...(quotas.length > 0 ? { quotas } : {}), ...(credits ? { credits: credits.spec } : {}) };
-  return { ...plan, ...(credits ? { credits } : {}), meters };
+  if (credits === null && usage === null && quotas.length === 0) return plan;
+  const meters = {
+    ...(quotas.length > 0 ? { quotas } : {}),
+    ...(credits ? { credits: credits.spec } : {}),
+    ...(usage ? { usage } : {}),
+  };
+  return {
+    ...plan,
+    ...(credits ? { credits } : {}),
+    ...(usage ? { usage, leaseMs: 0 } : {}),
+    meters,
+  };
+}
+
+/**
+ * `usage = true`, or `{ keep = "400d", time_zone = "UTC" }` (docs/configuration.md, "Usage"): exact requests and cost
+ * per calendar day in `time_zone`, kept for `keep` (whole days, 1 to 3660).
+ */
+function parseUsage(value: unknown, field: string): UsageSpec {
+  if (value === true) return { zone: "UTC", keepDays: 400 };
+  const u = object(value, field);
+  unknownFields(u, ["keep", "time_zone"], field);
+  let keepDays = 400;
+  if (u.keep !== undefined) {
+    const days = typeof u.keep === "string" ? /^([1-9][0-9]*)d$/.exec(u.keep)?.[1] : undefined;
+    if (days === undefined || Number(days) > MAX_USAGE_DAYS) {
+      throw new ConfigError(
+        `${field}.keep: expected whole days from "1d" to "${MAX_USAGE_DAYS}d", got ${describe(u.keep)}`,
+      );
+    }
+    keepDays = Number(days);
+  }
+  let zone = "UTC";
+  if (u.time_zone !== undefined) {
+    try {
+      zone = checkTimeZone(u.time_zone);
+    } catch (e) {
+      throw new ConfigError(`${field}.time_zone: ${(e as Error).message.replace(/^time zone: /, "")}`);
+    }
+  }
+  return checkUsage({ zone, keepDays });
 }
 
 /**
@@ -256,12 +304,24 @@ function parsePlans(rl: Obj, ctx: PlanContext, inherited: Inherited): Plan[] {
         : ownCredits === undefined
           ? inherited.credits
           : parseCredits(ownCredits, `${field}.credits`);
+    const ownUsage = (p as Obj).usage;
+    if (plan.limits === null && ownUsage !== undefined && ownUsage !== false) {
+      throw new ConfigError(
+        `${field}.usage: an unlimited plan's keys never consult the limiter, so nothing would be counted; remove usage or unlimited = true`,
+      );
+    }
+    const usage =
+      plan.limits === null || ownUsage === false
+        ? null
+        : ownUsage === undefined
+          ? inherited.usage
+          : parseUsage(ownUsage, `${field}.usage`);
     const full = {
       ...plan,
       penalty: spec,
       concurrency: plan.limits === null ? null : parseConcurrency(p as Obj, field, inherited.concurrency, true),
     };
-    return withCredits(full, credits);
+    return withCredits(full, credits, usage);
   });
   const names = new Set<string>();
   for (const [i, p] of plans.entries()) {
@@ -291,7 +351,7 @@ function parseAnonymous(rl: Obj, ctx: PlanContext, inherited: Inherited): Plan |
     // Requests without a key are already counted per address: by the anonymous limits alone.
     { budget: null, field: `${root}.anonymous` },
   );
-  return withCredits({ ...anonymous, penalty: inherited.penalty, concurrency: inherited.concurrency }, null);
+  return withCredits({ ...anonymous, penalty: inherited.penalty, concurrency: inherited.concurrency }, null, null);
 }
 
 /** Top-level routes that no plan takes would silently do nothing: an error. */
@@ -591,6 +651,7 @@ function parsePlan(value: unknown, field: string, ctx: PlanContext): Plan {
       "concurrency",
       "concurrency_timeout",
       "credits",
+      "usage",
     ],
     field,
   );

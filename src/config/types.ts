@@ -10,6 +10,7 @@ import type { Limit as CoreLimit } from "../core/limits.ts";
 import type { PenaltySpec } from "../core/penalty.ts";
 import type { QuotaSpec } from "../core/quota.ts";
 import type { ConcurrencySpec } from "../core/slots.ts";
+import type { UsageSpec } from "../core/usage.ts";
 
 /** A header form, as `RATE_LIMIT.headers` names it. */
 export type HeaderForm = "draft-11" | "draft-8" | "draft-7" | "draft-6" | "legacy" | "none";
@@ -70,8 +71,17 @@ export interface Plan {
   readonly shown?: readonly ShownLimit[];
   /** Prepaid credits its keys spend (`credits`: the plan's own, else the top-level one); none when missing. */
   readonly credits?: CreditsSetting;
-  /** What its keys' calls carry to their object beside the limits (its quotas, its credits); none when missing. */
-  readonly meters?: { readonly quotas?: readonly QuotaLimit[]; readonly credits?: CreditSpec };
+  /**
+   * Exact usage kept per key and day (`usage`: the plan's own, else the top-level one; docs/configuration.md,
+   * "Usage"); none when missing. Its keys get no leases: every grant is counted at their object.
+   */
+  readonly usage?: UsageSpec;
+  /** What its keys' calls carry to their object beside the limits (its quotas, credits, usage); none when missing. */
+  readonly meters?: {
+    readonly quotas?: readonly QuotaLimit[];
+    readonly credits?: CreditSpec;
+    readonly usage?: UsageSpec;
+  };
   /** Lease lifetime asked for this plan's keys (ms): `leases.max_lifetime`, at most the longest window and a minute; 0: no leases. The object shortens it near a limit. */
   readonly leaseMs: number;
   /** Routes with their own budgets for this plan's keys (the plan's own `routes`, else the top-level ones). */

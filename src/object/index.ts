@@ -17,6 +17,7 @@ import { NO_PENALTY, type PenaltySpec, type PenaltyState, refused } from "../cor
 import { QuotaBook, type QuotaRow, type QuotaSpec } from "../core/quota.ts";
 import type { SlotRow } from "../core/ring.ts";
 import { checkSlotAsk, checkSlotTimeout, Slots } from "../core/slots.ts";
+import { checkUsage, keptFrom, type UsagePeriod, type UsageSpec, usageBy, usageDay } from "../core/usage.ts";
 import type { AloneReport, MeterSpecs, RefundedGrant, TakeAsk } from "../protocol.ts";
 
 const UPSERT =
@@ -125,6 +126,10 @@ export class RateLimiter extends DurableObject<unknown> {
   #quotas: QuotaBook | null = null;
   /** The key's credits, for the spec last sent (docs/configuration.md, "Quotas and credits"); null: none yet. */
   #credits: CreditAccount | null = null;
+  /** Whether the `usage` table exists (made by the key's first grant under a plan that keeps usage). */
+  #usageTable = false;
+  /** The usage spec last stored (JSON), so that a grant rewrites it only when it changed. */
+  #usageSpec: string | null = null;
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
@@ -135,11 +140,12 @@ export class RateLimiter extends DurableObject<unknown> {
       // One look at the schema: a key's state, and its concurrency slots' table (made by its first slot).
       const tables = this.#sql
         .exec<{ name: string }>(
-          "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('budget_slots', 'grants', 'slots', 'inflight')",
+          "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('budget_slots', 'grants', 'slots', 'inflight', 'usage')",
         )
         .toArray()
         .map((t) => t.name);
       this.#slotTable = tables.includes("inflight");
+      this.#usageTable = tables.includes("usage");
       if (tables.some((t) => t !== "inflight")) {
         this.#createTables();
         this.#loadControls();
@@ -215,11 +221,84 @@ export class RateLimiter extends DurableObject<unknown> {
   ): TakenTogether & { readonly quoted: boolean } {
     if (meters !== null) {
       const { quotaRows, credits, ...taken } = takeMetered(logs, meters, now, ask);
-      return { ...taken, quoted: this.#writeMeters({ quotaRows, credits }) };
+      const wrote = this.#writeMeters({ quotaRows, credits });
+      const d = taken.decision;
+      if (ask.usage === undefined || !d.allowed || d.cost === 0) return { ...taken, quoted: wrote };
+      this.#countUsage(ask.usage, d.now, { requests: 1, cost: d.cost });
+      return { ...taken, quoted: true };
     }
     const [log, routed] = logs as [KeyLog, KeyLog | undefined];
     const taken = routed === undefined ? single(log.take(now, ask)) : takeTogether(logs, now, ask.cost);
     return { ...taken, quoted: false };
+  }
+
+  /**
+   * Counts a grant (or, negative, a refund) in the usage of the day of `t` (docs/configuration.md, "Usage"): one row
+   * per day, written with the grant. The spec is kept too (a `meta` row), for the alarm's pruning.
+   */
+  #countUsage(spec: UsageSpec, t: number, counted: { requests: number; cost: number }): void {
+    const checked = checkUsage(spec);
+    if (!this.#usageTable) {
+      this.#ensureTables();
+      // One row per day of use, in a table made for keys whose plan keeps usage only.
+      this.#sql.exec(
+        "CREATE TABLE IF NOT EXISTS usage (day INTEGER PRIMARY KEY, requests INTEGER NOT NULL, cost INTEGER NOT NULL) WITHOUT ROWID",
+      );
+      this.#usageTable = true;
+    }
+    const kept = JSON.stringify(checked);
+    if (this.#usageSpec !== kept) {
+      this.#setMeta("usage", kept);
+      this.#usageSpec = kept;
+    }
+    this.#sql.exec(
+      "INSERT INTO usage (day, requests, cost) VALUES (?, ?, ?) ON CONFLICT (day) DO UPDATE SET requests = requests + excluded.requests, cost = cost + excluded.cost",
+      usageDay(checked, t),
+      counted.requests,
+      counted.cost,
+    );
+  }
+
+  /**
+   * The key's usage per day or month overlapping `[from, to)`, under `spec` (its zone, its retention): periods without
+   * use left out, nothing written (docs/operating.md, "Usage").
+   *
+   * @throws RangeError for a spec, a period or a range that is not one
+   */
+  usage(
+    spec: UsageSpec,
+    range: { readonly period: "day" | "month"; readonly from: number; readonly to: number },
+  ): UsagePeriod[] | Promise<UsagePeriod[]> {
+    try {
+      const checked = checkUsage(spec);
+      const rows = this.#usageTable
+        ? this.#sql
+            .exec<{ day: number; requests: number; cost: number }>(
+              "SELECT day, requests, cost FROM usage WHERE day >= ?",
+              keptFrom(checked, this.clock()),
+            )
+            .toArray()
+        : [];
+      return usageBy(checked, rows, range);
+    } catch (e) {
+      return Promise.reject(e); // as from an async method: invalid input is a rejection
+    }
+  }
+
+  /**
+   * Drops the days of usage past retention (as the stored spec keeps them); returns when the oldest day kept leaves
+   * it (ms), or null when no usage is kept.
+   */
+  #pruneUsage(now: number): number | null {
+    if (!this.#usageTable) return null;
+    const spec = this.#tables
+      ? this.#sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'usage'").toArray()[0]
+      : undefined;
+    if (spec === undefined) return null;
+    const kept = JSON.parse(spec.v) as UsageSpec;
+    this.#sql.exec("DELETE FROM usage WHERE day < ?", keptFrom(kept, now));
+    const oldest = this.#sql.exec<{ day: number | null }>("SELECT MIN(day) AS day FROM usage").one().day;
+    return oldest === null ? null : oldest + (kept.keepDays + 1) * 86_400_000;
   }
 
   /** The key's meters for what a call sent (null: neither quotas nor credits). */
@@ -518,6 +597,14 @@ export class RateLimiter extends DurableObject<unknown> {
     if (meters.quotas !== null && Number.isSafeInteger(grant.at))
       this.#writeQuotas(meters.quotas.giveBack(now, grant.at as number, units as number));
     if (meters.credits !== null) this.#writeCredits(meters.credits.giveBack(units as number));
+    if (this.#usageTable && Number.isSafeInteger(grant.at)) {
+      // Out of the usage of the day it was granted in (the latest day row at or before it: the one its grant wrote).
+      this.#sql.exec(
+        "UPDATE usage SET requests = MAX(0, requests - 1), cost = MAX(0, cost - ?) WHERE day = (SELECT MAX(day) FROM usage WHERE day <= ?)",
+        units,
+        grant.at,
+      );
+    }
 
     // Kept until the grant's record has left every window it counts in (the idle alarm prunes it after).
     let longest = 0;
@@ -725,30 +812,41 @@ export class RateLimiter extends DurableObject<unknown> {
     return Date.now();
   }
 
-  /** Deletes the key's state once nothing in it counts any more; otherwise re-arms. */
+  /**
+   * Deletes the key's state once nothing in it counts any more — but a credit balance (paid for) and usage within its
+   * retention, which stay — and drops usage past retention; otherwise re-arms.
+   */
   override async alarm(): Promise<void> {
     this.#alarmAt = null;
+    const now = this.clock();
+    const pruneAt = this.#pruneUsage(now);
     const idleAt = this.#idleAt();
-    if (idleAt <= this.clock()) {
+    if (idleAt <= now) {
       this.#logs.clear();
       this.#blockUntil = null;
       this.#blockCause = "operator";
       this.#penalty = NO_PENALTY;
       this.#override = null;
       this.#slots = new Slots();
-      this.#slotTable = false;
       this.#quotas = null;
-      if (this.#creditRow() !== null) {
-        // A balance is kept for good (it was paid for): everything else goes, in one transaction.
-        this.ctx.storage.transactionSync(() => {
-          this.#sql.exec("DELETE FROM budget_slots");
-          this.#sql.exec("DELETE FROM meta WHERE k <> 'credits'");
-          this.#sql.exec("DROP TABLE IF EXISTS inflight");
-        });
+      if (this.#creditRow() === null && pruneAt === null) {
+        this.#slotTable = false;
+        this.#usageTable = false;
+        this.#usageSpec = null;
+        await this.ctx.storage.deleteAll();
+        this.#tables = false;
         return;
       }
-      await this.ctx.storage.deleteAll();
-      this.#tables = false;
+      // Everything else goes, in one transaction.
+      this.ctx.storage.transactionSync(() => {
+        this.#sql.exec("DELETE FROM budget_slots");
+        this.#sql.exec("DELETE FROM meta WHERE k NOT IN ('credits', 'usage')");
+        this.#sql.exec("DROP TABLE IF EXISTS inflight");
+      });
+      this.#slotTable = false;
+      if (pruneAt === null) return;
+      this.#alarmAt = pruneAt;
+      await this.ctx.storage.setAlarm(Math.min(pruneAt, MAX_TIME_MS));
       return;
     }
     // Refunded ids whose grants have left every window are forgotten while the key stays.
@@ -756,14 +854,12 @@ export class RateLimiter extends DurableObject<unknown> {
       "DELETE FROM meta WHERE k > ? AND k < ? AND CAST(v AS INTEGER) <= ?",
       REFUND_PREFIX,
       REFUND_END,
-      this.clock(),
+      now,
     );
-    if (idleAt === Number.POSITIVE_INFINITY) {
-      this.#alarmAt = idleAt;
-      return;
-    }
-    this.#alarmAt = idleAt;
-    await this.ctx.storage.setAlarm(Math.min(idleAt, MAX_TIME_MS));
+    const next = Math.min(idleAt, pruneAt ?? Number.POSITIVE_INFINITY);
+    this.#alarmAt = next;
+    if (next === Number.POSITIVE_INFINITY) return;
+    await this.ctx.storage.setAlarm(Math.min(next, MAX_TIME_MS));
   }
 
   /** When nothing stored counts any more: the grants' last window, a block's end, an override's expiry. */

@@ -15,6 +15,7 @@ import { type AddressBudget, type Config, ConfigError, type Limit, type Plan } f
 import type { CreditSpec } from "../core/credits.ts";
 import type { LimitStatus, NamedLimit } from "../core/decision.ts";
 import { describe, parseDuration } from "../core/duration.ts";
+import { usageCsv } from "../core/usage.ts";
 import { type KeyStatus, MAX_TIME_MS, type Override, type RateLimiter } from "../object/index.ts";
 import { HttpError, problem } from "../pipeline/http.ts";
 import { BEARER, checkKey, type Identity, identify, objectName } from "../pipeline/key.ts";
@@ -53,8 +54,17 @@ export async function isAdminRequest(request: Request, path: string, env: AdminE
   return BEARER.test(request.headers.get("authorization") ?? "") && (await authorized(request, env.ADMIN_TOKEN));
 }
 
-type Action = "status" | "reset" | "block" | "unblock" | "override" | "override/delete" | "credits";
-const ACTIONS: readonly Action[] = ["status", "reset", "block", "unblock", "override", "override/delete", "credits"];
+type Action = "status" | "reset" | "block" | "unblock" | "override" | "override/delete" | "credits" | "usage";
+const ACTIONS: readonly Action[] = [
+  "status",
+  "reset",
+  "block",
+  "unblock",
+  "override",
+  "override/delete",
+  "credits",
+  "usage",
+];
 /** Whose budget a call is about: exactly one of these (`plan` only with `ip`, for a plan's own `ip`). */
 const SUBJECT = ["key", "ip", "anonymous", "plan"];
 /** The fields each action's body may carry besides its subject. */
@@ -66,6 +76,7 @@ const FIELDS: Record<Action, readonly string[]> = {
   override: [...SUBJECT, "limits", "expires", "for"],
   "override/delete": SUBJECT,
   credits: ["key", "add"],
+  usage: ["key", "period", "from", "to"],
 };
 
 /** Answers one admin request; never throws, never proxies. */
@@ -111,6 +122,7 @@ export async function handleAdmin(
     if (request.method !== "POST") throw notAllowed("POST");
     const body = await readBody(request);
     unknownFields(body, FIELDS[action]);
+    if (action === "usage") return await usageOf(request, body, env, config);
     return await run(action, body, env, config, ctx);
   } catch (e) {
     if (e instanceof HttpError) return e.toResponse();
@@ -262,6 +274,68 @@ export function statusJson(
       ahead: s.history.ahead,
     },
   };
+}
+
+/**
+ * `POST <admin>/usage {"key", "period", "from"?, "to"?}` (docs/operating.md, "Usage"): the key's usage per day or
+ * month, as JSON (`{ key_id, plan, period, time_zone, periods: [{ start, end, requests, cost }] }`) or, with `Accept:
+ * text/csv`, as CSV. `409` for a plan that keeps no usage.
+ */
+async function usageOf(
+  request: Request,
+  body: Record<string, unknown>,
+  env: AdminEnv,
+  config: Config,
+): Promise<Response> {
+  const { name, plan } = subjectOf(body, config);
+  const spec = plan.usage;
+  if (!spec) {
+    throw new HttpError(
+      409,
+      "Conflict",
+      `The key's plan ${JSON.stringify(plan.name)} keeps no usage (docs/configuration.md, "Usage"); set usage = true on it first.`,
+    );
+  }
+  const period = body.period;
+  if (period !== "day" && period !== "month") {
+    throw bad(`"period": expected "day" or "month", got ${JSON.stringify(period) ?? "nothing"}`);
+  }
+  const from = instant(body.from, "from", 0);
+  const to = instant(body.to, "to", MAX_TIME_MS);
+  if (from > to) throw bad(`"from" is after "to"`);
+  const periods = await withDeadline(
+    objectsOf(env, config).getByName(name).usage(spec, { period, from, to }),
+    config.objectTimeoutMs,
+  );
+  if ((request.headers.get("accept") ?? "").includes("text/csv")) {
+    return new Response(usageCsv(periods), {
+      headers: { "content-type": "text/csv; charset=utf-8", "cache-control": "no-store" },
+    });
+  }
+  return json({
+    key_id: await keyId(name),
+    plan: plan.name,
+    period,
+    time_zone: spec.zone,
+    periods: periods.map((p) => ({
+      start: iso(p.start),
+      end: iso(p.end),
+      start_ms: p.start,
+      end_ms: p.end,
+      requests: p.requests,
+      cost: p.cost,
+    })),
+  });
+}
+
+/** A time in a body: ms since the epoch, or an ISO 8601 string; `fallback` when missing; else `400`. */
+function instant(value: unknown, field: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  const t = typeof value === "number" ? value : typeof value === "string" ? Date.parse(value) : Number.NaN;
+  if (!Number.isSafeInteger(t) || t < 0 || t > MAX_TIME_MS) {
+    throw bad(`"${field}": expected an ISO time or ms since the epoch, got ${JSON.stringify(value)}`);
+  }
+  return t;
 }
 
 /** The credits of a key's plan, for a top-up: `409` when it has none. */
