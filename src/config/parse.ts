@@ -219,7 +219,10 @@ function withCredits(plan: Plan, credits: CreditsSetting | null, usage: UsageSpe
  */
 function parseUsage(value: unknown, field: string): UsageSpec {
   if (value === true) return { zone: "UTC", keepDays: 400 };
-  const u = object(value, field);
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new ConfigError(`${field}: expected true or { keep = "400d", time_zone = "UTC" }, got ${describe(value)}`);
+  }
+  const u = value as Obj;
   unknownFields(u, ["keep", "time_zone"], field);
   let keepDays = 400;
   if (u.keep !== undefined) {

@@ -219,17 +219,20 @@ export class RateLimiter extends DurableObject<unknown> {
     logs: readonly KeyLog[],
     meters: Meters | null,
   ): TakenTogether & { readonly quoted: boolean } {
+    let taken: TakenTogether;
+    let wrote = false;
     if (meters !== null) {
-      const { quotaRows, credits, ...taken } = takeMetered(logs, meters, now, ask);
-      const wrote = this.#writeMeters({ quotaRows, credits });
-      const d = taken.decision;
-      if (ask.usage === undefined || !d.allowed || d.cost === 0) return { ...taken, quoted: wrote };
-      this.#countUsage(ask.usage, d.now, { requests: 1, cost: d.cost });
-      return { ...taken, quoted: true };
+      const { quotaRows, credits, ...rest } = takeMetered(logs, meters, now, ask);
+      wrote = this.#writeMeters({ quotaRows, credits });
+      taken = rest;
+    } else {
+      const [log, routed] = logs as [KeyLog, KeyLog | undefined];
+      taken = routed === undefined ? single(log.take(now, ask)) : takeTogether(logs, now, ask.cost);
     }
-    const [log, routed] = logs as [KeyLog, KeyLog | undefined];
-    const taken = routed === undefined ? single(log.take(now, ask)) : takeTogether(logs, now, ask.cost);
-    return { ...taken, quoted: false };
+    const d = taken.decision;
+    if (ask.usage === undefined || !d.allowed || d.cost === 0) return { ...taken, quoted: wrote };
+    this.#countUsage(ask.usage, d.now, { requests: 1, cost: d.cost });
+    return { ...taken, quoted: true };
   }
 
   /**

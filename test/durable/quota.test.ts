@@ -163,3 +163,63 @@ describe("credits at the key's object", () => {
     expect((await o.stub.status(wide, 10, [], { credits: { initial: 100 } })).decision.credits?.balance).toBe(100);
   });
 });
+
+describe("usage at the key's object", () => {
+  const usage = { zone: "UTC", keepDays: 3 };
+  const all = { from: 0, to: Date.UTC(2100, 0, 1) };
+  const DAY = 86_400_000;
+  const dayOf = (t: number) => Math.floor(t / DAY) * DAY;
+
+  it("one row per day written with each grant; a refusal counts nothing; a refund comes off its day", async () => {
+    const o = await object();
+    const tight: LimitSpec[] = [{ limit: 2, windowMs: 1_000, tickMs: 1 }];
+    const first = await o.take(tight, 1, { usage });
+    await o.take(tight, 1, { usage });
+    expect((await o.take(tight, 1, { usage })).allowed).toBe(false);
+    o.at(T0 + DAY);
+    await o.take(tight, 2, { usage });
+    expect(await o.stub.usage(usage, { period: "day", ...all })).toEqual([
+      { start: dayOf(T0), end: dayOf(T0) + DAY, requests: 2, cost: 2 },
+      { start: dayOf(T0) + DAY, end: dayOf(T0) + 2 * DAY, requests: 1, cost: 2 },
+    ]);
+    expect(await o.stub.refund(tight, { id: "u1", recordedAt: first.recordedAt ?? [], units: 1, at: first.now })).toBe(
+      true,
+    );
+    const month = await o.stub.usage(usage, { period: "month", ...all });
+    expect(month).toEqual([{ start: Date.UTC(2027, 0, 1), end: Date.UTC(2027, 1, 1), requests: 2, cost: 3 }]);
+    const usageRows = await runInDurableObject(o.stub, (_: RateLimiter, state) =>
+      state.storage.sql.exec("SELECT day, requests, cost FROM usage ORDER BY day").toArray(),
+    );
+    expect(usageRows).toHaveLength(2);
+  });
+
+  it("the idle alarm keeps usage for its retention and drops each day after it", async () => {
+    const o = await object();
+    await o.take(wide, 1, { usage });
+    o.at(T0 + DAY);
+    await o.take(wide, 1, { usage });
+    // The grants' windows are long gone; the days stay.
+    o.at(T0 + DAY + 120_000);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await o.rows()).toEqual([]);
+    expect((await o.stub.usage(usage, { period: "day", ...all })).map((p) => p.requests)).toEqual([1, 1]);
+    // The alarm is set for when the first day leaves the 3 days kept.
+    expect(await o.alarm()).toBe(dayOf(T0) + 4 * DAY);
+    o.at(dayOf(T0) + 4 * DAY);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect((await o.stub.usage(usage, { period: "day", ...all })).map((p) => p.start)).toEqual([dayOf(T0) + DAY]);
+    o.at(dayOf(T0) + 5 * DAY);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect((await o.stored()).tables).toEqual([]);
+  });
+
+  it("rejects a spec or a range that is not one", async () => {
+    const o = await object();
+    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
+      await expect(instance.usage({ zone: "UTC", keepDays: 0 }, { period: "day", ...all })).rejects.toThrow(
+        /^keepDays: /,
+      );
+      await expect(instance.usage(usage, { period: "year" as never, ...all })).rejects.toThrow(/^period: /);
+    });
+  });
+});

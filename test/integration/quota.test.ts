@@ -165,3 +165,100 @@ describe("credits through the proxy and the operators' API", () => {
     await expect(none.credit(envWith({}), key, 1)).rejects.toThrow(/has no credits/);
   });
 });
+
+describe("usage through the proxy, compared with what the origin saw", () => {
+  const TOKEN = "usage-admin-token";
+  const CONFIG = {
+    limits: [
+      { limit: 16, window: "1m" },
+      { limit: 30, period: "day" },
+    ],
+    usage: { keep: "30d" },
+    costs: [{ method: "POST", path: "/v1/heavy", cost: 2 }],
+    refund: { status: [500] },
+  };
+  const usageCall = (e: ReturnType<typeof envWith>, body: unknown, accept = "application/json") =>
+    handle(
+      new Request("https://limiter.example/__limiter/usage", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", accept },
+        body: JSON.stringify(body),
+      }),
+      e,
+    );
+
+  it("counts exactly the requests that reached the origin and were not refunded, with their cost", async () => {
+    const e = envWith(CONFIG, { ADMIN_TOKEN: TOKEN });
+    const key = freshKey();
+    const send = async (n: number, make: () => Request) =>
+      (await Promise.all(Array.from({ length: n }, () => handle(make(), e)))).map((r) => r.status);
+    // 6 + 3 × 2 units at once; then 2 the origin answers 500 (refunded: served, not counted); then 8 more at once,
+    // 4 of them over the per-minute limit of 16 (those refused are not counted either).
+    const statuses = [
+      ...(await send(6, () => request(key, "/v1/items"))),
+      ...(await send(3, () => request(key, "/v1/heavy", { method: "POST", body: "{}" }))),
+    ];
+    expect(await send(2, () => request(key, "/__special/status/500"))).toEqual([500, 500]);
+    statuses.push(...(await send(8, () => request(key, "/v1/items"))));
+    expect(statuses.filter((s) => s === 429).length).toBeGreaterThan(0);
+    const arrivals = await arrivalsFor(key);
+    const cost = arrivals.reduce((n, a) => n + (a.method === "POST" ? 2 : 1), 0);
+    const r = await usageCall(e, { key, period: "day" });
+    expect(r.status).toBe(200);
+    const body = (await r.json()) as {
+      periods: { requests: number; cost: number; start: string }[];
+      time_zone: string;
+    };
+    expect(body.time_zone).toBe("UTC");
+    expect(body.periods).toHaveLength(1);
+    expect(body.periods[0]).toMatchObject({ requests: arrivals.length, cost });
+    expect(arrivals.length).toBeGreaterThan(0);
+    const month = (await (await usageCall(e, { key, period: "month" })).json()) as { periods: unknown[] };
+    expect(month.periods).toEqual([expect.objectContaining({ requests: arrivals.length, cost })]);
+    const csv = await usageCall(e, { key, period: "day" }, "text/csv");
+    expect(csv.headers.get("content-type")).toBe("text/csv; charset=utf-8");
+    const lines = (await csv.text()).trim().split("\n");
+    expect(lines[0]).toBe("start,end,requests,cost");
+    expect(lines[1]).toMatch(new RegExp(`^\\d{4}-\\d\\d-\\d\\dT00:00:00\\.000Z,[^,]+,${arrivals.length},${cost}$`));
+  });
+
+  it("the usage call: 401 without the token, 400 for a bad period or range, 409 for a plan without usage", async () => {
+    const e = envWith(CONFIG, { ADMIN_TOKEN: TOKEN });
+    const key = freshKey();
+    const noToken = await handle(
+      new Request("https://limiter.example/__limiter/usage", {
+        method: "POST",
+        body: JSON.stringify({ key, period: "day" }),
+      }),
+      e,
+    );
+    expect(noToken.status).toBe(401);
+    for (const body of [
+      { key },
+      { key, period: "week" },
+      { key, period: "day", from: "yesterday" },
+      { key, period: "day", from: 5, to: 1 },
+    ]) {
+      expect((await usageCall(e, body)).status).toBe(400);
+    }
+    expect(await (await usageCall(e, { key, period: "day", from: "2020-01-01T00:00:00Z" })).json()).toMatchObject({
+      periods: [],
+    });
+    const plain = envWith({ limits: [{ limit: 5, window: "1m" }] }, { ADMIN_TOKEN: TOKEN });
+    expect((await usageCall(plain, { key, period: "day" })).status).toBe(409);
+  });
+
+  it("the library's usage()", async () => {
+    const limiter = createLimiter({ limits: [{ limit: 100, window: "1m" }], usage: true });
+    const key = freshKey();
+    const granted = [];
+    for (let i = 0; i < 3; i++) granted.push(await limiter.limit(envWith({}), key, { cost: 2 }));
+    expect(await limiter.refund(envWith({}), granted[0] as (typeof granted)[number])).toBe(true);
+    const days = await limiter.usage(envWith({}), key, { period: "day" });
+    expect(days).toEqual([expect.objectContaining({ requests: 2, cost: 4 })]);
+    await expect(limiter.usage(envWith({}), key, { period: "year" as never })).rejects.toThrow(/^period: /);
+    await expect(
+      createLimiter({ limits: [{ limit: 100, window: "1m" }] }).usage(envWith({}), key, { period: "day" }),
+    ).rejects.toThrow(/keeps no usage/);
+  });
+});

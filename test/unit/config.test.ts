@@ -2391,3 +2391,43 @@ describe('credits (docs/configuration.md, "Quotas and credits")', () => {
     expect(() => parse({ limits: [{ limit: 1, window: "1s" }], ...(rl as Obj) })).toThrow(new ConfigError(message));
   });
 });
+
+describe('usage (docs/configuration.md, "Usage")', () => {
+  const parse = (rl: Obj) => parseConfig({ ORIGIN, RATE_LIMIT: rl });
+
+  it("true, or keep and time_zone; inherited, false for none; a plan keeping usage gets no leases", () => {
+    const config = parse({
+      limits: [{ limit: 100, window: "1m" }],
+      usage: true,
+      plans: [
+        {
+          name: "eu",
+          key_prefix: "eu_",
+          limits: [{ limit: 100, window: "1m" }],
+          usage: { keep: "90d", time_zone: "Europe/Berlin" },
+        },
+        { name: "off", key_prefix: "off_", limits: [{ limit: 100, window: "1m" }], usage: false },
+      ],
+    });
+    expect(config.defaultPlan).toMatchObject({ usage: { zone: "UTC", keepDays: 400 }, leaseMs: 0 });
+    expect(config.defaultPlan?.meters).toEqual({ usage: { zone: "UTC", keepDays: 400 } });
+    expect(config.plans[0]).toMatchObject({ usage: { zone: "Europe/Berlin", keepDays: 90 }, leaseMs: 0 });
+    expect(config.plans[1]?.usage).toBeUndefined();
+    expect(config.plans[1]?.leaseMs).toBe(30_000);
+  });
+
+  it.each([
+    [{ usage: "yes" }, 'RATE_LIMIT.usage: expected true or { keep = "400d", time_zone = "UTC" }, got "yes"'],
+    [{ usage: { keep: "1y" } }, 'RATE_LIMIT.usage.keep: expected whole days from "1d" to "3660d", got "1y"'],
+    [{ usage: { keep: "3661d" } }, 'RATE_LIMIT.usage.keep: expected whole days from "1d" to "3660d", got "3661d"'],
+    [{ usage: { keep: "0d" } }, 'RATE_LIMIT.usage.keep: expected whole days from "1d" to "3660d", got "0d"'],
+    [
+      { usage: { time_zone: "Moon/Base" } },
+      'RATE_LIMIT.usage.time_zone: the runtime knows no zone "Moon/Base"; expected an IANA name like "Europe/Berlin"',
+    ],
+    [{ usage: { retention: "400d" } }, "RATE_LIMIT.usage.retention: unknown setting; expected one of keep, time_zone"],
+    [{ usage: false }, "RATE_LIMIT.usage: leave it out for no usage (false is for a plan)"],
+  ])("%j: %s", (rl, message) => {
+    expect(() => parse({ limits: [{ limit: 1, window: "1s" }], ...(rl as Obj) })).toThrow(new ConfigError(message));
+  });
+});
