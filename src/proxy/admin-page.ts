@@ -1,8 +1,8 @@
 /**
  * @module The operators' page (`GET <admin.path>`): one HTML document with inline CSS and JS, no
  * build step and no external assets. It holds no data: it asks the admin API (same origin, with the
- * token typed into it) and shows a key's limits (and its routes' budgets) as bars and its longest window's grants as
- * a chart.
+ * token typed into it) and shows a key's limits (and its routes' budgets, its calendar quotas) as bars, its credits and
+ * its usage this month, and its longest window's grants as a chart.
  */
 
 /** The page, calling the admin API under `path`. */
@@ -70,6 +70,8 @@ const PAGE = `<!doctype html>
         <dt>Plan</dt><dd id="plan"></dd>
         <dt>Block</dt><dd id="block"></dd>
         <dt>Override</dt><dd id="override"></dd>
+        <dt>Credits</dt><dd id="credits"></dd>
+        <dt>This month</dt><dd id="month"></dd>
         <dt>As of</dt><dd id="now"></dd>
       </dl>
       <div id="limits"></div>
@@ -92,6 +94,10 @@ const PAGE = `<!doctype html>
         <label>Expires after (optional)<input id="override-for" placeholder="1d" size="6"></label>
         <button id="do-override" type="button">Override</button>
         <button id="remove-override" class="secondary" type="button">Remove override</button>
+      </div>
+      <div class="row" id="credit-row" hidden>
+        <label>Add credits<input id="credit-add" value="1000" size="8" inputmode="numeric"></label>
+        <button id="do-credit" type="button">Add</button>
       </div>
     </section>
   </div>
@@ -141,16 +147,23 @@ function render(s) {
   const ov = $("override");
   ov.replaceChildren(s.override ? el("span", { class: "badge warn" }, s.override.limits.map((l) => l.limit + " per " + ms(l.window_ms)).join(", ") + (s.override.expires ? " until " + new Date(s.override.expires_ms).toLocaleString() : " (no expiry)")) : el("span", { class: "badge" }, "none"));
   $("now").textContent = s.now ? new Date(s.now_ms).toLocaleString() : "—";
+  $("credits").textContent = s.credits ? s.credits.balance + " left" : "none";
+  $("credit-row").hidden = !s.credits;
+  month(s);
   const box = $("limits");
   box.replaceChildren();
   // The key's limits, then each route's (docs/configuration.md, "Per-route budgets").
   const routed = (s.routes || []).flatMap((r) => r.limits.map((l) => Object.assign({}, l, { route: (r.method ? r.method + " " : "") + (r.path || r.name) })));
-  for (const l of s.limits.concat(routed)) {
+  // Calendar quotas after them (docs/configuration.md, "Quotas and credits").
+  const quotas = (s.quotas || []).map((q) => Object.assign({}, q, { quota: true }));
+  for (const l of s.limits.concat(routed, quotas)) {
     const pct = l.limit > 0 ? Math.min(100, (100 * l.used) / l.limit) : 0;
     const row = el("div", { class: "limit", "data-limit": l.name });
     const head = el("div", { class: "head" });
-    head.append(el("strong", {}, l.name + " · " + l.limit + " per " + ms(l.window_ms) + (l.source === "override" ? " (override)" : l.route ? " (route " + l.route + ")" : "")));
-    head.append(el("span", { class: "usage" }, l.used + " used · " + l.remaining + " left" + (l.reset_ms > 0 ? " · grows in " + ms(l.reset_ms) : "")));
+    const per = l.quota ? "per " + l.period + " (" + l.time_zone + ")" : "per " + ms(l.window_ms);
+    head.append(el("strong", {}, l.name + " · " + l.limit + " " + per + (l.source === "override" ? " (override)" : l.route ? " (route " + l.route + ")" : "")));
+    const grows = l.quota ? (l.resets_at_ms ? " · resets " + new Date(l.resets_at_ms).toLocaleString() : "") : (l.reset_ms > 0 ? " · grows in " + ms(l.reset_ms) : "");
+    head.append(el("span", { class: "usage" }, l.used + " used · " + l.remaining + " left" + grows));
     const bar = el("div", { class: "bar", role: "meter", "aria-valuemin": "0", "aria-valuemax": String(l.limit), "aria-valuenow": String(l.used) });
     bar.append(el("div", { class: pct >= 100 ? "full" : pct >= 80 ? "high" : "", style: "width:" + pct + "%" }));
     row.append(head, bar);
@@ -158,6 +171,18 @@ function render(s) {
   }
   if (s.unlimited) box.append(el("p", {}, "Unlimited plan: its requests never consult the limiter."));
   chart(s.history);
+}
+
+// The key's usage this month, for a plan that keeps it (docs/operating.md, "Usage").
+async function month(s) {
+  const box = $("month");
+  if (!s.usage) { box.textContent = "no usage kept"; return; }
+  box.textContent = "…";
+  try {
+    const u = await call("usage", { key: form.elements.key.value.trim(), period: "month", from: s.now_ms });
+    const p = u.periods[u.periods.length - 1];
+    box.textContent = p ? p.requests + " requests, cost " + p.cost + " (" + u.time_zone + ")" : "nothing yet";
+  } catch (e) { box.textContent = e.message; }
 }
 
 function chart(h) {
@@ -211,6 +236,7 @@ $("do-override").addEventListener("click", () => {
   act("override", f ? { limits, for: f } : { limits }, "Override set.");
 });
 $("remove-override").addEventListener("click", () => act("override/delete", {}, "Override removed."));
+$("do-credit").addEventListener("click", () => act("credits", { add: Number($("credit-add").value.trim()) }, "Credits added."));
 </script>
 </body>
 </html>

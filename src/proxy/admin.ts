@@ -256,6 +256,7 @@ export function statusJson(
     override: s.override === null ? null : overrideJson(s.override),
     quotas: quotasJson(plan, s),
     credits: plan.credits ? { balance: s.decision.credits?.balance ?? plan.credits.spec.initial } : null,
+    usage: plan.usage ? { time_zone: plan.usage.zone, keep_days: plan.usage.keepDays } : null,
     routes: plan.routes.map((r) => {
       const d = s.routes?.find((x) => x.name === r.name)?.decision;
       return {
