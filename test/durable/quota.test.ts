@@ -223,3 +223,72 @@ describe("usage at the key's object", () => {
     });
   });
 });
+
+describe("what each feature writes per grant", () => {
+  /** Counts every row each write statement of the object reports written, from now on. */
+  async function counting(o: Awaited<ReturnType<typeof object>>): Promise<() => Promise<number>> {
+    await runInDurableObject(o.stub, (_: RateLimiter, state) => {
+      const sql = state.storage.sql as SqlStorage & { rowsCounted?: number };
+      const exec = sql.exec.bind(sql);
+      sql.rowsCounted = 0;
+      Object.defineProperty(sql, "exec", {
+        configurable: true,
+        value: (query: string, ...bindings: unknown[]) => {
+          const cursor = exec(query, ...bindings);
+          if (/^\s*(INSERT|UPDATE|DELETE|REPLACE)\b/i.test(query))
+            sql.rowsCounted = (sql.rowsCounted ?? 0) + cursor.rowsWritten;
+          return cursor;
+        },
+      });
+    });
+    return () =>
+      runInDurableObject(o.stub, (_: RateLimiter, state) => {
+        const sql = state.storage.sql as SqlStorage & { rowsCounted?: number };
+        const n = sql.rowsCounted ?? 0;
+        sql.rowsCounted = 0;
+        return n;
+      });
+  }
+
+  it.each([
+    ["none: one row per ring, as before", {}, 1],
+    ["quotas: one meta row more", { quotas: daily }, 2],
+    ["credits: one meta row more", { credits: { initial: 100 } }, 2],
+    ["usage: one usage row more", { usage: { zone: "UTC", keepDays: 400 } }, 2],
+    [
+      "all three: three rows more",
+      { quotas: daily, credits: { initial: 100 }, usage: { zone: "UTC", keepDays: 400 } },
+      4,
+    ],
+  ])("%s", async (_, meters, rows) => {
+    const o = await object();
+    // The first grant makes the tables and metadata; the next ones are what a grant writes.
+    await o.take(wide, 1, meters);
+    const written = await counting(o);
+    await written();
+    for (let i = 0; i < 2; i++) {
+      o.at(T0 + 10 * (i + 1));
+      expect((await o.take(wide, 1, meters)).allowed).toBe(true);
+      expect(await written()).toBe(rows);
+    }
+  });
+});
+
+describe("a key written before quotas", () => {
+  it("keeps its sliding history when its plan gains quotas, credits and usage", async () => {
+    const o = await object();
+    const tight: LimitSpec[] = [{ limit: 3, windowMs: 60_000, tickMs: 1 }];
+    for (let i = 0; i < 2; i++) await o.take(tight, 1);
+    o.at(T0 + 1_000);
+    const d = await o.take(tight, 1, {
+      quotas: monthly,
+      credits: { initial: 10 },
+      usage: { zone: "UTC", keepDays: 10 },
+    });
+    expect(d.limits[0]?.remaining).toBe(0);
+    expect((await o.take(tight, 1, { quotas: monthly })).allowed).toBe(false);
+    // The quota counts from its first grant: what came before it was not counted under it.
+    expect(d.quotas?.[0]?.remaining).toBe(4);
+    expect(d.credits?.balance).toBe(9);
+  });
+});
