@@ -14,15 +14,16 @@
  */
 
 import { type Background, LimiterClient, type LimiterNamespace } from "./client/index.ts";
-import { callObject } from "./client/policy.ts";
+import { callObject, withDeadline } from "./client/policy.ts";
 import type { RateLimitResult } from "./client/result.ts";
 import { routeBudget } from "./config/lookup.ts";
 import { parseLimiterConfig } from "./config/parse.ts";
-import { ConfigError, type HeaderForm, type LimiterConfig } from "./config/types.ts";
+import { ConfigError, type HeaderForm, type LimiterConfig, type Plan } from "./config/types.ts";
 import type { Duration } from "./core/duration.ts";
 import { type UsagePeriod, usageBy } from "./core/usage.ts";
 import { namespaceOf, Pipeline, type RequestOptions, routeNamed } from "./pipeline/index.ts";
 import { type Identity, settingsName } from "./pipeline/key.ts";
+import type { LimiterStub } from "./protocol.ts";
 
 export { LimiterError, type LimiterErrorCode } from "./base/errors.ts";
 export type { Background, LimiterNamespace } from "./client/index.ts";
@@ -132,6 +133,24 @@ export interface RouteSetting {
   readonly method?: string;
   readonly path?: string;
   readonly limits: readonly LimitSetting[];
+}
+
+/**
+ * A top-up of `add` credits (with its `id`, once) at the key's object: its new balance. One try: a retry could add them
+ * twice.
+ */
+async function topUp(
+  at: { readonly stub: LimiterStub; readonly plan: Plan; readonly timeoutMs: number },
+  add: number,
+  id: string | undefined,
+): Promise<number> {
+  if (!Number.isSafeInteger(add) || add < 1) {
+    throw new RangeError(`add: expected a positive whole number of credits, got ${String(add)}`);
+  }
+  const credits = at.plan.credits;
+  if (!credits) throw new ConfigError(`credit(): the plan ${JSON.stringify(at.plan.name)} of this key has no credits`);
+  const call = id === undefined ? at.stub.credit(credits.spec, add) : at.stub.credit(credits.spec, add, id);
+  return withDeadline(call, at.timeoutMs);
 }
 
 /** The end of `usage()`'s default range: 2100-01-01, past anything kept. */
@@ -325,12 +344,14 @@ export interface Limiter {
   reset(env: object, key: string): Promise<void>;
   /**
    * Adds `add` credits to the key's balance (a top-up after a payment; docs/configuration.md, "Quotas and credits"):
-   * a key that never spent any starts from its plan's `initial`. Resolves to the new balance.
+   * a key that never spent any starts from its plan's `initial`. Resolves to the new balance. Never retried (the
+   * object may have added them before an error): give an `id` (the payment's, 1 to 128 characters) and send it again
+   * after a failure — a top-up with an id already seen adds nothing.
    *
    * @throws LimiterError as `limit()` does for the key; RangeError when `add` is not a positive whole number;
    *   ConfigError when the key's plan has no credits
    */
-  credit(env: object, key: string, add: number): Promise<number>;
+  credit(env: object, key: string, add: number, options?: { readonly id?: string }): Promise<number>;
   /**
    * The key's exact usage per calendar `period` (`"day"` or `"month"` in its plan's usage zone) overlapping
    * `[from, to)` (ms; default: all that is kept), oldest first, periods without use left out: requests granted and
@@ -400,6 +421,22 @@ function keyOf(key: string): string {
 }
 
 /**
+ * The name of a limiter given none: derived from its limits (pipeline/key.ts, `settingsName`) — refused for one with
+ * calendar quotas, credits or usage, whose every key's counts, balance and usage a change of limits would leave behind
+ * in the objects of the old name.
+ *
+ * @throws ConfigError saying a name is needed
+ */
+function derivedName(config: LimiterConfig): string {
+  if ([config.defaultPlan, config.anonymous, ...config.plans].some((p) => p?.meters !== undefined)) {
+    throw new ConfigError(
+      'createLimiter.name: required with calendar quotas, credits or usage (e.g. name: "api"): the default name follows the limits, and a change of them would leave every key\'s counts, balance and usage behind',
+    );
+  }
+  return settingsName(config);
+}
+
+/**
  * A limiter for these settings, validated now: a bad setting throws a {@link ConfigError} that
  * names it (`createLimiter.limits[0].window: …`). Create it once, at module level: its leases and
  * deny cache live as long as the isolate.
@@ -410,7 +447,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
   const { binding = "LIMITER", name: given, prefix, clock, ...settings } = options;
   checkNaming(binding, given, prefix);
   const config = parseLimiterConfig(settings, "createLimiter");
-  const name = given !== undefined ? given : (prefix ?? settingsName(config));
+  const name = given !== undefined ? given : (prefix ?? derivedName(config));
   const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name);
   const { client } = pipeline;
   // Resolved once per limiter: an isolate's requests share one `env` (a different one, as in tests, resolves again).
@@ -464,23 +501,17 @@ export function createLimiter(options: LimiterOptions): Limiter {
       await callObject(() => ns.getByName(object).reset(limits, 1, routes) as Promise<unknown>, config.objectTimeoutMs);
       client.forget(ns, object);
     },
-    async credit(env, key, add) {
-      const ns = namespace(env);
+    credit: async (env, key, add, { id } = {}) => {
       const { name: object, plan } = pipeline.identify(keyOf(key));
-      if (!Number.isSafeInteger(add) || add < 1) {
-        throw new RangeError(`add: expected a positive whole number of credits, got ${String(add)}`);
-      }
-      const credits = plan.credits;
-      if (!credits) throw new ConfigError(`credit(): the plan ${JSON.stringify(plan.name)} of this key has no credits`);
-      return callObject(() => ns.getByName(object).credit(credits.spec, add), config.objectTimeoutMs);
+      return topUp({ stub: namespace(env).getByName(object), plan, timeoutMs: config.objectTimeoutMs }, add, id);
     },
     async usage(env, key, { period, from = 0, to = USAGE_END }) {
-      const ns = namespace(env);
       const { name: object, plan } = pipeline.identify(keyOf(key));
       const spec = plan.usage;
       if (!spec) throw new ConfigError(`usage(): the plan ${JSON.stringify(plan.name)} of this key keeps no usage`);
       const range = { period, from, to };
       usageBy(spec, [], range); // throws a RangeError for a period or range that is not one
+      const ns = namespace(env);
       return callObject(() => ns.getByName(object).usage(spec, range), config.objectTimeoutMs);
     },
   };

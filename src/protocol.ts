@@ -82,7 +82,7 @@ export interface LimiterStub {
   release(id: string): Promise<boolean>;
   renew(id: string, timeoutMs: number): Promise<boolean>;
   peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget, meters?: MeterSpecs): Promise<Decision>;
-  credit(credits: CreditSpec, add: number): Promise<number>;
+  credit(credits: CreditSpec, add: number, id?: string): Promise<number>;
   usage(
     spec: UsageSpec,
     range: { readonly period: "day" | "month"; readonly from: number; readonly to: number },

@@ -134,7 +134,7 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
   const defaultPlan =
     rl.limits === undefined
       ? null
-      : withCredits(
+      : withMeterSettings(
           {
             ...makePlan(
               { name: "default", keyPrefix: "", ...parsePlanLimits(rl.limits, `${root}.limits`) },
@@ -194,10 +194,11 @@ interface Inherited {
 
 /**
  * `plan` with its credits and usage (null: none), and the meters its keys' calls carry to their object (quotas,
- * credits, usage). A plan keeping usage gets no leases: a lease's uses are not all reported to the object, and units
- * leased to an isolate that vanished were never used — counted from leases, usage would bill them.
+ * credits, usage). A plan with credits or usage gets no leases: units leased to an isolate that vanished were never
+ * used, yet would stay spent (credits) or billed (usage), and a lease's uses far below the limits are not reported
+ * one by one.
  */
-function withCredits(plan: Plan, credits: CreditsSetting | null, usage: UsageSpec | null): Plan {
+function withMeterSettings(plan: Plan, credits: CreditsSetting | null, usage: UsageSpec | null): Plan {
   const quotas = plan.quotas ?? [];
   if (credits === null && usage === null && quotas.length === 0) return plan;
   const meters = {
@@ -208,7 +209,8 @@ function withCredits(plan: Plan, credits: CreditsSetting | null, usage: UsageSpe
   return {
     ...plan,
     ...(credits ? { credits } : {}),
-    ...(usage ? { usage, leaseMs: 0 } : {}),
+    ...(usage ? { usage } : {}),
+    ...(usage || credits ? { leaseMs: 0 } : {}),
     meters,
   };
 }
@@ -324,7 +326,7 @@ function parsePlans(rl: Obj, ctx: PlanContext, inherited: Inherited): Plan[] {
       penalty: spec,
       concurrency: plan.limits === null ? null : parseConcurrency(p as Obj, field, inherited.concurrency, true),
     };
-    return withCredits(full, credits, usage);
+    return withMeterSettings(full, credits, usage);
   });
   const names = new Set<string>();
   for (const [i, p] of plans.entries()) {
@@ -354,7 +356,11 @@ function parseAnonymous(rl: Obj, ctx: PlanContext, inherited: Inherited): Plan |
     // Requests without a key are already counted per address: by the anonymous limits alone.
     { budget: null, field: `${root}.anonymous` },
   );
-  return withCredits({ ...anonymous, penalty: inherited.penalty, concurrency: inherited.concurrency }, null, null);
+  return withMeterSettings(
+    { ...anonymous, penalty: inherited.penalty, concurrency: inherited.concurrency },
+    null,
+    null,
+  );
 }
 
 /** Top-level routes that no plan takes would silently do nothing: an error. */
@@ -843,6 +849,14 @@ const PERIOD_MS: Readonly<Record<Period, number>> = {
  */
 function parsePlanLimits(value: unknown, field: string): { limits: Limit[]; quotas: QuotaLimit[] } {
   const list = array(value, field);
+  list.forEach((item, i) => {
+    const l = item as Obj | null;
+    if (typeof l === "object" && l !== null && !("period" in l) && "time_zone" in l) {
+      throw new ConfigError(
+        `${field}[${i}].time_zone: only a calendar quota has one; give period = "hour", "day", "week" or "month" with it`,
+      );
+    }
+  });
   const sliding: number[] = [];
   const quotas: { at: number; quota: QuotaLimit }[] = [];
   list.forEach((item, i) => {

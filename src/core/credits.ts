@@ -50,7 +50,13 @@ export function checkCredits(spec: CreditSpec): CreditSpec {
       `refill.period: expected one of ${PERIODS.map((p) => `"${p}"`).join(", ")}, got ${describe(r.period)}`,
     );
   }
-  return { initial: spec.initial, refill: { amount: r.amount, period: r.period, zone: checkTimeZone(r.zone) } };
+  let zone: string;
+  try {
+    zone = checkTimeZone(r.zone);
+  } catch (e) {
+    throw new RangeError(`refill.${(e as Error).message.replace(/^time zone:/, "time_zone:")}`);
+  }
+  return { initial: spec.initial, refill: { amount: r.amount, period: r.period, zone } };
 }
 
 /** A key's credit balance. */
@@ -58,6 +64,8 @@ export class CreditAccount {
   readonly spec: CreditSpec;
   #balance: number;
   #refilledAt: number | null;
+  /** The end of the refill period `#refilledAt` starts (ms): until then no refill is due (−∞: not known yet). */
+  #refillEnd = Number.NEGATIVE_INFINITY;
 
   /**
    * @param state what was stored (null: a key new to credits starts with `initial`)
@@ -73,13 +81,14 @@ export class CreditAccount {
   /** The balance at `now`, after the refill of the period containing it (if not yet applied). */
   balance(now: number): number {
     const r = this.spec.refill;
-    if (!r) return this.#balance;
-    const start = periodAt(now, r.period, r.zone).start;
+    if (!r || (this.#refilledAt !== null && now >= this.#refilledAt && now < this.#refillEnd)) return this.#balance;
+    const { start, end } = periodAt(now, r.period, r.zone);
     if (this.#refilledAt === null) this.#refilledAt = start;
     else if (start > this.#refilledAt) {
       this.#refilledAt = start;
       this.#balance = Math.max(this.#balance, r.amount);
     }
+    if (start === this.#refilledAt) this.#refillEnd = end;
     return this.#balance;
   }
 
@@ -105,9 +114,17 @@ export class CreditAccount {
     return this.state();
   }
 
-  /** Gives `units` back (a refund, a lease's unused units): credits do not expire with a period. */
-  giveBack(units: number): CreditState {
+  /**
+   * Gives back `units` spent at `at` (a refund, a lease's unused units), at `now`; nothing when a refill has come
+   * since (it restored the balance already: giving back on top would raise it past the refill's amount).
+   *
+   * @returns the state to store, or null when nothing was given back
+   */
+  giveBack(units: number, at: number, now: number): CreditState | null {
     whole(units, "units", 1);
+    const r = this.spec.refill;
+    this.balance(now);
+    if (r && this.#refilledAt !== null && at < this.#refilledAt) return null;
     this.#balance = Math.min(MAX_CREDITS, this.#balance + units);
     return this.state();
   }

@@ -79,7 +79,8 @@ export interface MeterWrites {
 
 /**
  * Gives the unused units of settled leases back to the meters: to the quotas of the period of their issue (while it
- * lasts), to the credits always.
+ * lasts), to the credits unless a refill has come since. Settlements that are not whole numbers are skipped (the key's
+ * log refuses them first: {@link takeMetered}).
  */
 export function giveBackUnused(meters: Meters, now: number, settle: readonly Settlement[]): MeterWrites {
   let quotaRows: QuotaRow[] | null = null;
@@ -88,7 +89,7 @@ export function giveBackUnused(meters: Meters, now: number, settle: readonly Set
     if (!Number.isSafeInteger(s?.unused) || s.unused < 1 || !Number.isSafeInteger(s.issuedAt)) continue;
     const given = meters.quotas?.giveBack(now, s.issuedAt, s.unused) ?? [];
     if (given.length > 0) quotaRows = given;
-    if (meters.credits) credits = meters.credits.giveBack(s.unused);
+    credits = meters.credits?.giveBack(s.unused, s.issuedAt, now) ?? credits;
   }
   return { quotaRows, credits };
 }
@@ -113,8 +114,10 @@ function then(a: MeterWrites, b: Partial<MeterWrites>): MeterWrites {
 export function takeMetered(logs: readonly KeyLog[], meters: Meters, now: number, ask: Ask): TakenMetered {
   const [log, routed] = logs as [KeyLog, KeyLog | undefined];
   const t = Math.max(now, ...logs.map((l) => l.clock));
+  // The key's log settles first (it refuses a settlement that is not one before the meters change), then the meters.
+  const settled = (ask.settle ?? []).flatMap((s) => log.settle(t, s));
   const given = giveBackUnused(meters, t, ask.settle ?? []);
-  const settleOnly = (): TakenTogether["writes"] => [(ask.settle ?? []).flatMap((s) => log.settle(t, s))];
+  const settleOnly = (): TakenTogether["writes"] => [settled];
   const fit = fitOf(meters, t, ask.cost);
   if (!fit.quotas || !fit.credits) {
     const writes = settleOnly();
@@ -125,7 +128,7 @@ export function takeMetered(logs: readonly KeyLog[], meters: Meters, now: number
   let room = { units: Number.POSITIVE_INFINITY, endsAt: Number.POSITIVE_INFINITY };
   for (const r of rooms)
     if (r) room = { units: Math.min(room.units, r.units), endsAt: Math.min(room.endsAt, r.endsAt) };
-  const asked = leaseWithin(ask, room, t);
+  const asked = leaseWithin({ ...ask, settle: [] }, room, t);
   if (asked.cost === 0 && !asked.leaseUnits) {
     // A lease alone, and no room for one.
     return { decision: withMeters(log.peek(t), meters, fit), writes: settleOnly(), ...given };
@@ -135,7 +138,9 @@ export function takeMetered(logs: readonly KeyLog[], meters: Meters, now: number
     const out = log.take(t, asked);
     taken = { decision: out.decision, writes: [out.writes] };
   } else taken = takeTogether(logs, t, asked.cost);
-  const { decision, writes } = taken;
+  const { decision } = taken;
+  const [own = [], ...others] = taken.writes;
+  const writes = settled.length > 0 ? [[...settled, ...own], ...others] : taken.writes;
   const units = decision.allowed ? decision.cost + (decision.lease?.units ?? 0) : 0;
   // A lease asked alone and not granted (the limits near) takes nothing.
   if (units === 0) return { decision: withMeters(decision, meters, fit), writes, ...given };

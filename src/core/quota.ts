@@ -1,6 +1,7 @@
 /**
- * @module A calendar quota (issue 41, not yet wired to limits): at most `limit` units per calendar period in a time
- * zone (src/core/calendar.ts), reset at each period's start. Pure: time is passed in.
+ * @module A calendar quota (docs/configuration.md, "Quotas and credits"): at most `limit` units per calendar period in
+ * a time zone (src/core/calendar.ts), reset at each period's start; decided with the sliding limits by
+ * src/core/meters.ts. Pure: time is passed in.
  *
  * Unlike a sliding window, a period needs no ring: every unit counts in the period it was used in, and nothing of a
  * period that ended counts any more, so its state is the current period's start and its count. That holds only if no

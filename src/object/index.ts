@@ -102,6 +102,15 @@ const REFUND_PREFIX = "refund:";
 /** The first key after every `refund:` key. */
 const REFUND_END = "refund;";
 
+/**
+ * How long after a grant a refund gives its units back to the key's quotas, credits and usage (ms): a day. Its id is
+ * kept as long, so a refund sent again gives nothing back twice.
+ */
+export const METER_REFUND_MS = 86_400_000;
+
+/** Top-ups' ids (`credit(…, id)`) are kept as `meta` rows `topup:<id>`: a top-up sent again adds nothing. */
+const TOPUP_PREFIX = "topup:";
+
 export class RateLimiter extends DurableObject<unknown> {
   readonly #sql: SqlStorage;
   /** The logs in memory, by budget: the key's own ({@link KEY_BUDGET}) and its routes' (docs/configuration.md, "Per-route budgets"). */
@@ -128,8 +137,9 @@ export class RateLimiter extends DurableObject<unknown> {
   #credits: CreditAccount | null = null;
   /** Whether the `usage` table exists (made by the key's first grant under a plan that keeps usage). */
   #usageTable = false;
-  /** The usage spec last stored (JSON), so that a grant rewrites it only when it changed. */
+  /** The usage spec last stored (JSON), so that a grant rewrites it only when it changed; and as checked. */
   #usageSpec: string | null = null;
+  #usageKept: UsageSpec | null = null;
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
@@ -190,12 +200,29 @@ export class RateLimiter extends DurableObject<unknown> {
     // The refusals the caller answered from its deny cache count first: when they complete a penalty, this request
     // is decided under the block they start (docs/design.md, "What real clients do").
     const reported = this.#countReported(now, ask);
-    if (reported !== null) return this.#armAfter(true, this.#idleAt(), this.#blocked(refuse(reported), override));
-    const own = { ...ask, refused: 0 };
-    if (this.#blockUntil !== null && this.#blockUntil > now) return this.#blocked(refuse(this.#blockUntil), override);
+    const meters = this.#meters(ask);
+    // Refused before the decision (a penalty completed, a block, every slot held): the unused units of leases settled
+    // with it still go back to the meters (the log keeps its records where they are: later is safe).
+    const refusing = () => meters !== null && this.#writeMeters(giveBackUnused(meters, now, ask.settle ?? []));
+    if (reported !== null) {
+      refusing();
+      return this.#armAfter(true, this.#idleAt(), this.#blocked(refuse(reported), override));
+    }
+    // Keys with credits or usage get no leases: units leased to an isolate that vanished would be spent (or billed).
+    const own =
+      ask.credits || ask.usage
+        ? { ...ask, refused: 0, leaseUnits: 0, leaseMs: 0, leaseLeadMs: 0 }
+        : { ...ask, refused: 0 };
+    if (this.#blockUntil !== null && this.#blockUntil > now) {
+      const out = this.#blocked(refuse(this.#blockUntil), override);
+      return refusing() ? this.#armAfter(true, idleAt(), out) : out;
+    }
     const full = this.#slotsFull(now, own, logs);
-    if (full) return this.#full({ now, ask: own, override, idleAt: idleAt(), refuse }, full);
-    const { decision, writes, quoted } = this.#takeLogs(now, own, logs, this.#meters(ask));
+    if (full) {
+      refusing();
+      return this.#full({ now, ask: own, override, idleAt: idleAt(), refuse }, full);
+    }
+    const { decision, writes, quoted } = this.#takeLogs(now, own, logs, meters);
     const [rows = [], routed = []] = writes;
     this.#write(KEY_BUDGET, rows);
     if (route !== undefined) this.#write(route.name, routed);
@@ -240,7 +267,10 @@ export class RateLimiter extends DurableObject<unknown> {
    * per day, written with the grant. The spec is kept too (a `meta` row), for the alarm's pruning.
    */
   #countUsage(spec: UsageSpec, t: number, counted: { requests: number; cost: number }): void {
-    const checked = checkUsage(spec);
+    if (this.#usageSpec === null && this.#usageTable) this.#storedUsageSpec();
+    const kept = this.#usageKept;
+    const checked =
+      kept !== null && kept.zone === spec?.zone && kept.keepDays === spec.keepDays ? kept : checkUsage(spec);
     if (!this.#usageTable) {
       this.#ensureTables();
       // One row per day of use, in a table made for keys whose plan keeps usage only.
@@ -249,10 +279,11 @@ export class RateLimiter extends DurableObject<unknown> {
       );
       this.#usageTable = true;
     }
-    const kept = JSON.stringify(checked);
-    if (this.#usageSpec !== kept) {
-      this.#setMeta("usage", kept);
-      this.#usageSpec = kept;
+    if (checked !== kept) {
+      const text = JSON.stringify(checked);
+      if (this.#usageSpec !== text) this.#setMeta("usage", text);
+      this.#usageSpec = text;
+      this.#usageKept = checked;
     }
     this.#sql.exec(
       "INSERT INTO usage (day, requests, cost) VALUES (?, ?, ?) ON CONFLICT (day) DO UPDATE SET requests = requests + excluded.requests, cost = cost + excluded.cost",
@@ -304,11 +335,11 @@ export class RateLimiter extends DurableObject<unknown> {
     return oldest === null ? null : oldest + (kept.keepDays + 1) * 86_400_000;
   }
 
-  /** The key's meters for what a call sent (null: neither quotas nor credits). */
+  /** The key's meters for what a call sent (null: no quotas, credits or usage). */
   #meters(specs: MeterSpecs | undefined): Meters | null {
     const quotas = this.#quotaBook(specs?.quotas);
     const credits = this.#creditAccount(specs?.credits);
-    return quotas === null && credits === null ? null : { quotas, credits };
+    return quotas === null && credits === null && specs?.usage === undefined ? null : { quotas, credits };
   }
 
   /** The meters the key counts in (those last sent, else those stored), for a refund or a settlement. */
@@ -348,22 +379,33 @@ export class RateLimiter extends DurableObject<unknown> {
     return row ? (JSON.parse(row.v) as { spec: CreditSpec; state: CreditState }) : null;
   }
 
-  /** Stores the key's balance: one `meta` row (`credits`), written with the grant. */
-  #writeCredits(state: CreditState): void {
-    this.#setMeta("credits", JSON.stringify({ spec: this.#credits?.spec, state }));
+  /** Stores the key's balance: one `meta` row (`credits`), written with the grant (null: unchanged, nothing written). */
+  #writeCredits(state: CreditState | null): void {
+    if (state !== null) this.#setMeta("credits", JSON.stringify({ spec: this.#credits?.spec, state }));
   }
 
   /**
    * Adds `add` credits to the key's balance (an operator's top-up; docs/operating.md): a key new to credits starts
-   * from the spec's `initial`. Returns the new balance.
+   * from the spec's `initial`. With an `id` (1 to 128 characters), once: a top-up sent again with the same id adds
+   * nothing (its id is kept for good). Returns the balance.
    *
-   * @throws RangeError for an add that is not a positive whole number, or a spec that is not one
+   * @throws RangeError for an add that is not a positive whole number, an id that is not one, or a spec that is not one
    */
-  credit(spec: CreditSpec, add: number): number | Promise<number> {
+  credit(spec: CreditSpec, add: number, id?: string): number | Promise<number> {
     try {
+      if (id !== undefined && (typeof id !== "string" || id.length === 0 || id.length > 128))
+        throw new RangeError("id: expected a top-up's id (1 to 128 characters)");
       const account = this.#creditAccount(spec) as CreditAccount;
-      const state = account.add(this.clock(), add);
-      this.#writeCredits(state);
+      const now = this.clock();
+      if (id !== undefined && this.#tables) {
+        const seen = this.#sql.exec("SELECT 1 FROM meta WHERE k = ?", `${TOPUP_PREFIX}${id}`).toArray().length > 0;
+        if (seen) return account.balance(now);
+      }
+      const state = account.add(now, add);
+      this.ctx.storage.transactionSync(() => {
+        this.#writeCredits(state);
+        if (id !== undefined) this.#setMeta(`${TOPUP_PREFIX}${id}`, String(now));
+      });
       return state.balance;
     } catch (e) {
       return Promise.reject(e); // as from an async method: invalid input is a rejection
@@ -523,11 +565,16 @@ export class RateLimiter extends DurableObject<unknown> {
     const spec = ask.penalty;
     if (spec === undefined) return null;
     const local = ask.refused;
-    const count =
-      (decision.allowed || decision.neverAllowed || decision.concurrencyFull ? 0 : 1) +
-      (Number.isSafeInteger(local) ? (local as number) : 0);
+    // Nor is a refusal for want of credits hammering: only a top-up ends it, and a block must not outlast that.
+    const counted = !(
+      decision.allowed ||
+      decision.neverAllowed ||
+      decision.concurrencyFull ||
+      decision.credits?.exceeded
+    );
+    const count = (counted ? 1 : 0) + (Number.isSafeInteger(local) ? (local as number) : 0);
     if (count === 0) return null;
-    return this.#penalize(now, spec, count, now + decision.retryAfterMs);
+    return this.#penalize(now, spec, count, now + (counted ? decision.retryAfterMs : 0));
   }
 
   /** Counts `count` refusals at `now`; when they complete the penalty, blocks the key (until `earliest` at least). */
@@ -596,24 +643,44 @@ export class RateLimiter extends DurableObject<unknown> {
     if (route !== undefined && routed !== null) {
       this.#write(route.name, routed.giveBack(recordedAt.slice(split), units as number));
     }
-    const meters = this.#storedMeters();
-    if (meters.quotas !== null && Number.isSafeInteger(grant.at))
-      this.#writeQuotas(meters.quotas.giveBack(now, grant.at as number, units as number));
-    if (meters.credits !== null) this.#writeCredits(meters.credits.giveBack(units as number));
-    if (this.#usageTable && Number.isSafeInteger(grant.at)) {
-      // Out of the usage of the day it was granted in (the latest day row at or before it: the one its grant wrote).
-      this.#sql.exec(
-        "UPDATE usage SET requests = MAX(0, requests - 1), cost = MAX(0, cost - ?) WHERE day = (SELECT MAX(day) FROM usage WHERE day <= ?)",
-        units,
-        grant.at,
-      );
-    }
-
-    // Kept until the grant's record has left every window it counts in (the idle alarm prunes it after).
-    let longest = 0;
+    const metered = this.#refundMeters(now, grant.at, units as number);
+    // Kept until the grant's record has left every window it counts in, and for a grant the key's meters counted, as
+    // long as they take refunds of it (the idle alarm prunes it after): a refund sent again finds it.
+    let longest = metered ? METER_REFUND_MS : 0;
     for (const l of [...own.limits, ...(routed?.limits ?? [])]) longest = Math.max(longest, l.windowMs);
     this.#sql.exec("INSERT INTO meta (k, v) VALUES (?, ?)", k, String(Math.max(now, ...recordedAt) + longest));
     return this.#armAlarm().then(() => true);
+  }
+
+  /**
+   * Gives a refunded grant's units back to the key's meters: its quotas (the period of `at`, while it lasts), its
+   * credits (unless a refill has come since), and its usage (the day of `at`) — only within {@link METER_REFUND_MS}
+   * of `at`, as long as the refund's id is kept. Returns whether the grant was one the meters counted.
+   */
+  #refundMeters(now: number, at: number | undefined, units: number): boolean {
+    if (at === undefined || !Number.isSafeInteger(at) || now - at > METER_REFUND_MS) return false;
+    const meters = this.#storedMeters();
+    if (meters.quotas !== null) this.#writeQuotas(meters.quotas.giveBack(now, at, units));
+    if (meters.credits !== null) this.#writeCredits(meters.credits.giveBack(units, at, now));
+    const spec = this.#usageTable ? this.#storedUsageSpec() : null;
+    if (spec !== null) {
+      this.#sql.exec(
+        "UPDATE usage SET requests = MAX(0, requests - 1), cost = MAX(0, cost - ?) WHERE day = ?",
+        units,
+        usageDay(spec, at),
+      );
+    }
+    return meters.quotas !== null || meters.credits !== null || spec !== null;
+  }
+
+  /** The usage spec last stored (the `meta` row `usage`), or null. */
+  #storedUsageSpec(): UsageSpec | null {
+    if (!this.#tables) return null;
+    const row = this.#sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'usage'").toArray()[0];
+    if (row === undefined) return null;
+    this.#usageSpec = row.v;
+    this.#usageKept = JSON.parse(row.v) as UsageSpec;
+    return this.#usageKept;
   }
 
   /**
@@ -836,6 +903,7 @@ export class RateLimiter extends DurableObject<unknown> {
         this.#slotTable = false;
         this.#usageTable = false;
         this.#usageSpec = null;
+        this.#usageKept = null;
         await this.ctx.storage.deleteAll();
         this.#tables = false;
         return;
@@ -843,7 +911,13 @@ export class RateLimiter extends DurableObject<unknown> {
       // Everything else goes, in one transaction.
       this.ctx.storage.transactionSync(() => {
         this.#sql.exec("DELETE FROM budget_slots");
-        this.#sql.exec("DELETE FROM meta WHERE k NOT IN ('credits', 'usage')");
+        // Refund ids are kept while they may still be sent (a refund sent again must find them), top-up ids for good.
+        this.#sql.exec(
+          "DELETE FROM meta WHERE k NOT IN ('credits', 'usage') AND NOT (k > ? AND k < ? AND CAST(v AS INTEGER) > ?) AND NOT (k > 'topup:' AND k < 'topup;')",
+          REFUND_PREFIX,
+          REFUND_END,
+          now,
+        );
         this.#sql.exec("DROP TABLE IF EXISTS inflight");
       });
       this.#slotTable = false;

@@ -19,6 +19,7 @@ import { usageCsv } from "../core/usage.ts";
 import { type KeyStatus, MAX_TIME_MS, type Override, type RateLimiter } from "../object/index.ts";
 import { HttpError, problem } from "../pipeline/http.ts";
 import { BEARER, checkKey, type Identity, identify, objectName } from "../pipeline/key.ts";
+import type { LimiterStub } from "../protocol.ts";
 import { adminPage } from "./admin-page.ts";
 import { objectsOf } from "./objects.ts";
 
@@ -75,7 +76,7 @@ const FIELDS: Record<Action, readonly string[]> = {
   unblock: SUBJECT,
   override: [...SUBJECT, "limits", "expires", "for"],
   "override/delete": SUBJECT,
-  credits: ["key", "add"],
+  credits: ["key", "add", "id"],
   usage: ["key", "period", "from", "to"],
 };
 
@@ -208,7 +209,7 @@ async function run(
       await call(stub().clearOverride());
       break;
     case "credits":
-      fields.balance = await call(stub().credit(creditsOf(plan), added(body.add)));
+      fields.balance = await call(topUp(body, plan, stub()));
       fields.added = body.add;
       break;
   }
@@ -337,6 +338,17 @@ function instant(value: unknown, field: string, fallback: number): number {
     throw bad(`"${field}": expected an ISO time or ms since the epoch, got ${JSON.stringify(value)}`);
   }
   return t;
+}
+
+/** A top-up (`{"key", "add", "id"?}`) at the key's object: its new balance. */
+function topUp(body: Record<string, unknown>, plan: Plan, stub: LimiterStub): Promise<number> {
+  const spec = creditsOf(plan);
+  const add = added(body.add);
+  const id = body.id;
+  if (id === undefined) return stub.credit(spec, add);
+  if (typeof id !== "string" || id.length === 0 || id.length > 128)
+    throw bad(`"id": expected the top-up's id, a string of 1 to 128 characters, got ${JSON.stringify(id)}`);
+  return stub.credit(spec, add, id);
 }
 
 /** The credits of a key's plan, for a top-up: `409` when it has none. */

@@ -150,16 +150,13 @@ describe("credits at the key's object", () => {
     });
   });
 
-  it("a refund and a lease's unused units give credits back; a lease spends when leased", async () => {
+  it("a refund gives credits back, once", async () => {
     const o = await object();
-    const d = await o.take(wide, 1, { credits: { initial: 100 }, leaseUnits: 10, leaseMs: 30_000 });
-    const units = d.lease?.units ?? 0;
-    expect(units).toBeGreaterThan(0);
-    expect(d.credits?.balance).toBe(99 - units);
-    await o.settle(wide, [
-      { recordedAt: d.lease?.recordedAt ?? [], issuedAt: d.now, used: 0, lastUseMs: 0, unused: units },
-    ]);
-    expect(await o.stub.refund(wide, { id: "c1", recordedAt: d.recordedAt ?? [], units: 1, at: d.now })).toBe(true);
+    const d = await o.take(wide, 3, { credits: { initial: 100 } });
+    expect(d.credits?.balance).toBe(97);
+    const grant = { id: "c1", recordedAt: d.recordedAt ?? [], units: 3, at: d.now };
+    expect(await o.stub.refund(wide, grant)).toBe(true);
+    expect(await o.stub.refund(wide, grant)).toBe(false);
     expect((await o.stub.status(wide, 10, [], { credits: { initial: 100 } })).decision.credits?.balance).toBe(100);
   });
 });
@@ -290,5 +287,100 @@ describe("a key written before quotas", () => {
     // The quota counts from its first grant: what came before it was not counted under it.
     expect(d.quotas?.[0]?.remaining).toBe(4);
     expect(d.credits?.balance).toBe(9);
+  });
+});
+
+describe("review findings, held", () => {
+  const credits = { initial: 1 };
+  const penalty = { after: 2, withinMs: 60_000, blockMs: 10_000, maxBlockMs: null };
+
+  it("refusals for want of credits never count towards a penalty (a block would outlast the top-up)", async () => {
+    const o = await object();
+    await o.take(wide, 1, { credits, penalty });
+    for (let i = 0; i < 5; i++) {
+      o.at(T0 + 10 * (i + 1));
+      expect(await o.take(wide, 1, { credits, penalty })).toMatchObject({
+        allowed: false,
+        credits: { exceeded: true },
+      });
+    }
+    await o.stub.credit(credits, 1);
+    expect((await o.take(wide, 1, { credits, penalty })).allowed).toBe(true);
+    expect((await o.status(wide)).blockedUntil).toBeNull();
+  });
+
+  it("a refund sent again, even after the idle alarm, gives credits and usage back once", async () => {
+    const o = await object();
+    const usage = { zone: "UTC", keepDays: 30 };
+    const short: LimitSpec[] = [{ limit: 100, windowMs: 1_000, tickMs: 1 }];
+    const d = await o.take(short, 1, { credits: { initial: 5 }, usage });
+    const grant = { id: "again", recordedAt: d.recordedAt ?? [], units: 1, at: d.now };
+    expect(await o.stub.refund(short, grant)).toBe(true);
+    // The grant's window is long gone and the key idle: the alarm keeps the id while a refund may still come.
+    o.at(T0 + 60_000);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    await o.evict();
+    expect(await o.stub.refund(short, grant)).toBe(false);
+    expect((await o.stub.status(short, 10, [], { credits: { initial: 5 } })).decision.credits?.balance).toBe(5);
+    expect(await o.stub.usage(usage, { period: "day", from: 0, to: Date.UTC(2100, 0, 1) })).toEqual([
+      expect.objectContaining({ requests: 0, cost: 0 }),
+    ]);
+    // More than a day after its grant, a refund gives the meters nothing.
+    const later = await o.take(short, 1, { credits: { initial: 5 }, usage });
+    o.at(later.now + 86_400_001);
+    expect(
+      await o.stub.refund(short, { id: "late", recordedAt: later.recordedAt ?? [], units: 1, at: later.now }),
+    ).toBe(true);
+    expect((await o.stub.status(short, 10, [], { credits: { initial: 5 } })).decision.credits?.balance).toBe(4);
+  });
+
+  it("keys with credits or usage get no lease from the object, whatever the call asks", async () => {
+    const o = await object();
+    const asked = { leaseUnits: 50, leaseMs: 10_000 };
+    expect((await o.take(wide, 1, { credits: { initial: 100 }, ...asked })).lease).toBeNull();
+    expect((await o.take(wide, 1, { usage: { zone: "UTC", keepDays: 3 }, ...asked })).lease).toBeNull();
+    // A lease asked alone: nothing granted, nothing spent.
+    expect(await o.take(wide, 0, { credits: { initial: 100 }, ...asked })).toMatchObject({
+      allowed: true,
+      lease: null,
+      credits: { balance: 99 },
+    });
+    expect((await o.take(wide, 1, { quotas: monthly, ...asked })).lease).not.toBeNull();
+  });
+
+  it("a top-up with an id adds once; the first usage grant after a wake writes no extra row", async () => {
+    const o = await object();
+    expect(await o.stub.credit({ initial: 0 }, 10, "pay-1")).toBe(10);
+    expect(await o.stub.credit({ initial: 0 }, 10, "pay-1")).toBe(10);
+    expect(await o.stub.credit({ initial: 0 }, 10, "pay-2")).toBe(20);
+    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
+      await expect(instance.credit({ initial: 0 }, 1, "")).rejects.toThrow(/^id: /);
+    });
+    const usage = { zone: "UTC", keepDays: 3 };
+    await o.take(wide, 1, { usage });
+    await o.evict();
+    const before = (await o.stored()).meta;
+    o.at(T0 + 5);
+    await o.take(wide, 1, { usage });
+    expect((await o.stored()).meta).toEqual(before);
+  });
+
+  it("a refund of a grant made before the plan kept usage takes nothing off a later day", async () => {
+    const o = await object();
+    const usage = { zone: "UTC", keepDays: 30 };
+    const early = await o.take(wide, 1);
+    o.at(T0 + 3_600_000);
+    await o.take(wide, 1, { usage });
+    // Granted before usage was kept: its day has no row, and the grant counted nowhere.
+    o.at(T0 + 3_600_001);
+    await o.stub.refund(wide, {
+      id: "early",
+      recordedAt: early.recordedAt ?? [],
+      units: 1,
+      at: early.now - 86_400_000,
+    });
+    expect(await o.stub.usage(usage, { period: "day", from: 0, to: Date.UTC(2100, 0, 1) })).toEqual([
+      expect.objectContaining({ requests: 1, cost: 1 }),
+    ]);
   });
 });

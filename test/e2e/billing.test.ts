@@ -82,7 +82,12 @@ describe("billing-grade counts under wrangler dev", () => {
   it("a daily quota: exactly its limit reaches the origin, sent at once; then 429 until midnight in Tokyo", async () => {
     const k = `d_${crypto.randomUUID()}`;
     const statuses = await Promise.all(
-      Array.from({ length: 14 }, () => send(k).then(async (r) => (await r.arrayBuffer(), r.status))),
+      Array.from({ length: 14 }, () =>
+        send(k).then(async (r) => {
+          await r.arrayBuffer();
+          return r.status;
+        }),
+      ),
     );
     expect(statuses.filter((s) => s === 200)).toHaveLength(8);
     expect(arrivals(k)).toHaveLength(8);

@@ -126,7 +126,7 @@ export class Store {
         this.log(name, limits).giveBack(recordedAt, units);
         const meters = this.book(name, undefined);
         if (at !== undefined) meters?.quotas?.giveBack(this.now(), at, units);
-        meters?.credits?.giveBack(units);
+        if (at !== undefined) meters?.credits?.giveBack(units, at, this.now());
         return true;
       },
       settle: async (limits: readonly LimitSpec[], settle: readonly Settlement[]) => {

@@ -2286,7 +2286,7 @@ describe('calendar quotas (docs/configuration.md, "Quotas and credits")', () => 
     ],
     [
       { limits: [{ limit: 1, window: "1s", time_zone: "UTC" }] },
-      "RATE_LIMIT.limits[0].time_zone: calendar quotas are for a plan's limits (a plan's own, the top-level or the anonymous ones), not here",
+      'RATE_LIMIT.limits[0].time_zone: only a calendar quota has one; give period = "hour", "day", "week" or "month" with it',
     ],
     [
       {
