@@ -11,6 +11,7 @@
 
 import { checkTimeZone, PERIODS, type Period, periodAt, type Span } from "./calendar.ts";
 import { describe } from "./duration.ts";
+import { LEASE_HEADROOM_SHARE } from "./limits.ts";
 
 /** A quota as configured: `limit` units per `period` in `zone` (an IANA name). */
 export interface QuotaSpec {
@@ -197,15 +198,15 @@ export class QuotaBook {
   }
 
   /**
-   * What a lease granted with `cost` at `now` may carry: at most the units every quota has left after `cost`, spent
-   * before the earliest end of their periods (ms, exclusive) — a leased unit counts in the period of its issue, so it
-   * must be used in it.
+   * What a lease granted with `cost` at `now` may carry: at most half the units every quota has left after `cost`
+   * ({@link LEASE_HEADROOM_SHARE}: an isolate that vanishes with it strands no more), spent before the earliest end of
+   * their periods (ms, exclusive) — a leased unit counts in the period of its issue, so it must be used in it.
    */
   leaseRoom(now: number, cost: number): { readonly units: number; readonly endsAt: number } {
     let units = Number.POSITIVE_INFINITY;
     let endsAt = Number.POSITIVE_INFINITY;
     for (const q of this.quotas) {
-      units = Math.min(units, q.remaining(now) - cost);
+      units = Math.min(units, Math.floor((q.remaining(now) - cost) * LEASE_HEADROOM_SHARE));
       endsAt = Math.min(endsAt, q.leaseEnd(now));
     }
     return { units: Math.max(0, units), endsAt };

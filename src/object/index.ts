@@ -222,7 +222,7 @@ export class RateLimiter extends DurableObject<unknown> {
       refusing();
       return this.#full({ now, ask: own, override, idleAt: idleAt(), refuse }, full);
     }
-    const { decision, writes, quoted } = this.#takeLogs(now, own, logs, meters);
+    const { decision, writes, wroteMeters } = this.#takeLogs(now, own, logs, meters);
     const [rows = [], routed = []] = writes;
     this.#write(KEY_BUDGET, rows);
     if (route !== undefined) this.#write(route.name, routed);
@@ -232,12 +232,12 @@ export class RateLimiter extends DurableObject<unknown> {
       const out = decision.allowed ? decision : refuse(penalized);
       return this.#armAfter(true, idleAt(), this.#blocked(out, override, decision.allowed));
     }
-    return this.#armAfter(rows.length > 0 || quoted, idleAt(), withOverride(decision, override));
+    return this.#armAfter(rows.length > 0 || wroteMeters, idleAt(), withOverride(decision, override));
   }
 
   /**
    * The logs' decision on `ask` (the key's, with a route's: per request), and their rows; with the key's meters
-   * (calendar quotas, credits), decided with them all or nothing (src/core/meters.ts, `takeMetered`): `quoted` says
+   * (calendar quotas, credits), decided with them all or nothing (src/core/meters.ts, `takeMetered`): `wroteMeters` says
    * a meter's row was written.
    */
   #takeLogs(
@@ -245,7 +245,7 @@ export class RateLimiter extends DurableObject<unknown> {
     ask: TakeAsk,
     logs: readonly KeyLog[],
     meters: Meters | null,
-  ): TakenTogether & { readonly quoted: boolean } {
+  ): TakenTogether & { readonly wroteMeters: boolean } {
     let taken: TakenTogether;
     let wrote = false;
     if (meters !== null) {
@@ -257,9 +257,9 @@ export class RateLimiter extends DurableObject<unknown> {
       taken = routed === undefined ? single(log.take(now, ask)) : takeTogether(logs, now, ask.cost);
     }
     const d = taken.decision;
-    if (ask.usage === undefined || !d.allowed || d.cost === 0) return { ...taken, quoted: wrote };
+    if (ask.usage === undefined || !d.allowed || d.cost === 0) return { ...taken, wroteMeters: wrote };
     this.#countUsage(ask.usage, d.now, { requests: 1, cost: d.cost });
-    return { ...taken, quoted: true };
+    return { ...taken, wroteMeters: true };
   }
 
   /**
@@ -764,12 +764,12 @@ export class RateLimiter extends DurableObject<unknown> {
     const logs = [this.#view(KEY_BUDGET, override?.limits ?? limits)];
     if (route !== undefined) logs.push(this.#view(route.name, route.limits));
     const metered = this.#meters(specs);
-    const quoted = (d: Decision) => (metered === null ? d : withMeters(d, metered, fitOf(metered, d.now, cost)));
+    const wroteMeters = (d: Decision) => (metered === null ? d : withMeters(d, metered, fitOf(metered, d.now, cost)));
     if (this.#blockUntil !== null && this.#blockUntil > now) {
       const until = this.#blockUntil;
-      return withOverride(quoted(combine(logs.map((log) => log.refuse(now, cost, until)))), override);
+      return withOverride(wroteMeters(combine(logs.map((log) => log.refuse(now, cost, until)))), override);
     }
-    return withOverride(quoted(combine(logs.map((log) => log.check(now, cost)))), override);
+    return withOverride(wroteMeters(combine(logs.map((log) => log.check(now, cost)))), override);
   }
 
   /**

@@ -139,7 +139,8 @@ describe("QuotaBook: a key's quotas decided as one", () => {
     const t = at("2026-05-04T10:30:00Z");
     expect(b.fits(t, 3)).toBe(true);
     expect(b.fits(t, 4)).toBe(false);
-    expect(b.leaseRoom(t, 1)).toEqual({ units: 2, endsAt: at("2026-05-04T11:00:00Z") });
+    // Half of what the tighter quota (3 an hour) has left after the cost: an isolate that vanishes strands no more.
+    expect(b.leaseRoom(t, 1)).toEqual({ units: 1, endsAt: at("2026-05-04T11:00:00Z") });
     b.take(t, 2);
     expect(b.leaseRoom(t, 1)).toEqual({ units: 0, endsAt: at("2026-05-04T11:00:00Z") });
     expect(b.leaseRoom(t, 5).units).toBe(0);
