@@ -2276,6 +2276,27 @@ describe('calendar quotas (docs/configuration.md, "Quotas and credits")', () => 
       'RATE_LIMIT.limits[0].time_zone: expected an IANA name like "Europe/Berlin", got 2',
     ],
     [{ limits: [{ limit: 0, period: "day" }] }, "RATE_LIMIT.limits[0].limit: expected a positive integer, got 0"],
+    [{ limits: [{ limit: 1.5, period: "day" }] }, "RATE_LIMIT.limits[0].limit: expected a positive integer, got 1.5"],
+    [{ limits: [{ limit: "9", period: "day" }] }, 'RATE_LIMIT.limits[0].limit: expected a positive integer, got "9"'],
+    [
+      {
+        limits: [
+          { limit: 9, window: "1s" },
+          { limit: 9, period: "day" },
+          { limit: 0, window: "1m" },
+        ],
+      },
+      "RATE_LIMIT.limits[2].limit: expected a positive integer, got 0",
+    ],
+    [
+      {
+        limits: [
+          { limit: 9, period: "day" },
+          { limit: 9, period: "day" },
+        ],
+      },
+      'RATE_LIMIT.limits[1].name: "daily" is already used by RATE_LIMIT.limits[0]; give each limit a distinct name',
+    ],
     [
       { limits: [{ limit: 1, period: "day", tick: "1s" }] },
       "RATE_LIMIT.limits[0].tick: a calendar quota (period) has no tick",
@@ -2384,6 +2405,26 @@ describe('credits (docs/configuration.md, "Quotas and credits")', () => {
     ],
     [{ credits: false }, "RATE_LIMIT.credits: leave it out for no credits (false is for a plan)"],
     [
+      { credits: { initial: "5" } },
+      'RATE_LIMIT.credits.initial: expected a whole number ≥ 0 (each key\'s first balance), got "5"',
+    ],
+    [
+      { credits: { initial: 1, refill: { amount: 1.5, period: "day" } } },
+      "RATE_LIMIT.credits.refill.amount: expected a positive integer, got 1.5",
+    ],
+    [
+      { credits: { initial: 1, refill: { amount: "5", period: "day" } } },
+      'RATE_LIMIT.credits.refill.amount: expected a positive integer, got "5"',
+    ],
+    [
+      { credits: { initial: 1, refill: { amount: 5 } } },
+      'RATE_LIMIT.credits.refill.period: expected one of "hour", "day", "week", "month", got nothing',
+    ],
+    [
+      { credits: { initial: 1, refill: { amount: 5, period: "day", every: 2 } } },
+      "RATE_LIMIT.credits.refill.every: unknown setting; expected one of amount, period, time_zone",
+    ],
+    [
       { plans: [{ name: "live", key_prefix: "live_", unlimited: true, credits: { initial: 1 } }] },
       "RATE_LIMIT.plans[0].credits: an unlimited plan's keys never consult the limiter; remove credits or unlimited = true",
     ],
@@ -2414,6 +2455,25 @@ describe('usage (docs/configuration.md, "Usage")', () => {
     expect(config.plans[0]).toMatchObject({ usage: { zone: "Europe/Berlin", keepDays: 90 }, leaseMs: 0 });
     expect(config.plans[1]?.usage).toBeUndefined();
     expect(config.plans[1]?.leaseMs).toBe(30_000);
+    // The bounds of keep, and a plan with usage false keeps no meters.
+    for (const [keep, days] of [
+      ["1d", 1],
+      ["3660d", 3660],
+      ["12d", 12],
+    ] as const) {
+      expect(parse({ limits: [{ limit: 1, window: "1s" }], usage: { keep } }).defaultPlan?.usage?.keepDays).toBe(days);
+    }
+    expect(config.plans[1]?.meters).toBeUndefined();
+    // An unlimited plan's keys count nothing, whatever the top level keeps.
+    const unlimited = parse({
+      limits: [{ limit: 1, window: "1s" }],
+      usage: true,
+      credits: { initial: 1 },
+      plans: [{ name: "u", key_prefix: "u_", unlimited: true }],
+    });
+    expect(unlimited.plans[0]).toMatchObject({ limits: null });
+    expect(unlimited.plans[0]?.usage).toBeUndefined();
+    expect(unlimited.plans[0]?.credits).toBeUndefined();
   });
 
   it.each([
@@ -2427,6 +2487,15 @@ describe('usage (docs/configuration.md, "Usage")', () => {
     ],
     [{ usage: { retention: "400d" } }, "RATE_LIMIT.usage.retention: unknown setting; expected one of keep, time_zone"],
     [{ usage: false }, "RATE_LIMIT.usage: leave it out for no usage (false is for a plan)"],
+    [{ usage: { keep: 400 } }, 'RATE_LIMIT.usage.keep: expected whole days from "1d" to "3660d", got 400'],
+    [{ usage: { keep: "40d " } }, 'RATE_LIMIT.usage.keep: expected whole days from "1d" to "3660d", got "40d "'],
+    [{ usage: { keep: " 40d" } }, 'RATE_LIMIT.usage.keep: expected whole days from "1d" to "3660d", got " 40d"'],
+    [{ usage: null }, 'RATE_LIMIT.usage: expected true or { keep = "400d", time_zone = "UTC" }, got null'],
+    [{ usage: ["400d"] }, 'RATE_LIMIT.usage: expected true or { keep = "400d", time_zone = "UTC" }, got an array'],
+    [
+      { plans: [{ name: "live", key_prefix: "live_", unlimited: true, usage: true }] },
+      "RATE_LIMIT.plans[0].usage: an unlimited plan's keys never consult the limiter, so nothing would be counted; remove usage or unlimited = true",
+    ],
   ])("%j: %s", (rl, message) => {
     expect(() => parse({ limits: [{ limit: 1, window: "1s" }], ...(rl as Obj) })).toThrow(new ConfigError(message));
   });

@@ -69,6 +69,49 @@ describe("problem / HttpError", () => {
 });
 
 describe("refusal", () => {
+  it("for want of credits: 402 (or the plan's 429) with the balance and the cost; a wait only when a refill covers it", async () => {
+    const never = result({
+      reason: "credits",
+      cost: 3,
+      retryAfterMs: Number.POSITIVE_INFINITY,
+      credits: { balance: 1, refuseWith: 402 },
+    });
+    const res = refusal(never, "draft-11");
+    expect(res.status).toBe(402);
+    expect(res.headers.get("Retry-After")).toBeNull();
+    expect(res.headers.get("content-type")).toBe("application/problem+json");
+    expect(res.headers.get("cache-control")).toBe("no-store");
+    expect(res.headers.get("RateLimit-Policy")).toBe('"per-minute";q=10;w=60, "per-second";q=10;w=60');
+    expect(await body(res)).toEqual({
+      type: "about:blank",
+      title: "Payment Required",
+      status: 402,
+      detail: "This API key's credits cannot cover this request (cost 3, balance 1); add credits to continue.",
+      reason: "credits",
+      balance: 1,
+      cost: 3,
+      retry_after: null,
+      retry_after_ms: null,
+    });
+    const refill = result({ reason: "credits", retryAfterMs: 90_500, credits: { balance: null, refuseWith: 429 } });
+    const r = refusal(refill, "draft-11");
+    expect(r.status).toBe(429);
+    expect(r.headers.get("Retry-After")).toBe("91");
+    expect(await body(r)).toEqual({
+      type: "about:blank",
+      title: "Too Many Requests",
+      status: 429,
+      detail: "This API key's credits cannot cover this request (cost 1); they are refilled in 91 s, or add credits.",
+      reason: "credits",
+      balance: null,
+      cost: 1,
+      retry_after: 91,
+      retry_after_ms: 90_500,
+    });
+    // A result without its plan's credits (built by hand) is refused as 402.
+    expect(refusal(result({ reason: "credits" })).status).toBe(402);
+  });
+
   it("over a limit: 429 with the decision's headers, the refusing limits and the exact wait", async () => {
     const res = refusal(result(), "draft-11");
     expect(res.status).toBe(429);
