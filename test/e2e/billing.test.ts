@@ -6,6 +6,7 @@ import { execFileSync } from "node:child_process";
 import { join, resolve } from "node:path";
 import { chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { secondsToMidnight } from "../support/calendar.ts";
 import { type Limiter, startLimiter, tempDir } from "../support/harness.ts";
 import { type Origin, startOrigin } from "../support/origin.ts";
 
@@ -65,19 +66,6 @@ const admin = (path: string, body: unknown, headers: Record<string, string> = {}
     body: JSON.stringify(body),
   });
 
-/** Seconds to the next midnight in `zone`, by Node's Intl. */
-function toMidnight(zone: string): number {
-  const parts = new Intl.DateTimeFormat("en-US", {
-    timeZone: zone,
-    hourCycle: "h23",
-    hour: "numeric",
-    minute: "numeric",
-    second: "numeric",
-  }).formatToParts(new Date());
-  const n = (t: string) => Number(parts.find((p) => p.type === t)?.value);
-  return 86_400 - (n("hour") * 3600 + n("minute") * 60 + n("second"));
-}
-
 describe("billing-grade counts under wrangler dev", () => {
   it("a daily quota: exactly its limit reaches the origin, sent at once; then 429 until midnight in Tokyo", async () => {
     const k = `d_${crypto.randomUUID()}`;
@@ -94,7 +82,9 @@ describe("billing-grade counts under wrangler dev", () => {
     const refused = await send(k);
     expect(refused.status).toBe(429);
     expect(refused.headers.get("ratelimit-policy")).toBe('"per-second";q=50;w=1, "daily";q=8');
-    expect(Math.abs(Number(refused.headers.get("retry-after")) - toMidnight("Asia/Tokyo"))).toBeLessThanOrEqual(3);
+    expect(Math.abs(Number(refused.headers.get("retry-after")) - secondsToMidnight("Asia/Tokyo"))).toBeLessThanOrEqual(
+      3,
+    );
   });
 
   it("credits: 402 once spent, nothing spent by the refusal; a top-up through the admin API; usage equals what the origin saw", async () => {

@@ -3,20 +3,8 @@
 // and requests sent at once; the refusal waits for the next period's start and the headers name the quota.
 import { describe, expect, it } from "vitest";
 import { createLimiter } from "../../src/index.ts";
+import { secondsToMidnight } from "../support/calendar.ts";
 import { arrivalsFor, envWith, freshKey, handle, problemBody, request } from "./helpers.ts";
-
-/** Seconds from now to the next midnight in `zone` as the runtime's Intl has it (what Retry-After must say at most). */
-function secondsToMidnight(zone: string): number {
-  const parts = new Intl.DateTimeFormat("en-US", {
-    timeZone: zone,
-    hourCycle: "h23",
-    hour: "numeric",
-    minute: "numeric",
-    second: "numeric",
-  }).formatToParts(Date.now());
-  const n = (type: string) => Number(parts.find((p) => p.type === type)?.value);
-  return 86_400 - (n("hour") * 3600 + n("minute") * 60 + n("second"));
-}
 
 describe("a daily quota through the proxy", () => {
   const CONFIG = {
