@@ -204,3 +204,56 @@ describe("credits through the client", () => {
     );
   });
 });
+
+describe("CreditAccount, at its edges", () => {
+  const t = at("2027-03-10T00:00:00Z");
+  const refill = { amount: 50, period: "month" as const, zone: "UTC" };
+
+  it("checks a spec: no refill is null; the refill's fields named", () => {
+    expect(checkCredits({ initial: 1 })).toEqual({ initial: 1, refill: null });
+    expect(checkCredits({ initial: 0, refill: null })).toEqual({ initial: 0, refill: null });
+    expect(() => checkCredits({ initial: 1, refill: { amount: 1, period: "year" as never, zone: "UTC" } })).toThrow(
+      'refill.period: expected one of "hour", "day", "week", "month", got "year"',
+    );
+    expect(() => checkCredits({ initial: 1, refill: { amount: 1, period: "day", zone: "Nowhere/Land" } })).toThrow(
+      /^refill\.time_zone: the runtime knows no zone "Nowhere\/Land"/,
+    );
+    expect(() => new CreditAccount({ initial: 1 }).take(t, 0)).toThrow(/^units: expected a whole number ≥ 1/);
+  });
+
+  it("comes back from what was stored: a balance of 0, and the period it was last refilled in", () => {
+    expect(new CreditAccount({ initial: 7 }, { balance: 0, refilledAt: null }).balance(t)).toBe(0);
+    // Stored in February: March's refill is due.
+    const feb = new CreditAccount({ initial: 7, refill }, { balance: 5, refilledAt: at("2027-02-01T00:00:00Z") });
+    expect(feb.balance(t)).toBe(50);
+    const march = new CreditAccount({ initial: 7, refill }, { balance: 5, refilledAt: at("2027-03-01T00:00:00Z") });
+    expect(march.balance(t)).toBe(5);
+    // A clock read before the period it was refilled in changes nothing; back in it, no second refill.
+    expect(march.balance(at("2027-02-27T00:00:00Z"))).toBe(5);
+    expect(march.balance(at("2027-03-31T23:59:59Z"))).toBe(5);
+    expect(march.balance(at("2027-04-01T00:00:00Z"))).toBe(50);
+    expect(march.state()).toEqual({ balance: 50, refilledAt: at("2027-04-01T00:00:00Z") });
+  });
+
+  it("gives back: not across a refill it had not yet seen; at the refill's first instant, yes; without a refill, always", () => {
+    const c = new CreditAccount({ initial: 50, refill });
+    c.take(t, 30);
+    // April's refill comes with the give-back's own clock.
+    expect(c.giveBack(30, t, at("2027-04-02T00:00:00Z"))).toBeNull();
+    expect(c.balance(at("2027-04-02T00:00:00Z"))).toBe(50);
+    c.take(at("2027-04-01T00:00:00Z"), 10);
+    expect(c.giveBack(10, at("2027-04-01T00:00:00Z"), at("2027-04-02T00:00:00Z"))?.balance).toBe(50);
+    // No refill (any more): a stored refill period does not stop a give-back.
+    const plain = new CreditAccount({ initial: 5 }, { balance: 5, refilledAt: at("2027-04-01T00:00:00Z") });
+    expect(plain.giveBack(1, at("2027-03-01T00:00:00Z"), t)?.balance).toBe(6);
+  });
+
+  it("adds up to the most a balance may hold; fits now, at a refill that covers the cost exactly, or never", () => {
+    expect(new CreditAccount({ initial: 0 }).add(t, MAX_CREDITS).balance).toBe(MAX_CREDITS);
+    const c = new CreditAccount({ initial: 10, refill: { amount: 10, period: "day", zone: "UTC" } });
+    expect(c.fitsAt(t, 10)).toBe(t);
+    c.take(t, 10);
+    expect(c.fitsAt(t, 10)).toBe(at("2027-03-11T00:00:00Z"));
+    expect(c.fitsAt(t, 11)).toBe(Number.POSITIVE_INFINITY);
+  });
+});

@@ -310,3 +310,50 @@ describe("takeMetered with quotas: the sliding limits and the quotas, all or not
     expect(refused.lease).toBeNull();
   });
 });
+
+describe("meters, at their edges", () => {
+  const t = at("2026-05-04T10:00:00Z");
+
+  it("leaseWithin keeps a lease of one unit or one millisecond", () => {
+    expect(leaseWithin({ cost: 1, leaseUnits: 5, leaseMs: 1_000 }, { units: 1, endsAt: t + 2 }, t)).toEqual({
+      cost: 1,
+      leaseUnits: 1,
+      leaseMs: 1,
+      leaseLeadMs: 0,
+    });
+  });
+
+  it("giveBackUnused: one unused unit comes back; what is not a settlement is skipped", () => {
+    const quotas = new QuotaBook([{ limit: 10, period: "day", zone: "UTC" }]);
+    quotas.take(t, 5);
+    const m = only(quotas);
+    expect(giveBackUnused(m, t, null as never)).toEqual({ quotaRows: null, credits: null });
+    expect(
+      giveBackUnused(m, t, [{ recordedAt: [], issuedAt: 1.5, used: 0, lastUseMs: 0, unused: 2 }]).quotaRows,
+    ).toBeNull();
+    const one = giveBackUnused(m, t, [{ recordedAt: [], issuedAt: t, used: 0, lastUseMs: 0, unused: 1 }]);
+    expect(one.quotaRows?.[0]?.used).toBe(4);
+  });
+
+  it("takeMetered writes the settled rows before the grant's, and with a route, the route's apart", () => {
+    const log = new KeyLog([{ limit: 1_000, windowMs: 60_000 }]);
+    const quotas = new QuotaBook([{ limit: 100, period: "day", zone: "UTC" }]);
+    const leased = takeMetered([log], only(quotas), t, { cost: 1, leaseUnits: 10, leaseMs: 10_000 }).decision;
+    const settle = [
+      { recordedAt: leased.lease?.recordedAt ?? [], issuedAt: leased.now, used: 1, lastUseMs: 5, unused: 0 },
+    ];
+    const out = takeMetered([log], only(quotas), t + 100, { cost: 1, settle });
+    expect(out.writes).toHaveLength(1);
+    expect(out.writes[0]?.length).toBeGreaterThanOrEqual(2);
+    // The settled rows first (the used unit moved to its use, t + 5 plus the margins), then the grant's.
+    const times = (out.writes[0] ?? []).map((w) => w.ts);
+    const moved = times.findIndex((ts) => ts > t && ts < t + 100);
+    expect(moved).toBeGreaterThanOrEqual(0);
+    expect(moved).toBeLessThan(times.length - 1);
+    const route = new KeyLog([{ limit: 5, windowMs: 60_000 }]);
+    const routed = takeMetered([log, route], only(quotas), t + 200, { cost: 1, settle: [] });
+    expect(routed.writes).toHaveLength(2);
+    expect(routed.writes.map((w) => w.length)).toEqual([1, 1]);
+    expect(routed.quotaRows?.[0]?.used).toBe(leased.cost + (leased.lease?.units ?? 0) + 2);
+  });
+});
