@@ -99,6 +99,13 @@ interface Target {
   readonly expect: number;
   /** Keys that see steady traffic in production: warmed up to steady state before each slice. */
   readonly steady?: boolean;
+  /**
+   * Young keys (issue 40): no warm-up, and before each slice a fresh set of keys (`fresh()`) that the slice, this many
+   * seconds long, sees for the first time — as an isolate meets keys in production.
+   */
+  readonly young?: { readonly seconds: number; readonly fresh: () => void };
+  /** The target whose workerd CPU per request this one is compared with (default: the pass-through). */
+  readonly ref?: string;
 }
 
 /**
@@ -114,6 +121,25 @@ const COUNT_SECONDS = QUICK ? 5 : 10;
 const warmUp = (t: Target) =>
   t.steady ? { duration: STEADY_WARMUP_S } : typeof t.key === "function" ? { amount: 2 * KEYS } : { duration: 1 };
 const urlsOf = (t: Target) => [t.url()].flat();
+
+/**
+ * 1,000 keys in random order, a fresh set (a new prefix) after each `fresh()`: every slice meets its keys for the first
+ * time, no warm-up. Targets sharing one `youngKeys` see the same keys' names, but each in its own objects.
+ */
+function youngKeys(prefix: string): { key: () => string; fresh: () => void } {
+  let generation = 0;
+  let next = scatteredKeys(`${prefix}${generation}_`);
+  return {
+    key: () => next(),
+    fresh: () => {
+      generation += 1;
+      next = scatteredKeys(`${prefix}${generation}_`);
+    },
+  };
+}
+
+/** How long a young-keys slice lasts (s): each of its 1,000 keys is seen for about this long. */
+const YOUNG_SECONDS = QUICK ? 5 : 10;
 
 const manyKeys = (prefix: string) => (i: number) => `${prefix}${i % KEYS}`;
 
@@ -301,6 +327,42 @@ async function main(): Promise<void> {
         expect: 200,
       },
     ];
+    // A hono user's choice (issue 40): this package's middleware against hono-rate-limiter's Durable Object store,
+    // with the bare handler as the reference, on young keys (1,000 met for the first time each slice) and a hot key.
+    const young = (id: string, label: string, url: () => string, prefix: string): Target => {
+      const keys = youngKeys(prefix);
+      return {
+        id,
+        label,
+        url,
+        key: keys.key,
+        expect: 200,
+        young: { seconds: YOUNG_SECONDS, fresh: keys.fresh },
+        ref: "honobare",
+      };
+    };
+    all.push(
+      { id: "honobare", label: "(6) hono, bare handler", url: () => u["hono-bare"], key: "hot", expect: 200 },
+      young("honoours", "(6) hono + this middleware, leases on, 1000 young keys", () => u["hono-ours"], "y_"),
+      young("honooursoff", "(6) hono + this middleware, leases off, 1000 young keys", () => u["hono-ours-off"], "yo_"),
+      young("honopeer", "(6) hono + hono-rate-limiter DO store, 1000 young keys", () => u["hono-peer"], "yp_"),
+      {
+        id: "honooursh",
+        label: "(6) hono + this middleware, leases on, hot key",
+        url: () => u["hono-ours"],
+        key: "hot",
+        expect: 200,
+        ref: "honobare",
+      },
+      {
+        id: "honopeerh",
+        label: "(6) hono + hono-rate-limiter DO store, hot key",
+        url: () => u["hono-peer"],
+        key: "hot",
+        expect: 200,
+        ref: "honobare",
+      },
+    );
     if (u.baseline) {
       const at = u.baseline;
       all.push(
@@ -330,9 +392,11 @@ async function main(): Promise<void> {
     }
     const targets = ONLY ? all.filter((t) => t.id === "pass" || ONLY.includes(t.id)) : all;
 
-    // Warm-up: every target, every key (creates the 1000 objects per namespace), first denial made.
-    for (const t of targets)
+    // Warm-up: every target, every key (creates the 1000 objects per namespace), first denial made; not young keys.
+    for (const t of targets) {
+      if (t.young) continue;
       await loadAll(urlsOf(t), { duration: QUICK ? 1 : 2, connections: CONNECTIONS, key: t.key });
+    }
 
     const rps = new Map<string, number[]>();
     const sat = new Map<string, LoadResult[]>();
@@ -371,11 +435,13 @@ async function main(): Promise<void> {
       const byId: Record<string, number> = {};
       const byIdP99: Record<string, number> = {};
       for (const t of order) {
-        // Objects idle for ~10 s are evicted; wake this target's objects before measuring it.
-        await loadAll(urlsOf(t), { connections: CONNECTIONS, key: t.key, ...warmUp(t) });
+        // Objects idle for ~10 s are evicted; wake this target's objects before measuring it. Young keys: fresh ones.
+        if (t.young) t.young.fresh();
+        else await loadAll(urlsOf(t), { connections: CONNECTIONS, key: t.key, ...warmUp(t) });
         const pid = t.pid ? t.pid() : (rt as Runtime).pid;
         const cpu0 = cpuMs(pid);
-        const r = await loadAll(urlsOf(t), { duration: SECONDS, connections: CONNECTIONS, key: t.key });
+        const seconds = t.young?.seconds ?? SECONDS;
+        const r = await loadAll(urlsOf(t), { duration: seconds, connections: CONNECTIONS, key: t.key });
         const cpu1 = cpuMs(pid);
         if (cpu0 !== null && cpu1 !== null) cpu.set(t.id, [...(cpu.get(t.id) ?? []), ((cpu1 - cpu0) * 1000) / r.total]);
         // Responses other than the expected status are counted and shown (a product bug must show, not stop the run).
@@ -439,7 +505,7 @@ async function main(): Promise<void> {
     // with the baseline's own pass-through.
     console.log(`\nworkerd CPU per request, pass-through's ÷ the target's (median of per-round ratios):`);
     for (const t of targets) {
-      const ref = t.id.startsWith("before") ? "beforepass" : "pass";
+      const ref = t.ref ?? (t.id.startsWith("before") ? "beforepass" : "pass");
       const passCpu = cpu.get(ref) ?? [];
       const mine = cpu.get(t.id);
       if (t.id === ref || !mine || mine.length !== passCpu.length) continue;

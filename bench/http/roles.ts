@@ -12,6 +12,9 @@ export const BENCH_ROLES = [
   "far",
   "sim",
   "outage",
+  "hono-bare",
+  "hono-ours",
+  "hono-peer",
 ] as const;
 
 export type BenchRole = (typeof BENCH_ROLES)[number];
@@ -34,6 +37,7 @@ export interface BenchWorker {
 export const BENCH_WORKERS = [
   ...BENCH_ROLES.map((role) => ({ name: role, role }) as const),
   { name: "count-off", role: "count", leases: false },
+  { name: "hono-ours-off", role: "hono-ours", leases: false },
   { name: "far-off", role: "far", leases: false },
   { name: "chart-2", role: "chart", limiterOf: "chart" },
   { name: "chart-3", role: "chart", limiterOf: "chart" },

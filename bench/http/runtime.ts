@@ -140,6 +140,7 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
       TOKEN_BUCKET: sqlite("TokenBucket"),
       FIXED_WINDOW: sqlite("FixedWindow"),
       NOOP: sqlite("Noop"),
+      PEER: sqlite("DurableObjectRateLimiter"),
     },
     ratelimits: {
       NATIVE: { namespace_id: `${w.name}-1`, simple: { limit: 1_000_000_000, period: 10 as const } },

@@ -19,6 +19,8 @@
  *   limiter that asks an object per request costs at least.
  * - `stand-in`: the limiter's `handle()` with an in-isolate stand-in for the object (always allows,
  *   no RPC): what the Worker's own limiter work (key, plan, headers, deny cache) costs.
+ * - `hono-bare`, `hono-ours`, `hono-peer`: a hono app with no limiter, this package's middleware, and
+ *   hono-rate-limiter's Durable Object store (bench/http/hono.mts).
  * - `outage` (`npm run bench:outage`): bench/http/outage.mts — the product's proxy per failure mode in front of
  *   objects that can be made to hang or fail.
  * - `sim` (`npm run bench:sim`): several simulated isolates in one Worker, each the product's own
@@ -40,10 +42,12 @@ import { RateLimiter } from "../../src/object/index.ts";
 import { createProxy, type Hooks, type WorkerEnv } from "../../src/proxy/app.ts";
 import { forward as proxy } from "../../src/proxy/forward.ts";
 import { emptyCounts, type StorageCounts } from "./counts.ts";
+import { HONO_ROLES, type HonoRole, honoApp } from "./hono.mts";
 import type { FixedWindow, Noop, TokenBucket } from "./objects.mts";
 import { outage } from "./outage.mts";
 import type { BenchRole } from "./roles.ts";
 
+export { DurableObjectRateLimiter } from "./hono.mts";
 export { FixedWindow, Noop, TokenBucket } from "./objects.mts";
 export { RateLimiter };
 
@@ -345,6 +349,9 @@ const denied = () =>
 
 export default {
   async fetch(request, env, ctx): Promise<Response> {
+    if ((HONO_ROLES as readonly string[]).includes(env.BENCH_ROLE)) {
+      return honoApp(env.BENCH_ROLE as HonoRole, env as never).fetch(request, env, ctx);
+    }
     const config = product.clientFor(env)?.config;
     if (!config) return new Response("invalid RATE_LIMIT", { status: 500 });
     const send = (r: Request) => fetch(r);
