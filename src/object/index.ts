@@ -57,6 +57,15 @@ function withOverride(decision: Decision, override: Override | null): Decision {
   return override ? { ...decision, limitsOverride: override.limits } : decision;
 }
 
+/** Whether `a` and `b` are the same credits (a spec sent with each call is compared, not rebuilt). */
+function sameCredits(a: CreditSpec, b: CreditSpec): boolean {
+  const [r, t] = [a.refill ?? null, b?.refill ?? null];
+  return (
+    a.initial === b?.initial &&
+    (r === null || t === null ? r === t : r.amount === t.amount && r.period === t.period && r.zone === t.zone)
+  );
+}
+
 /** Whether `log` was built for these limits (same N, W and tick, in order): else it must be rebuilt. */
 function builtFor(log: KeyLog, limits: readonly LimitSpec[]): boolean {
   const have = log.limits;
@@ -263,8 +272,8 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /**
-   * Counts a grant (or, negative, a refund) in the usage of the day of `t` (docs/configuration.md, "Usage"): one row
-   * per day, written with the grant. The spec is kept too (a `meta` row), for the alarm's pruning.
+   * Counts a grant in the usage of the day of `t` (docs/configuration.md, "Usage"): one row per day, written with the
+   * grant. The spec is kept too (a `meta` row), for the alarm's pruning.
    */
   #countUsage(spec: UsageSpec, t: number, counted: { requests: number; cost: number }): void {
     if (this.#usageSpec === null && this.#usageTable) this.#storedUsageSpec();
@@ -325,11 +334,8 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   #pruneUsage(now: number): number | null {
     if (!this.#usageTable) return null;
-    const spec = this.#tables
-      ? this.#sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'usage'").toArray()[0]
-      : undefined;
-    if (spec === undefined) return null;
-    const kept = JSON.parse(spec.v) as UsageSpec;
+    const kept = this.#storedUsageSpec();
+    if (kept === null) return null;
     this.#sql.exec("DELETE FROM usage WHERE day < ?", keptFrom(kept, now));
     const oldest = this.#sql.exec<{ day: number | null }>("SELECT MIN(day) AS day FROM usage").one().day;
     return oldest === null ? null : oldest + (kept.keepDays + 1) * 86_400_000;
@@ -358,7 +364,7 @@ export class RateLimiter extends DurableObject<unknown> {
   #creditAccount(spec: CreditSpec | undefined): CreditAccount | null {
     if (spec === undefined) return null;
     const have = this.#credits;
-    if (have !== null && JSON.stringify(have.spec) === JSON.stringify(new CreditAccount(spec).spec)) return have;
+    if (have !== null && sameCredits(have.spec, spec)) return have;
     this.#credits = new CreditAccount(spec, this.#creditRow()?.state ?? null);
     return this.#credits;
   }
