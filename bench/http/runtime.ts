@@ -155,6 +155,8 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
   const mf = new Miniflare(
     convertV4MiniflareOptions({
       resourcePersistencePath: state,
+      // `BENCH_INSPECT=9229`: workerd's inspector on that port (bench/profile.ts reads CPU profiles through it).
+      ...(process.env.BENCH_INSPECT ? { inspectorPort: Number(process.env.BENCH_INSPECT) } : {}),
       workers: [
         productWorker("product", product, vars),
         productWorker("product-off", product, leasesOff),
