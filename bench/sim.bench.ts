@@ -322,6 +322,12 @@ async function main(): Promise<void> {
     }
     const limited = [...byKey.keys()].filter((k) => !k.startsWith("free_"));
     const counts = await stats(rt.urls.sim, limited);
+    // Units the live isolates still hold unspent at the end: not stranded, they may still be spent or go back.
+    const heldAtEnd = new Map<string, number>();
+    for (const w of WORKERS) {
+      const held = (await (await fetch(`${rt.urls[w]}/__sim/held`)).json()) as Record<string, number>;
+      for (const [name, units] of Object.entries(held)) heldAtEnd.set(name, (heldAtEnd.get(name) ?? 0) + units);
+    }
     if (process.env.SIM_TRACE) await trace(process.env.SIM_TRACE, rt.urls, sent);
     const arrivals = new Map<string, number[]>();
     const arrivedIds = new Set<number>();
@@ -355,6 +361,8 @@ async function main(): Promise<void> {
       leased: number;
       returned: number;
       objectGrants: number;
+      /** Units live isolates still held at the end. */
+      held: number;
     }
     const classes = new Map<string, Class>();
     const classOf = (k: string, list: readonly Sent[], exact: number) => {
@@ -384,6 +392,7 @@ async function main(): Promise<void> {
           leased: 0,
           returned: 0,
           objectGrants: 0,
+          held: 0,
         };
         classes.set(name, c);
       }
@@ -399,6 +408,7 @@ async function main(): Promise<void> {
       c.leased += st?.leasedUnits ?? 0;
       c.returned += st?.returnedUnits ?? 0;
       c.objectGrants += st?.grants ?? 0;
+      c.held += heldAtEnd.get(`key:${k}`) ?? 0;
       for (const s of grants) c.byRtt[s.isolate % RTTS.length]?.push(s);
       // Strictness at the origin: every window of real arrival times, shrunk by the largest send-to-arrival
       // time of the key's requests (an arrival is the request's use; its decision came before it).
@@ -435,18 +445,20 @@ async function main(): Promise<void> {
     console.log(
       `\nprobes (pass-through, an unlimited plan's keys) p50 / p99 ms by RTT: ${probeByRtt.map((l) => `${fmt(quantile(l, 0.5), 1)} / ${fmt(quantile(l, 0.99), 1)}`).join(", ")}`,
     );
-    // Where leased units went, per class: spent (grants not made by the object), given back, or neither — expired
-    // unused in an isolate, or stranded in one that vanished; each of those held capacity until its record left
-    // the window.
-    console.log("\n| class | units leased | spent from leases | given back | neither (expired or stranded) |");
-    console.log("| --- | ---: | ---: | ---: | ---: |");
+    // Where leased units went, per class: spent (grants not made by the object), given back, still held unspent by
+    // a live isolate at the end (in a lease alive, or expired and going back with the key's next call there), or
+    // stranded — in an isolate that vanished: those held capacity until their record left the window.
+    console.log(
+      "\n| class | units leased | spent from leases | given back | held at the end (live isolates) | stranded (isolates vanished) |",
+    );
+    console.log("| --- | ---: | ---: | ---: | ---: | ---: |");
     for (const name of order) {
       const c = classes.get(name);
       if (!c || c.leased === 0) continue;
       const spent = c.grants - c.objectGrants;
       const share = (n: number) => `${n} (${fmt((100 * n) / c.leased, 1)}%)`;
       console.log(
-        `| ${name} | ${c.leased} | ${share(spent)} | ${share(c.returned)} | ${share(c.leased - spent - c.returned)} |`,
+        `| ${name} | ${c.leased} | ${share(spent)} | ${share(c.returned)} | ${share(c.held)} | ${share(c.leased - spent - c.returned - c.held)} |`,
       );
     }
     console.log(

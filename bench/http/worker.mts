@@ -314,6 +314,22 @@ function farEnv(env: BenchEnv, rtt: number): WorkerEnv {
 /** The `sim` role's simulated isolates: each the product's proxy app with its own lease table and deny cache. */
 const sims = new Map<number, ReturnType<typeof createProxy>>();
 
+/**
+ * Per object name, the units this Worker's simulated isolates still hold unspent: in leases alive, and in expired ones
+ * whose units go back with the key's next call here.
+ */
+function heldUnits(env: BenchEnv): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const app of sims.values()) {
+    for (const e of app.clientFor(env as unknown as WorkerEnv)?.leases.entries() ?? []) {
+      let units = 0;
+      for (const h of [...e.held, ...e.expired]) units += h.left;
+      if (units > 0) out[e.name] = (out[e.name] ?? 0) + units;
+    }
+  }
+  return out;
+}
+
 /** An object's counts (`count` and `sim` roles, whose LIMITER is `CountingRateLimiter`). */
 async function objectStats(env: BenchEnv, url: URL): Promise<Response> {
   const stub = env.LIMITER.getByName(
@@ -383,6 +399,7 @@ export default {
       const url = new URL(request.url);
       if (url.pathname === "/__bench/stats") return objectStats(env, url);
       if (url.pathname === "/__sim/trace") return Response.json(traced.splice(0));
+      if (url.pathname === "/__sim/held") return Response.json(heldUnits(env));
       if (url.pathname === "/__sim/churn") {
         sims.delete(Number(url.searchParams.get("i")));
         return new Response(null, { status: 204 });

@@ -4,7 +4,7 @@
  * entry's counters, the clock and the recent round trip are passed in.
  */
 
-import { MIN_LEASE_UNITS } from "../core/limits.ts";
+import { type LimitSpec, MIN_LEASE_UNITS } from "../core/limits.ts";
 
 /** A lease to ask a key's object for (`units` 0: none). */
 export interface LeaseAsk {
@@ -35,6 +35,20 @@ const BURST_TAU_MS = 100;
 const MIN_SCORE = 2;
 
 /**
+ * A key met here for the first time in about a time constant (its score under this) gets no lease: the object would
+ * size it by the whole key's rate, and an isolate that sees one of the key's requests now and then (the key's other
+ * isolates get the rest) would hold its units unused until they expire or it vanishes.
+ */
+const SEEN_BEFORE_SCORE = 1.6;
+
+/**
+ * A lease is asked for only when the key's rate here would spend {@link MIN_LEASE_UNITS} within this long (ms), however
+ * long the lease may live: a slower key's lease would sit mostly unspent for tens of seconds — given back at the
+ * key's next call here, or stranded when the isolate vanishes — to save a call now and then.
+ */
+const MIN_SPEND_RATE_MS = 10_000;
+
+/**
  * The share of its expected use a lease asks for: a lease that runs out before it expires is
  * replaced in the background and leaves nothing to give back (a give-back writes a row).
  */
@@ -62,9 +76,25 @@ export function countRequest(c: RateCounter, now: number): void {
  * since then, unbiased while it ramps up.
  */
 export function rate(c: RateCounter, now: number): number {
+  return Math.max(steadyRate(c, now), burstRate(c));
+}
+
+/** The key's rate here over the last ~10 s (requests per ms): see {@link rate}. */
+function steadyRate(c: RateCounter, now: number): number {
   const watched = Math.max(now - c.firstSeen, BURST_TAU_MS);
   const reached = 1 - Math.exp(-watched / RATE_TAU_MS);
-  return Math.max((c.score - 1) / (RATE_TAU_MS * reached), (c.burst - 1) / BURST_TAU_MS);
+  return (c.score - 1) / (RATE_TAU_MS * reached);
+}
+
+/** The key's rate here over the last ~100 ms (requests per ms): see {@link rate}. */
+function burstRate(c: RateCounter): number {
+  return (c.burst - 1) / BURST_TAU_MS;
+}
+
+/** Whether at its recent rate here the key would use half of some limit within that limit's window. */
+export function headingNear(c: RateCounter, limits: readonly LimitSpec[], now: number): boolean {
+  const perMs = rate(c, now);
+  return limits.some((l) => 2 * perMs * l.windowMs >= l.limit);
 }
 
 /** Whether the key has no rate of its own here yet: its lease is sized from the object's log. */
@@ -82,16 +112,26 @@ export interface AskBounds {
   readonly youngMs: number;
   /** The recent object round trip from this isolate (ms). */
   readonly rttMs: number;
+  /**
+   * The key is far below every limit as this isolate last saw it (the object would grant a whole lease), and not
+   * heading near one at its rate here: its rate is trusted over the whole lifetime (docs/design.md, "Young keys").
+   */
+  readonly far?: boolean;
 }
 
 /**
  * The lease to ask for: about what this isolate would spend at its recent rate for the key
  * ({@link ASK_SHARE} of it), whole units only, at most `maxUnits`, spent over at most `lifetimeMs` less the
- * round trip it takes to arrive, and at most as long as this isolate has watched the key (at least `youngMs`): a
- * rate seen for 20 ms says little about the next 10 s. A lease capped by `maxUnits` asks for the
+ * round trip it takes to arrive, and — unless the key is `far` below every limit and its rate steady (its 10 s
+ * estimate at least its 100 ms one: no burst) — at most as long as this isolate has watched the key (at least
+ * `youngMs`): near a limit, or in a burst, a rate seen for 20 ms says little about the next 10 s, and the units a
+ * longer lease holds unused are missing elsewhere. Far below every limit the object bounds what all isolates hold
+ * to a share of the headroom, and units used are settled at their use, so a young key's lease may live long
+ * (docs/design.md, "Young keys"). A lease capped by `maxUnits` asks for the
  * time it takes to spend them. The lifetime asked is the round trip (`leadMs`) plus that spending time. `units` 0
  * (no lease) when that is under {@link MIN_LEASE_UNITS}. A key without a rate here ({@link sizedByObject}) asks
- * for `maxUnits` over `lifetimeMs`, for the object to size from the key's own rate.
+ * for `maxUnits` over `lifetimeMs`, for the object to size from the key's own rate — once it has been seen here
+ * before ({@link SEEN_BEFORE_SCORE}).
  */
 export function leaseToAsk(c: RateCounter, now: number, b: AskBounds): LeaseAsk {
   const { lifetimeMs, maxUnits } = b;
@@ -99,11 +139,14 @@ export function leaseToAsk(c: RateCounter, now: number, b: AskBounds): LeaseAsk 
   // A lease arrives a round trip into its lifetime: one that would be mostly over by then is not worth asking.
   if (lifetimeMs < RTT_LIFETIMES * b.rttMs) return NO_ASK;
   const leadMs = Math.ceil(b.rttMs);
-  if (sizedByObject(c)) return { units: maxUnits, lifetimeMs, leadMs };
-  const perMs = ASK_SHARE * rate(c, now);
-  const life = Math.min(lifetimeMs - leadMs, Math.max(b.youngMs, now - c.firstSeen));
+  if (sizedByObject(c)) return c.score < SEEN_BEFORE_SCORE ? NO_ASK : { units: maxUnits, lifetimeMs, leadMs };
+  const steady = steadyRate(c, now);
+  const burst = burstRate(c);
+  const perMs = ASK_SHARE * Math.max(steady, burst);
+  const trusted = b.far === true && steady >= burst;
+  const life = trusted ? lifetimeMs - leadMs : Math.min(lifetimeMs - leadMs, Math.max(b.youngMs, now - c.firstSeen));
   const units = Math.floor(perMs * life);
-  if (units < MIN_LEASE_UNITS) return NO_ASK;
+  if (units < MIN_LEASE_UNITS || perMs * MIN_SPEND_RATE_MS < MIN_LEASE_UNITS) return NO_ASK;
   if (units <= maxUnits) return { units, lifetimeMs: leadMs + life, leadMs };
   return { units: maxUnits, lifetimeMs: leadMs + Math.min(life, Math.ceil(maxUnits / perMs)), leadMs };
 }

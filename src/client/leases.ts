@@ -29,7 +29,15 @@ import {
 } from "./held.ts";
 
 import { answered, callOut, join, type LeaseCall } from "./lease-calls.ts";
-import { countRequest, type LeaseAsk, leaseToAsk, NO_ASK, refillDue, sizedByObject } from "./lease-sizing.ts";
+import {
+  countRequest,
+  headingNear,
+  type LeaseAsk,
+  leaseToAsk,
+  NO_ASK,
+  refillDue,
+  sizedByObject,
+} from "./lease-sizing.ts";
 import { giveUp, IDLE_RETURN_MS, type KeySettlements, settleForCall, settleIdle } from "./settlement.ts";
 
 export type { HeldLease, KeyLeases, View } from "./held.ts";
@@ -105,6 +113,11 @@ export class LeaseTable {
     e.limits = limits;
     countRequest(e, now);
     return e;
+  }
+
+  /** Every key's entry (for measurements: bench:sim reads the units its isolates hold). */
+  entries(): IterableIterator<KeyLeases> {
+    return this.#entries.values();
   }
 
   /** The entry without counting a request, if any. */
@@ -252,8 +265,10 @@ export class LeaseTable {
    * the object had none to give, or while its latest answer says it would have none ({@link leaseShare}).
    */
   want(e: KeyLeases, now: number, sizing: LeaseSizing): LeaseAsk {
-    if (now < e.quietUntil || leaseShare(e, now) === 0) return NO_ASK;
-    return leaseToAsk(e, now, { youngMs: 0, ...sizing, rttMs: this.#rttMs });
+    const share = leaseShare(e, now);
+    if (now < e.quietUntil || share === 0) return NO_ASK;
+    const far = share === 1 && e.view !== null && !headingNear(e, e.limits, now);
+    return leaseToAsk(e, now, { youngMs: 0, ...sizing, rttMs: this.#rttMs, far });
   }
 
   /** Whether the key has no rate of its own here yet: its lease is sized from the object's log. */

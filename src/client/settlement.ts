@@ -12,7 +12,7 @@ import type { LimitSpec } from "../core/limits.ts";
 import { MAX_USE_GROUPS } from "../core/limits.ts";
 import type { Settlement } from "../core/log.ts";
 import { expire, type HeldLease, type KeyLeases, mergeGroups, unitsHeld } from "./held.ts";
-import { rate } from "./lease-sizing.ts";
+import { headingNear } from "./lease-sizing.ts";
 
 /** Settlements of one key's leases, to send to its object on a call of their own. */
 export interface KeySettlements {
@@ -107,8 +107,7 @@ function settlements(h: HeldLease, unused: number, redate = true, groups = MAX_U
  * units held here as left), or heading there (at its recent rate here it would use half of some limit a window).
  */
 function nearLimitNow(e: KeyLeases, now: number): boolean {
-  const perMs = rate(e, now);
-  if (e.limits.some((l) => 2 * perMs * l.windowMs >= l.limit)) return true;
+  if (headingNear(e, e.limits, now)) return true;
   const view = e.view ?? e.held.at(-1) ?? e.expired.at(-1) ?? null;
   if (view === null) return false;
   const limits = view.applied ?? e.limits;

@@ -188,13 +188,19 @@ describe("LeaseTable", () => {
     const unused: KeySettlements[] = [];
     const rare = table.touch("rare", SPECS, 0, unused);
     expect(table.fromLog(rare)).toBe(true);
-    // A cap: the object sizes it from the key's log.
-    expect(table.want(rare, 0, { lifetimeMs: 1000, maxUnits: 1000 })).toEqual({
+    // Met here for the first time: no lease (this isolate may see one of its requests now and then).
+    expect(table.want(rare, 0, { lifetimeMs: 1000, maxUnits: 1000 }).units).toBe(0);
+    // Seen again within about 5 s: a cap, for the object to size from the key's log.
+    table.touch("rare", SPECS, 5000, unused);
+    expect(table.want(rare, 5000, { lifetimeMs: 1000, maxUnits: 1000 })).toEqual({
       units: 1000,
       lifetimeMs: 1000,
       leadMs: 0,
     });
-    expect(table.want(rare, 0, { lifetimeMs: 0, maxUnits: 1000 }).units).toBe(0);
+    expect(table.want(rare, 5000, { lifetimeMs: 0, maxUnits: 1000 }).units).toBe(0);
+    const again = table.touch("later", SPECS, 0, unused);
+    table.touch("later", SPECS, 5200, unused); // seen again only after about 5 s: still none
+    expect(table.want(again, 5200, { lifetimeMs: 1000, maxUnits: 1000 }).units).toBe(0);
     table.touch("rare", SPECS, 50_000, unused);
     expect(table.fromLog(rare)).toBe(true);
     // 100 requests in 10 s: 10 a second. The 10 s estimate's decayed count (about 63) over what it reaches in the
@@ -254,6 +260,54 @@ describe("LeaseTable", () => {
     expect(now.units).toBeGreaterThanOrEqual(77);
     expect(now.units).toBeLessThanOrEqual(79);
     expect(table.want(e, 99, { lifetimeMs: 10_000, maxUnits: 1_000_000, youngMs: 500 }).lifetimeMs).toBe(500);
+  });
+
+  it("far below every limit, asks for a young key's lease over the whole lifetime; near, heading near or in a burst, for the watched span", () => {
+    const limits = [
+      { limit: 100, windowMs: 1000 },
+      { limit: 1000, windowMs: 60_000 },
+    ];
+    const answer = (remaining: readonly number[], decidedAt: number) => ({
+      limits: remaining.map((r) => ({ remaining: r, resetMs: 500, exceeded: false })),
+      decidedAt,
+      sentAt: decidedAt - 5,
+      applied: null,
+    });
+    /** A key seen 5 times a second for 1 s here, its object's latest answer leaving `remaining`. */
+    const young = (remaining: readonly number[] | null) => {
+      const table = new LeaseTable();
+      let e = table.touch("k", limits, 0, []);
+      for (let t = 200; t <= 1000; t += 200) e = table.touch("k", limits, t, []);
+      if (remaining) table.saw(e, answer(remaining, 1000));
+      return { table, e };
+    };
+    const sizing = { lifetimeMs: 30_000, maxUnits: 1000, youngMs: 31 };
+    // Far below both limits (every limit ≥ 3/4 free), 5 a second steady: 0.8 of it over the whole 30 s.
+    const far = young([95, 990]);
+    expect(far.table.want(far.e, 1000, sizing)).toEqual({ units: 118, lifetimeMs: 30_000, leadMs: 0 });
+    // No answer seen yet, or one under 3/4 of a limit free: the watched second only (0.8 · 4.95 a second: 3 units).
+    for (const remaining of [null, [95, 740], [70, 990]]) {
+      const { table, e } = young(remaining);
+      expect(table.want(e, 1000, sizing)).toEqual({ units: 3, lifetimeMs: 1000, leadMs: 0 });
+    }
+    // Units held here count as free, as the object will see them once given back: 70 + 10 held is 4/5 of 100.
+    const holding = young([70, 990]);
+    holding.table.add(holding.e, { lease: lease(10, 5000, [6000]), sentAt: 1000, issuedAt: 1000, limits: LIMITS });
+    expect(holding.table.want(holding.e, 1000, sizing).lifetimeMs).toBe(30_000);
+    // In a burst (the 100 ms estimate above the 10 s one): the watched span, however far below.
+    const burst = young([95, 990]);
+    for (let t = 1001; t <= 1010; t++) burst.table.touch("k", limits, t, []);
+    expect(burst.table.want(burst.e, 1010, sizing).lifetimeMs).toBe(1010);
+    // Heading near a limit at its rate here, though the answer is far: 5 a second is 300 a minute, over half of 500.
+    const tight = [
+      { limit: 100, windowMs: 1000 },
+      { limit: 500, windowMs: 60_000 },
+    ];
+    const table = new LeaseTable();
+    let e = table.touch("k", tight, 0, []);
+    for (let t = 200; t <= 1000; t += 200) e = table.touch("k", tight, t, []);
+    table.saw(e, answer([95, 495], 1000));
+    expect(table.want(e, 1000, sizing)).toEqual({ units: 3, lifetimeMs: 1000, leadMs: 0 });
   });
 
   it("asks for no lease whose lifetime is under four recent round trips to the object", () => {
