@@ -13,9 +13,10 @@
  * ```
  */
 
+import type { HeaderSink } from "./client/headers.ts";
 import { type Background, LimiterClient, type LimiterNamespace } from "./client/index.ts";
 import { callObject, withDeadline } from "./client/policy.ts";
-import type { RateLimitResult } from "./client/result.ts";
+import { type RateLimitResult, setHeadersOf } from "./client/result.ts";
 import { routeBudget } from "./config/lookup.ts";
 import { parseLimiterConfig } from "./config/parse.ts";
 import { ConfigError, type HeaderForm, type LimiterConfig, type Plan } from "./config/types.ts";
@@ -26,6 +27,7 @@ import { type Identity, settingsName } from "./pipeline/key.ts";
 import type { LimiterStub } from "./protocol.ts";
 
 export { LimiterError, type LimiterErrorCode } from "./base/errors.ts";
+export type { HeaderSink } from "./client/headers.ts";
 export type { Background, LimiterNamespace } from "./client/index.ts";
 export {
   type GrantRecord,
@@ -313,6 +315,11 @@ export interface Limiter {
    * form's fields), and `Retry-After` when refused. Copy them onto the response you send.
    */
   headers(result: RateLimitResult): Headers;
+  /**
+   * Sets the fields {@link headers} returns straight onto `target` — your response's own `headers`, say — without
+   * making a `Headers` to copy. Throws what `target.set` throws (a fetched response's headers are immutable).
+   */
+  setHeaders(result: RateLimitResult, target: HeaderSink): void;
   /** What a request of `cost` (default 1) would get now, consuming nothing (`reason: "peek"` when it would pass). */
   peek(env: object, key: string, options?: Omit<LimitCallOptions, "ctx">): Promise<RateLimitResult>;
   /**
@@ -485,6 +492,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       pipeline.decideRequest(env, namespace(env), request, { ...options, ctx: bgOf(options.ctx) }),
     whenEnded: (env, result, response, ctx) => pipeline.sent(namespace(env), result, response, bgOf(ctx)),
     headers: (result) => pipeline.headers(result),
+    setHeaders: (result, target) => setHeadersOf(result, config.headers, target),
     async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);
       const { name: object, plan } = pipeline.identify(keyOf(key));

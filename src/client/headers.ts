@@ -35,7 +35,12 @@ export function seconds(ms: number): number {
 
 /** Serialises a structured-field string (RFC 9651 §4.1.6). */
 export function sfString(s: string): string {
-  return `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+  return s.includes("\\") || s.includes('"') ? `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"` : `"${s}"`;
+}
+
+/** Where header fields are set: a `Headers`, or a response's own headers. */
+export interface HeaderSink {
+  set(name: string, value: string): void;
 }
 
 /**
@@ -83,7 +88,7 @@ export function closest(states: readonly (HeaderState | null)[]): number {
  * Sets the rate-limit fields of `form` on `headers`. `view.at` (ms since the epoch) is used only by
  * the legacy form, whose reset is a Unix time in seconds.
  */
-export function setRateLimitHeaders(headers: Headers, form: HeaderForm, view: HeaderView): void {
+export function setRateLimitHeaders(headers: HeaderSink, form: HeaderForm, view: HeaderView): void {
   const { limits, states, at: now } = view;
   if (form === "none" || limits.length === 0) return;
   if (form === "draft-11" || form === "draft-8") {

@@ -7,7 +7,7 @@ import type { HeaderForm, LimiterConfig, Plan, Route, ShownLimit } from "../conf
 import type { RouteBudget } from "../core/budgets.ts";
 import type { Period } from "../core/calendar.ts";
 import type { LimitSpec } from "../core/limits.ts";
-import { type HeaderState, seconds, setRateLimitHeaders } from "./headers.ts";
+import { type HeaderSink, type HeaderState, seconds, setRateLimitHeaders } from "./headers.ts";
 
 /** Why a request was let through or refused; in logs and analytics. */
 export type Reason =
@@ -176,6 +176,12 @@ export function joinHandles(a: Handle | null, b: Handle | null): Handle | null {
  */
 export function headersOf(r: RateLimitResult, form: HeaderForm): Headers {
   const headers = new Headers();
+  setHeadersOf(r, form, headers);
+  return headers;
+}
+
+/** Sets the fields {@link headersOf} returns on `headers` (a response's own, say: no `Headers` made and copied). */
+export function setHeadersOf(r: RateLimitResult, form: HeaderForm, headers: HeaderSink): void {
   if (r.reason !== "limiter_timeout" && r.reason !== "limiter_error") {
     const states = r.limits.map((l) =>
       l.remaining === null || l.resetMs === null ? null : { remaining: l.remaining, resetMs: l.resetMs },
@@ -183,7 +189,6 @@ export function headersOf(r: RateLimitResult, form: HeaderForm): Headers {
     setRateLimitHeaders(headers, form, { limits: r.limits, states, at: r.at });
   }
   if (!r.allowed && Number.isFinite(r.retryAfterMs)) headers.set("Retry-After", String(seconds(r.retryAfterMs)));
-  return headers;
 }
 
 /** The names of the limits that refused a request. */

@@ -178,9 +178,14 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
       inFlight: true,
     });
     if (!decided) return null;
-    if (decided.result.allowed && request.headers.get("upgrade")?.toLowerCase() !== "websocket")
-      this.releaseOnAbort(ns, decided.result, clientSignal(request), bg);
-    return decided.result;
+    const { result } = decided;
+    // Only a request holding a concurrency slot has anything to release (reading `request.signal` makes one).
+    if (
+      this.client.holdsSlot(result.handle?.slot ?? null) &&
+      request.headers.get("upgrade")?.toLowerCase() !== "websocket"
+    )
+      this.releaseOnAbort(ns, result, clientSignal(request), bg);
+    return result;
   }
 
   /**
@@ -282,9 +287,12 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
 
   async #cost(asking: Asking): Promise<number> {
     const given = asking.cost;
+    // Without `costs` rules every request costs 1: its path is not read (an HTTP request's is parsed from its URL).
     const cost =
       given === undefined
-        ? costFor(this.config, asking.method ?? "GET", asking.path?.() ?? "/")
+        ? this.config.costs.length === 0
+          ? 1
+          : costFor(this.config, asking.method ?? "GET", asking.path?.() ?? "/")
         : typeof given === "number"
           ? given
           : await given();

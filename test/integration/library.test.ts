@@ -34,6 +34,16 @@ describe("limit()", () => {
       ratelimit: `"per-minute";r=0;t=${Math.ceil(refused.retryAfterMs / 1000)}`,
       "retry-after": String(Math.ceil(refused.retryAfterMs / 1000)),
     });
+    // setHeaders puts the same fields straight onto a response's own headers, keeping what it had.
+    const response = new Response("no", { status: 429, headers: { "content-type": "text/plain" } });
+    limiter.setHeaders(refused, response.headers);
+    expect(Object.fromEntries(response.headers)).toEqual({
+      ...Object.fromEntries(limiter.headers(refused)),
+      "content-type": "text/plain",
+    });
+    // A fetched response's headers are immutable: the runtime's TypeError comes through.
+    const fetched = Response.redirect("https://example.com/", 302);
+    expect(() => limiter.setHeaders(refused, fetched.headers)).toThrow(TypeError);
   });
 
   it("charges cost to every limit; a cost over a limit can never pass", async () => {
