@@ -141,6 +141,12 @@ function youngKeys(prefix: string): { key: () => string; fresh: () => void } {
 /** How long a young-keys slice lasts (s): each of its 1,000 keys is seen for about this long. */
 const YOUNG_SECONDS = QUICK ? 5 : 10;
 
+/** A target on 1,000 young keys (`prefix` names the plan they fall in): fresh ones each slice, no warm-up. */
+function youngTarget(id: string, label: string, url: () => string, prefix: string): Target {
+  const keys = youngKeys(prefix);
+  return { id, label, url, key: keys.key, expect: 200, young: { seconds: YOUNG_SECONDS, fresh: keys.fresh } };
+}
+
 const manyKeys = (prefix: string) => (i: number) => `${prefix}${i % KEYS}`;
 
 /**
@@ -158,6 +164,8 @@ const scatteredKeys = (prefix: string) => {
     return `${prefix}${Math.floor((((t ^ (t >>> 14)) >>> 0) / 4294967296) * KEYS)}`;
   };
 };
+
+const verdict = (ok: boolean) => (ok ? "MET" : "MISSED");
 
 function fmt(n: number, digits = 0): string {
   return Number.isFinite(n) ? n.toFixed(digits) : "-";
@@ -248,6 +256,12 @@ async function main(): Promise<void> {
         expect: 200,
         steady: true,
       },
+      youngTarget(
+        "allowedyoung",
+        "(3) limiter, leases on, allowed, 1000 young ordinary keys (no warm-up)",
+        () => u.product,
+        "o_y",
+      ),
       {
         id: "hot",
         label: "(3) limiter, leases on, allowed, one hot key",
@@ -329,18 +343,10 @@ async function main(): Promise<void> {
     ];
     // A hono user's choice (issue 40): this package's middleware against hono-rate-limiter's Durable Object store,
     // with the bare handler as the reference, on young keys (1,000 met for the first time each slice) and a hot key.
-    const young = (id: string, label: string, url: () => string, prefix: string): Target => {
-      const keys = youngKeys(prefix);
-      return {
-        id,
-        label,
-        url,
-        key: keys.key,
-        expect: 200,
-        young: { seconds: YOUNG_SECONDS, fresh: keys.fresh },
-        ref: "honobare",
-      };
-    };
+    const young = (id: string, label: string, url: () => string, prefix: string): Target => ({
+      ...youngTarget(id, label, url, prefix),
+      ref: "honobare",
+    });
     all.push(
       { id: "honobare", label: "(6) hono, bare handler", url: () => u["hono-bare"], key: "hot", expect: 200 },
       young("honoours", "(6) hono + this middleware, leases on, 1000 young keys", () => u["hono-ours"], "y_"),
@@ -380,6 +386,7 @@ async function main(): Promise<void> {
           key: "hot",
           expect: 200,
         },
+        youngTarget("beforeyoung", `(3) limiter at ${BASELINE}, allowed, 1000 young ordinary keys`, () => at, "o_b"),
         {
           // The baseline's own pass-through: its hot key's ratio, measured in the same run.
           id: "beforepass",
@@ -425,6 +432,7 @@ async function main(): Promise<void> {
       ["(3) allowed / no-op object call, hot key", "hot", "floorhot"],
       ["(3) allowed now / at BENCH_BASELINE, 1000 keys", "allowed", "before"],
       ["(3) allowed now / at BENCH_BASELINE, hot key", "hot", "beforehot"],
+      ["(3) allowed now / at BENCH_BASELINE, 1000 young keys", "allowedyoung", "beforeyoung"],
       ["(3) at BENCH_BASELINE, hot key / its pass-through", "beforehot", "beforepass"],
     ] as const;
     const ratios = new Map<string, number[]>();
@@ -514,6 +522,21 @@ async function main(): Promise<void> {
         `  ${`${t.id} ÷ ${ref}:`.padEnd(24)} ${fmt(median(xs), 2)}   [${xs.map((x) => fmt(x, 2)).join(", ")}]`,
       );
     }
+    // A hono user's choice (issue 40): the peer's CPU per request ÷ this middleware's, round by round (targets
+    // >= 2 on young keys, >= 2.5 on the hot key).
+    const cheaper = [
+      ["1,000 young keys", "honopeer", "honoours", 2],
+      ["hot key", "honopeerh", "honooursh", 2.5],
+    ] as const;
+    for (const [label, peerId, oursId, target] of cheaper) {
+      const theirs = cpu.get(peerId);
+      const mine = cpu.get(oursId);
+      if (!theirs || !mine || theirs.length !== mine.length) continue;
+      const xs = mine.map((c, i) => (theirs[i] as number) / c);
+      console.log(
+        `  hono-rate-limiter's ÷ this middleware's, ${label}: ${fmt(median(xs), 2)} (>= ${target} ${verdict(median(xs) >= target)})   [${xs.map((x) => fmt(x, 2)).join(", ")}]`,
+      );
+    }
     if (ONLY) {
       if (ONLY.includes("count")) await countStorage(u);
       console.log(
@@ -544,7 +567,6 @@ async function main(): Promise<void> {
     const worstUtil = Math.min(...util.map((x) => x.share));
     const over = util.filter((x) => x.most > UTIL.limit).length;
     if (dist.bad > 0) console.log(`\n${dist.bad} distance run(s) had responses other than 200 (see above)`);
-    const verdict = (ok: boolean) => (ok ? "MET" : "MISSED");
     console.log(`\ntargets:`);
     const hotMinuteRatio = r("(3) allowed, hot key, 1 min limit / (2) pass-through");
     const cpuOf = (id: string) => median(cpu.get(id) ?? [Number.NaN]);
