@@ -20,6 +20,7 @@
  *                                       # stay on one isolate; no churn; another load
  *   SIM_TRACE=/tmp/trace.json npm run bench:sim   # also every object call of the burst keys, to a file, and
  *                                       # the units their leases held at each burst's first refusal
+ *   SIM_BOUND=1 npm run bench:sim       # no run: the fewest calls per grant any per-isolate lease could make
 
  */
 
@@ -292,7 +293,62 @@ function exactGrants(times: readonly number[]): number {
 
 const fmt = (n: number, d = 2) => (Number.isFinite(n) ? n.toFixed(d) : "-");
 
+/**
+ * `SIM_BOUND=1`: the fewest object calls per grant any design leasing per isolate could make on this run's arrivals
+ * and churn, per class, without running it. Each isolate (a vanished one's replacement is a new isolate) calls a key's
+ * object at the first request it sees of the key, and that call brings a lease of as many units as it will ever need
+ * for the longest lifetime (`SIM_BOUND_MS`, default the plan's 30 s): its next call is at the key's first request
+ * there after that lease expired. Every request then costs a call or nothing; refills, settlements and give-backs
+ * cost none. Keys at the limit are left out (near a limit no lease is that free).
+ */
+function bound(plan: readonly Planned[], random: () => number): void {
+  const lifetimeMs = Number(process.env.SIM_BOUND_MS) || 30_000;
+  const churns: { at: number; isolate: number }[] = [];
+  if (CHURN_MS > 0) {
+    for (let t = CHURN_MS; t < SECONDS * 1000; t += CHURN_MS)
+      churns.push({ at: t, isolate: Math.floor(random() * ISOLATES) });
+  }
+  const generation = new Array<number>(ISOLATES).fill(0);
+  const until = new Map<string, number>();
+  const perKey = new Map<string, { times: number[]; calls: number }>();
+  let c = 0;
+  for (const p of plan) {
+    for (; c < churns.length && (churns[c] as { at: number }).at <= p.at; c++) {
+      const i = (churns[c] as { isolate: number }).isolate;
+      generation[i] = (generation[i] as number) + 1;
+    }
+    if (p.key.startsWith("free_")) continue;
+    const k = perKey.get(p.key) ?? { times: [], calls: 0 };
+    perKey.set(p.key, k);
+    k.times.push(p.at);
+    const held = `${p.key}|${p.isolate}|${generation[p.isolate]}`;
+    if (p.at >= (until.get(held) ?? Number.NEGATIVE_INFINITY)) {
+      k.calls++;
+      until.set(held, p.at + lifetimeMs);
+    }
+  }
+  const classes = new Map<string, { grants: number; calls: number }>();
+  for (const [key, k] of perKey) {
+    if (key.startsWith("b_") || exactGrants(k.times) < k.times.length) continue;
+    const perSecond = k.times.length / SECONDS;
+    const name = perSecond >= 5 ? "hot (≥ 5/s)" : perSecond >= 0.5 ? "ordinary (0.5–5/s)" : "rare (< 0.5/s)";
+    const cl = classes.get(name) ?? { grants: 0, calls: 0 };
+    classes.set(name, cl);
+    cl.grants += k.times.length;
+    cl.calls += k.calls;
+  }
+  console.log(
+    `SIM_BOUND: the fewest object calls per grant leasing per isolate could make (leases of ${lifetimeMs / 1000} s, as large as needed, nothing else costing a call):`,
+  );
+  for (const [name, cl] of classes) console.log(`  ${name}: ${fmt(cl.calls / cl.grants, 3)} (${cl.grants} grants)`);
+}
+
 async function main(): Promise<void> {
+  if (process.env.SIM_BOUND) {
+    const random = rng(20261124);
+    bound(schedule(random), random);
+    return;
+  }
   console.log(
     `machine: ${cpus().length}× ${cpus()[0]?.model ?? "?"}, Node ${process.version}; ${SECONDS} s, ${RATE}/s Zipf(${ZIPF_S}) over ${KEYS} keys, ${BURST_KEYS} burst keys, ${ISOLATES} isolates (RTT ${RTTS.join("/")} ms), ${AFFINITY * 100}% of a key's requests to its home isolate, ${CHURN_MS > 0 ? `one isolate vanishing every ${CHURN_MS / 1000} s` : "no isolate vanishing"}; leases ${LEASES ? "on" : "off"}`,
   );
