@@ -1,8 +1,9 @@
 /**
  * @module `npm run bench:profile`: where one bench Worker spends its CPU. Starts the bench runtime with workerd's
  * inspector (`BENCH_INSPECT`), loads one Worker with autocannon while V8's sampling profiler runs in it, and prints
- * the functions with the most self time (and the whole profile to a file, for DevTools). The load is what
- * `npm run bench` sends that target; the profile's own overhead makes absolute times larger than the bench's.
+ * the functions with the most self time (and the whole profile to a file, for DevTools). The load is 8 saturating
+ * connections, on one hot key or on 1,000 keys met fresh; the hono roles' limits are the bench's (the product's here
+ * are a million a second: nothing is refused). The profiler's own overhead makes times larger than the bench's.
  *
  *   npm run bench:profile                                   # hono-ours, a hot key, 5 s
  *   PROFILE_WORKER=hono-ours PROFILE_KEYS=young npm run bench:profile   # 1,000 keys met fresh
@@ -41,14 +42,20 @@ async function session(url: string) {
   let id = 0;
   const waiting = new Map<number, (v: unknown) => void>();
   ws.onmessage = (m) => {
-    const msg = JSON.parse(String(m.data)) as { id?: number; result?: unknown };
-    if (msg.id !== undefined) waiting.get(msg.id)?.(msg.result);
+    const msg = JSON.parse(String(m.data)) as { id?: number };
+    if (msg.id === undefined) return;
+    waiting.get(msg.id)?.(msg);
+    waiting.delete(msg.id);
   };
   return {
     send: (method: string, params: object = {}) =>
-      new Promise<unknown>((resolve) => {
+      new Promise<unknown>((resolve, reject) => {
         id += 1;
-        waiting.set(id, resolve);
+        waiting.set(id, (reply) => {
+          const { result, error } = reply as { result?: unknown; error?: { message: string } };
+          if (error) reject(new Error(`${method}: ${error.message}`));
+          else resolve(result);
+        });
         ws.send(JSON.stringify({ id, method, params }));
       }),
     close: () => ws.close(),
@@ -92,10 +99,11 @@ try {
   }[];
   const target = targets.find((t) => t.id.endsWith(`:${WORKER}`) || t.title === WORKER);
   if (!target) throw new Error(`no inspector target for ${WORKER}: ${targets.map((t) => t.id).join(", ")}`);
-  let n = 0;
-  const key = YOUNG ? () => `y_${Math.floor(Math.random() * 1000)}_${Math.floor(n++ / 37_000)}` : "hot";
-  // Warm-up, then the profiled run.
+  // Warm-up, then the profiled run; young keys: a new set of 1,000 for each.
+  let set = 0;
+  const key = YOUNG ? () => `y${set}_${Math.floor(Math.random() * 1000)}` : "hot";
   await load({ url, duration: 2, connections: 8, key });
+  set += 1;
   const cdp = await session(target.webSocketDebuggerUrl);
   await cdp.send("Profiler.enable");
   await cdp.send("Profiler.setSamplingInterval", { interval: 100 });

@@ -16,7 +16,7 @@
 import type { HeaderSink } from "./client/headers.ts";
 import { type Background, LimiterClient, type LimiterNamespace } from "./client/index.ts";
 import { callObject, withDeadline } from "./client/policy.ts";
-import { type RateLimitResult, setHeadersOf } from "./client/result.ts";
+import type { RateLimitResult } from "./client/result.ts";
 import { routeBudget } from "./config/lookup.ts";
 import { parseLimiterConfig } from "./config/parse.ts";
 import { ConfigError, type HeaderForm, type LimiterConfig, type Plan } from "./config/types.ts";
@@ -492,7 +492,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       pipeline.decideRequest(env, namespace(env), request, { ...options, ctx: bgOf(options.ctx) }),
     whenEnded: (env, result, response, ctx) => pipeline.sent(namespace(env), result, response, bgOf(ctx)),
     headers: (result) => pipeline.headers(result),
-    setHeaders: (result, target) => setHeadersOf(result, config.headers, target),
+    setHeaders: (result, target) => pipeline.setHeaders(result, target),
     async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);
       const { name: object, plan } = pipeline.identify(keyOf(key));

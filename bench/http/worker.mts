@@ -321,10 +321,8 @@ const sims = new Map<number, ReturnType<typeof createProxy>>();
 function heldUnits(env: BenchEnv): Record<string, number> {
   const out: Record<string, number> = {};
   for (const app of sims.values()) {
-    for (const e of app.clientFor(env as unknown as WorkerEnv)?.leases.entries() ?? []) {
-      let units = 0;
-      for (const h of [...e.held, ...e.expired]) units += h.left;
-      if (units > 0) out[e.name] = (out[e.name] ?? 0) + units;
+    for (const [name, units] of app.clientFor(env as unknown as WorkerEnv)?.leases.unspent() ?? []) {
+      out[name] = (out[name] ?? 0) + units;
     }
   }
   return out;

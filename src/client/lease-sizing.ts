@@ -35,18 +35,22 @@ const BURST_TAU_MS = 100;
 const MIN_SCORE = 2;
 
 /**
- * A key met here for the first time in about a time constant (its score under this) gets no lease: the object would
- * size it by the whole key's rate, and an isolate that sees one of the key's requests now and then (the key's other
- * isolates get the rest) would hold its units unused until they expire or it vanishes.
+ * A key with no rate here gets a lease only once it has been seen here again within about 5 s (its score at least
+ * this: 1 + e^(−5.1 s / 10 s)). At its first request it gets none: the object would size that lease by the whole
+ * key's rate, and an isolate that sees one of the key's requests now and then (its other isolates get the rest)
+ * would hold the units unused until they expire or it vanishes.
  */
 const SEEN_BEFORE_SCORE = 1.6;
 
 /**
- * A lease is asked for only when the key's rate here would spend {@link MIN_LEASE_UNITS} within this long (ms), however
- * long the lease may live: a slower key's lease would sit mostly unspent for tens of seconds — given back at the
- * key's next call here, or stranded when the isolate vanishes — to save a call now and then.
+ * An isolate sizes a lease only for a key whose rate here would use {@link MIN_LEASE_UNITS} within this long (ms).
+ * A slower key's lease would sit mostly unspent for tens of seconds, given back at the key's next call here or
+ * stranded when the isolate vanishes, to save a call now and then.
  */
 const MIN_SPEND_RATE_MS = 10_000;
+
+/** A rate is trusted over a whole lifetime only once the key has been watched here this long (ms). */
+const TRUST_AFTER_MS = 10 * BURST_TAU_MS;
 
 /**
  * The share of its expected use a lease asks for: a lease that runs out before it expires is
@@ -120,18 +124,20 @@ export interface AskBounds {
 }
 
 /**
- * The lease to ask for: about what this isolate would spend at its recent rate for the key
- * ({@link ASK_SHARE} of it), whole units only, at most `maxUnits`, spent over at most `lifetimeMs` less the
- * round trip it takes to arrive, and — unless the key is `far` below every limit and its rate steady (its 10 s
- * estimate at least its 100 ms one: no burst) — at most as long as this isolate has watched the key (at least
- * `youngMs`): near a limit, or in a burst, a rate seen for 20 ms says little about the next 10 s, and the units a
- * longer lease holds unused are missing elsewhere. Far below every limit the object bounds what all isolates hold
- * to a share of the headroom, and units used are settled at their use, so a young key's lease may live long
- * (docs/design.md, "Young keys"). A lease capped by `maxUnits` asks for the
- * time it takes to spend them. The lifetime asked is the round trip (`leadMs`) plus that spending time. `units` 0
- * (no lease) when that is under {@link MIN_LEASE_UNITS}. A key without a rate here ({@link sizedByObject}) asks
- * for `maxUnits` over `lifetimeMs`, for the object to size from the key's own rate — once it has been seen here
- * before ({@link SEEN_BEFORE_SCORE}).
+ * The lease to ask for (docs/design.md, "Leases" and "Young keys").
+ *
+ * - Its units: {@link ASK_SHARE} of what this isolate would spend at its recent rate for the key, whole units only,
+ *   at most `maxUnits`. A lease capped by `maxUnits` asks for the time it takes to spend them.
+ * - Its spending time: at most `lifetimeMs` less the round trip it takes to arrive (`leadMs`). Unless the rate is
+ *   trusted, also at most as long as this isolate has watched the key (at least `youngMs`): near a limit, or in a
+ *   burst, a rate seen for 20 ms says little about the next 10 s, and units held unused are missing elsewhere.
+ * - Trusted: the key is `far` below every limit, has been watched here for {@link TRUST_AFTER_MS}, and its 10 s
+ *   estimate is at least its 100 ms one (no burst). The object bounds what all isolates hold to a share of the
+ *   headroom, and used units are settled at their use, so such a lease may live long.
+ * - Its lifetime: `leadMs` plus the spending time.
+ * - None (`units` 0) under {@link MIN_LEASE_UNITS}, or for a key too slow for {@link MIN_SPEND_RATE_MS}.
+ * - A key without a rate here ({@link sizedByObject}) asks for `maxUnits` over `lifetimeMs`, for the object to size
+ *   from the key's own rate; at its first request here ({@link SEEN_BEFORE_SCORE}) it asks for none.
  */
 export function leaseToAsk(c: RateCounter, now: number, b: AskBounds): LeaseAsk {
   const { lifetimeMs, maxUnits } = b;
@@ -142,11 +148,14 @@ export function leaseToAsk(c: RateCounter, now: number, b: AskBounds): LeaseAsk 
   if (sizedByObject(c)) return c.score < SEEN_BEFORE_SCORE ? NO_ASK : { units: maxUnits, lifetimeMs, leadMs };
   const steady = steadyRate(c, now);
   const burst = burstRate(c);
-  const perMs = ASK_SHARE * Math.max(steady, burst);
-  const trusted = b.far === true && steady >= burst;
-  const life = trusted ? lifetimeMs - leadMs : Math.min(lifetimeMs - leadMs, Math.max(b.youngMs, now - c.firstSeen));
+  const here = Math.max(steady, burst);
+  if (here * MIN_SPEND_RATE_MS < MIN_LEASE_UNITS) return NO_ASK;
+  const perMs = ASK_SHARE * here;
+  const watched = now - c.firstSeen;
+  const trusted = b.far === true && watched >= TRUST_AFTER_MS && steady >= burst;
+  const life = trusted ? lifetimeMs - leadMs : Math.min(lifetimeMs - leadMs, Math.max(b.youngMs, watched));
   const units = Math.floor(perMs * life);
-  if (units < MIN_LEASE_UNITS || perMs * MIN_SPEND_RATE_MS < MIN_LEASE_UNITS) return NO_ASK;
+  if (units < MIN_LEASE_UNITS) return NO_ASK;
   if (units <= maxUnits) return { units, lifetimeMs: leadMs + life, leadMs };
   return { units: maxUnits, lifetimeMs: leadMs + Math.min(life, Math.ceil(maxUnits / perMs)), leadMs };
 }

@@ -115,9 +115,19 @@ export class LeaseTable {
     return e;
   }
 
-  /** Every key's entry (for measurements: bench:sim reads the units its isolates hold). */
-  entries(): IterableIterator<KeyLeases> {
-    return this.#entries.values();
+  /**
+   * Per key, the units held here unspent: in leases alive, and in expired ones whose units go back with the key's
+   * next call (for measurements: bench:sim reads what its isolates hold).
+   */
+  unspent(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const e of this.#entries.values()) {
+      let units = 0;
+      for (const h of e.held) units += h.left;
+      for (const h of e.expired) units += h.left;
+      if (units > 0) out.set(e.name, units);
+    }
+    return out;
   }
 
   /** The entry without counting a request, if any. */
@@ -267,7 +277,8 @@ export class LeaseTable {
   want(e: KeyLeases, now: number, sizing: LeaseSizing): LeaseAsk {
     const share = leaseShare(e, now);
     if (now < e.quietUntil || share === 0) return NO_ASK;
-    const far = share === 1 && e.view !== null && !headingNear(e, e.limits, now);
+    // The limits the object last decided against: an operator's override, else the plan's.
+    const far = share === 1 && e.view !== null && !headingNear(e, e.view.applied ?? e.limits, now);
     return leaseToAsk(e, now, { youngMs: 0, ...sizing, rttMs: this.#rttMs, far });
   }
 

@@ -107,7 +107,7 @@ function settlements(h: HeldLease, unused: number, redate = true, groups = MAX_U
  * units held here as left), or heading there (at its recent rate here it would use half of some limit a window).
  */
 function nearLimitNow(e: KeyLeases, now: number): boolean {
-  if (headingNear(e, e.limits, now)) return true;
+  if (headingNear(e, e.view?.applied ?? e.limits, now)) return true;
   const view = e.view ?? e.held.at(-1) ?? e.expired.at(-1) ?? null;
   if (view === null) return false;
   const limits = view.applied ?? e.limits;

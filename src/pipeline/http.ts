@@ -143,9 +143,21 @@ export function problemFor(e: LimiterError, bearer = false): Response {
   return httpErrorOf(e, bearer).toResponse();
 }
 
-/** Copies `from` onto `to` (a response's headers: the decision's rate-limit fields). */
-export function copyHeaders(from: Headers, to: Headers): void {
-  for (const [name, value] of from) to.set(name, value);
+/**
+ * The path of `url` as the runtime serialises a request's (`request.url`): what `new URL(url).pathname` reads,
+ * without parsing the rest of it on every request. Anything else is parsed.
+ */
+export function pathnameOf(url: string): string {
+  const scheme = url.indexOf("://");
+  const start = scheme === -1 ? -1 : url.indexOf("/", scheme + 3);
+  const query = url.indexOf("?", scheme + 3);
+  const fragment = url.indexOf("#", scheme + 3);
+  // No path, or a query or fragment before it: not a serialised URL of a special scheme.
+  if (start === -1 || (query !== -1 && query < start) || (fragment !== -1 && fragment < start)) {
+    return new URL(url).pathname;
+  }
+  const end = Math.min(query === -1 ? url.length : query, fragment === -1 ? url.length : fragment);
+  return url.slice(start, end);
 }
 
 /**

@@ -7,9 +7,10 @@
 
 import { clientOf } from "../base/address.ts";
 import { keyId, logEvent } from "../base/log.ts";
+import type { HeaderSink } from "../client/headers.ts";
 import type { Background, LimiterClient, LimiterNamespace, LimitRequest } from "../client/index.ts";
 import { errorName } from "../client/policy.ts";
-import { bothOf, headersOf, type RateLimitResult } from "../client/result.ts";
+import { bothOf, headersOf, type RateLimitResult, setHeadersOf } from "../client/result.ts";
 import { costFor, routeFor } from "../config/lookup.ts";
 import {
   type AddressBudget,
@@ -19,7 +20,7 @@ import {
   type Plan,
   type Route,
 } from "../config/types.ts";
-import { clientSignal, normalizedPath } from "./http.ts";
+import { clientSignal, normalizedPath, pathnameOf } from "./http.ts";
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { untilEnd } from "./response-end.ts";
 import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
@@ -173,13 +174,14 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
       ip: request.headers.get("cf-connecting-ip"),
       ...(cost === undefined ? {} : { cost }),
       method: request.method,
-      path: () => normalizedPath(new URL(request.url).pathname, this.config),
+      path: () => normalizedPath(pathnameOf(request.url), this.config),
       bg,
       inFlight: true,
     });
     if (!decided) return null;
     const { result } = decided;
-    // Only a request holding a concurrency slot has anything to release (reading `request.signal` makes one).
+    // Only a request holding a concurrency slot has anything to release (reading `request.signal` makes an
+    // AbortSignal, for every request).
     if (
       this.client.holdsSlot(result.handle?.slot ?? null) &&
       request.headers.get("upgrade")?.toLowerCase() !== "websocket"
@@ -223,6 +225,11 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   /** The rate-limit header fields of `result` in this limiter's form, for the response the adapter sends. */
   headers(result: RateLimitResult): Headers {
     return headersOf(result, this.config.headers);
+  }
+
+  /** Sets the fields {@link headers} returns straight onto `target` (a response's own headers, say). */
+  setHeaders(result: RateLimitResult, target: HeaderSink): void {
+    setHeadersOf(result, this.config.headers, target);
   }
 
   /**
@@ -287,12 +294,9 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
 
   async #cost(asking: Asking): Promise<number> {
     const given = asking.cost;
-    // Without `costs` rules every request costs 1: its path is not read (an HTTP request's is parsed from its URL).
     const cost =
       given === undefined
-        ? this.config.costs.length === 0
-          ? 1
-          : costFor(this.config, asking.method ?? "GET", asking.path?.() ?? "/")
+        ? costFor(this.config, asking.method ?? "GET", asking.path?.() ?? "/")
         : typeof given === "number"
           ? given
           : await given();

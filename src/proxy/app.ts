@@ -12,7 +12,7 @@ import { errorName } from "../client/policy.ts";
 import { parseConfig } from "../config/parse.ts";
 import { type Config, ConfigError } from "../config/types.ts";
 import type { RateLimiter } from "../object/index.ts";
-import { clientSignal, copyHeaders, HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
+import { clientSignal, HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
 import { type DecisionObserver, Pipeline } from "../pipeline/index.ts";
 import { readKey } from "../pipeline/key.ts";
 import { handleAdmin, isAdminRequest } from "./admin.ts";
@@ -186,7 +186,7 @@ async function limitAndForward(
     hooks.waitUntil?.(pipeline.release(ns, result));
     throw e;
   }
-  copyHeaders(pipeline.headers(result), response.headers);
+  pipeline.setHeaders(result, response.headers);
   if (config.refundStatuses.has(response.status)) {
     // Started here, whether or not there is a waitUntil to keep it alive (`?.` would skip the call).
     const refund = pipeline.refund(ns, result);

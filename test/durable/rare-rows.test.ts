@@ -3,6 +3,7 @@
 // counts them (bench/http/counts.ts), through evictions and the idle alarm at a clock the test moves. A grant writes
 // its row (one per ring); a key's first grant after a quiet spell also writes its longest window (`meta`, read by the
 // idle alarm after an eviction) and sets the idle alarm; an alarm that finds the key still active re-arms once.
+// The idle alarm's `deleteAll()` goes around `sql.exec`: neither this count nor the bench's sees what it deletes.
 
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
@@ -17,7 +18,10 @@ const LIMITS: LimitSpec[] = [
   { limit: 100, windowMs: 1000 },
   { limit: 1000, windowMs: 60_000 },
 ];
-/** A rare key's ask: a first lease sized from the log, which a key seen this rarely does not get. */
+/**
+ * A rare key's ask from an isolate that has seen it again within ~5 s: a first lease sized from the log, which a key
+ * seen this rarely does not get (at first sight an isolate asks for none: the same rows).
+ */
 const ASK: TakeAsk = { cost: 1, leaseUnits: 8, leaseMs: 2000, leaseLeadMs: 20, leaseFromLog: true, settle: [] };
 
 /** A fresh key's object whose rows written and alarms set are counted, at a clock the test sets. */

@@ -277,6 +277,10 @@ describe("decideRequest() and whenEnded(): an HTTP request as the proxy reads it
     const code = (p: Promise<unknown>) => p.then(String, (e: unknown) => (e instanceof LimiterError ? e.code : e));
     expect(await code(limiter.decideRequest(env, req("/x", {})))).toBe("key_required");
     expect(await code(limiter.decideRequest(env, req("/a%2Fb")))).toBe("malformed_path");
+    // Without costs rules or routes the path decides nothing, and is checked all the same.
+    const plain = createLimiter({ ...perMinute(5), leases: false });
+    expect(await code(plain.decideRequest(env, req("/a%2Fb")))).toBe("malformed_path");
+    expect((await plain.decideRequest(env, req("/a/b?c=%2F", { "x-api-key": freshKey() })))?.allowed).toBe(true);
   });
 
   it("whenEnded releases a slot when the response has been read; a client that leaves releases it at once", async () => {

@@ -1,5 +1,6 @@
 // The edge's own answers: problem details, the refusal of a decision (429, or 503 when the limiter is
-// unavailable), the 401 challenge, and copying a decision's headers.
+// unavailable), the 401 challenge, and where a request's path is read from.
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { LimiterError } from "../../src/base/errors.ts";
 import type { LimitResult, RateLimitResult } from "../../src/client/result.ts";
@@ -7,10 +8,10 @@ import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig } from "../../src/config/types.ts";
 import {
   clientSignal,
-  copyHeaders,
   HttpError,
   httpErrorOf,
   normalizedPath,
+  pathnameOf,
   problem,
   problemFor,
   refusal,
@@ -213,7 +214,7 @@ describe("normalizedPath", () => {
   });
 });
 
-describe("httpErrorOf / problemFor / copyHeaders", () => {
+describe("httpErrorOf / problemFor", () => {
   it("each code's status and title; a Bearer challenge only on a 401 and only when Bearer keys are read", async () => {
     const of = (code: LimiterError["code"], bearer: boolean) => {
       const e = httpErrorOf(new LimiterError(code, "why"), bearer);
@@ -240,12 +241,6 @@ describe("httpErrorOf / problemFor / copyHeaders", () => {
       detail: "This API key matches no plan.",
     });
   });
-
-  it("copies every header, replacing what the target had", () => {
-    const to = new Headers({ ratelimit: "old", "x-keep": "1" });
-    copyHeaders(new Headers({ RateLimit: "new", "RateLimit-Policy": "p" }), to);
-    expect(Object.fromEntries(to)).toEqual({ ratelimit: "new", "ratelimit-policy": "p", "x-keep": "1" });
-  });
 });
 
 describe("clientSignal", () => {
@@ -257,5 +252,28 @@ describe("clientSignal", () => {
     client.abort();
     expect(signal?.aborted).toBe(true);
     expect(clientSignal({} as Request)).toBeNull();
+  });
+});
+
+describe("pathnameOf", () => {
+  it("reads what new URL(url).pathname reads from any request's url", () => {
+    fc.assert(
+      fc.property(fc.webUrl({ withQueryParameters: true, withFragments: true }), (u) => {
+        const url = new Request(u).url;
+        expect(pathnameOf(url)).toBe(new URL(url).pathname);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("cuts the path at its query or fragment, and parses what no runtime serialises", () => {
+    expect(pathnameOf("https://user:pw@example.com:8443/a/b%2Fc?x=/y#z")).toBe("/a/b%2Fc");
+    expect(pathnameOf("http://h/a#b?c")).toBe("/a");
+    expect(pathnameOf("http://h/?q#f")).toBe("/");
+    // Not serialised by a runtime: a query or fragment before any "/", no path at all, no "://".
+    expect(pathnameOf("http://h?x=/y")).toBe("/");
+    expect(pathnameOf("http://h#/y")).toBe("/");
+    expect(pathnameOf("http://h")).toBe("/");
+    expect(pathnameOf("mailto:a@b/c")).toBe("a@b/c");
   });
 });

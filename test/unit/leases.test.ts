@@ -298,6 +298,13 @@ describe("LeaseTable", () => {
     const burst = young([95, 990]);
     for (let t = 1001; t <= 1010; t++) burst.table.touch("k", limits, t, []);
     expect(burst.table.want(burst.e, 1010, sizing).lifetimeMs).toBe(1010);
+    // Watched for less than a second, a rate says too little to be trusted for 30 s, however far below: 20 requests in
+    // the key's first 95 ms ask for what they would spend in those 95 ms (the ring's slack, 31 ms, at the least).
+    const table0 = new LeaseTable();
+    let first = table0.touch("k", limits, 0, []);
+    table0.saw(first, answer([95, 990], 0));
+    for (let t = 5; t < 100; t += 5) first = table0.touch("k", limits, t, []);
+    expect(table0.want(first, 95, sizing).lifetimeMs).toBe(95);
     // Heading near a limit at its rate here, though the answer is far: 5 a second is 300 a minute, over half of 500.
     const tight = [
       { limit: 100, windowMs: 1000 },
@@ -308,6 +315,46 @@ describe("LeaseTable", () => {
     for (let t = 200; t <= 1000; t += 200) e = table.touch("k", tight, t, []);
     table.saw(e, answer([95, 495], 1000));
     expect(table.want(e, 1000, sizing)).toEqual({ units: 3, lifetimeMs: 1000, leadMs: 0 });
+    // The same when an operator's override set that tighter limit: heading near what the object decides against.
+    const overridden = young(null);
+    const applied: NamedLimit[] = [
+      { name: "per-second", limit: 100, windowMs: 1000, tickMs: 1 },
+      { name: "per-minute", limit: 500, windowMs: 60_000, tickMs: 1 },
+    ];
+    overridden.table.saw(overridden.e, { ...answer([95, 495], 1000), applied });
+    expect(overridden.table.want(overridden.e, 1000, sizing)).toEqual({ units: 3, lifetimeMs: 1000, leadMs: 0 });
+  });
+
+  it("reports the units it holds unspent per key, expired ones not yet given back included", () => {
+    const table = new LeaseTable();
+    const a = table.touch("a", SPECS, 0, []);
+    table.add(a, { lease: lease(5, 100, [100]), sentAt: 0, issuedAt: 0, limits: LIMITS });
+    table.add(a, { lease: lease(3, 1000, [1000]), sentAt: 0, issuedAt: 0, limits: LIMITS });
+    table.spend(a, 2, 10);
+    const b = table.touch("b", SPECS, 0, []);
+    table.add(b, { lease: lease(2, 100, [100]), sentAt: 0, issuedAt: 0, limits: LIMITS });
+    table.spend(b, 2, 10);
+    table.touch("c", SPECS, 0, []);
+    expect(table.unspent()).toEqual(new Map([["a", 6]]));
+    // Past the first lease's expiry its 3 unused units are still here, until the key's next call gives them back.
+    table.idle(500, []);
+    expect(table.unspent()).toEqual(new Map([["a", 6]]));
+    expect(table.settle(a, 500).reduce((n, x) => n + x.unused, 0)).toBe(3);
+    expect(table.unspent()).toEqual(new Map([["a", 3]]));
+  });
+
+  it("asks for no lease for a key too slow to use two units within 10 s here, however far below its limits", () => {
+    const limits = [{ limit: 1000, windowMs: 60_000 }];
+    const far = { limits: [{ remaining: 990, resetMs: 500, exceeded: false }], decidedAt: 0, sentAt: 0, applied: null };
+    const every = (gapMs: number) => {
+      const table = new LeaseTable();
+      let e = table.touch("k", limits, 0, []);
+      table.saw(e, far);
+      for (let t = gapMs; t <= 60_000; t += gapMs) e = table.touch("k", limits, t, []);
+      return table.want(e, 60_000, { lifetimeMs: 30_000, maxUnits: 1000, youngMs: 31 }).units;
+    };
+    expect(every(6000)).toBe(0); // about 1.2 requests in 10 s by the 10 s estimate
+    expect(every(3000)).toBe(6); // about 2.9: 0.8 of it over the whole 30 s
   });
 
   it("asks for no lease whose lifetime is under four recent round trips to the object", () => {

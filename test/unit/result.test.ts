@@ -10,6 +10,7 @@ import {
   joinHandles,
   type Outcome,
   resultOf,
+  setHeadersOf,
   UNAVAILABLE_RETRY_MS,
 } from "../../src/client/result.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
@@ -41,6 +42,10 @@ describe("resultOf", () => {
       "ratelimit-policy": '"per-minute";q=10;w=60',
       ratelimit: '"per-minute";r=7;t=2',
     });
+    // Straight onto a response's headers: the same fields, replacing old ones, the rest kept.
+    const onto = new Headers({ RateLimit: "old", "x-keep": "1" });
+    setHeadersOf(r, "draft-11", onto);
+    expect(Object.fromEntries(onto)).toEqual({ ...Object.fromEntries(headersOf(r, "draft-11")), "x-keep": "1" });
     const unknown = resultOf(c, {
       plan: plan(c),
       shown: plan(c).limits ?? [],

@@ -1,8 +1,9 @@
 // Young keys (docs/design.md, "Young keys"): many isolates meet a key, far below its limits, and lease for it from
 // their first requests; some vanish holding those leases (their units never used nor given back). Against the
 // in-memory object (test/support/store.ts, the real core deciding at one clock the test moves): never a window over
-// N, the units leased out (a vanished isolate's included) at most the documented share of the limits' headroom, and
-// once the stranded leases and their windows have passed the key has its whole limit again.
+// N, the units leased out (a vanished isolate's included) within half of the smallest limit (the object keeps them
+// within half of each limit's headroom when it grants), and once the stranded leases and their windows have passed
+// the key has its whole limit again.
 
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
@@ -11,7 +12,7 @@ import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
 import { LEASE_HEADROOM_SHARE } from "../../src/core/limits.ts";
 import type { Background } from "../../src/protocol.ts";
-import { Store, T0 } from "../support/store.ts";
+import { Store, setup, T0 } from "../support/store.ts";
 import { type Grant, sweepViolation } from "../support/window.ts";
 
 const LIMITS = [
@@ -97,10 +98,20 @@ function held(client: LimiterClient, key: string, now: number): number {
   return units;
 }
 
+/**
+ * Whether a client holds, unspent and valid at `now`, a lease for `key` living longer than the client had watched the
+ * key when it asked: one only a young key far below its limits gets (docs/design.md, "Young keys").
+ */
+function holdsLongLease(client: LimiterClient, key: string, now: number): boolean {
+  const e = client.leases.get(key);
+  if (!e) return false;
+  return e.held.some((h) => now < h.expiresAt && h.left > 0 && h.expiresAt - h.sentAt > 2 * (h.sentAt - e.firstSeen));
+}
+
 describe("young keys: isolates that vanish holding their first leases", () => {
   it("never a window over N; leased units within the headroom share; the whole limit back once they pass", async () => {
     const smallest = Math.min(...LIMITS.map((l) => l.limit));
-    let leasedYoung = 0;
+    let strandedLong = 0;
     await fc.assert(
       fc.asyncProperty(fc.array(stepArb, { minLength: 10, maxLength: 80 }), async (steps) => {
         const w = world();
@@ -113,13 +124,14 @@ describe("young keys: isolates that vanish holding their first leases", () => {
             // The store keeps a log per key and limits, as the object does.
             const log = [...w.store.logs].find(([id]) => id.startsWith(`${key}\u0000`))?.[1];
             if (!log) continue;
-            // Every unit leased out and not yet used at its record (the vanished isolates' included).
+            // Every unit leased out and not yet used at its record (the vanished isolates' included): within half of
+            // each limit's headroom when granted, so within half of the smallest limit.
             const ahead = Math.max(0, ...log.rings.map((r) => r.ahead(w.now())));
             expect(ahead).toBeLessThanOrEqual(LEASE_HEADROOM_SHARE * smallest);
             const stranded = w.vanished.reduce((n, c) => n + held(c, key, w.now()), 0);
             const live = w.isolates.reduce((n, c) => n + held(c, key, w.now()), 0);
             expect(stranded + live).toBeLessThanOrEqual(ahead);
-            if (stranded > 0) leasedYoung++;
+            if (w.vanished.some((c) => holdsLongLease(c, key, w.now()))) strandedLong++;
           }
         }
         for (const key of KEYS) expect(sweepViolation(w.uses.get(key) ?? [], LIMITS)).toBeNull();
@@ -134,7 +146,42 @@ describe("young keys: isolates that vanish holding their first leases", () => {
       }),
       { numRuns: 40 },
     );
-    // The runs did strand units in vanished isolates (the property is about them).
-    expect(leasedYoung).toBeGreaterThan(0);
+    // The runs did strand, in vanished isolates, leases living longer than their isolate had watched the key.
+    expect(strandedLong).toBeGreaterThan(0);
+  }, 60_000);
+});
+
+describe("young keys: what they cost", () => {
+  it("a key met fresh at a few requests a second costs its isolate about five object calls in its first 10 s", async () => {
+    // One isolate meets 200 keys, each 3.7 times a second in random order, for 10 s: the hono bench's young keys.
+    const t = setup({
+      limits: [
+        { limit: 100, window: "1s" },
+        { limit: 1000, window: "1m" },
+      ],
+    });
+    let seed = 0x9e3779b9;
+    const random = () => {
+      seed = (seed + 0x6d2b79f5) | 0;
+      let x = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+      x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
+      return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
+    };
+    const keys = 200;
+    const perMs = (keys * 3.7) / 1000;
+    let requests = 0;
+    for (let ms = 0; ms < 10_000; ms++) {
+      const n = Math.round(perMs * (ms + 1)) - Math.round(perMs * ms);
+      const sent = Array.from({ length: n }, () => t.limit(`key:y${Math.floor(random() * keys)}`));
+      for (const r of await Promise.all(sent)) expect(r.allowed).toBe(true);
+      requests += n;
+      await t.settle();
+      t.advance(1);
+    }
+    // The first request, a first lease of 4 units at the second, then leases of up to 24 (a quarter of 100) over the
+    // 30 s asked for: 4.8 calls a key here. Leases grown with the time watched cost 6.6.
+    const calls = t.store.calls.length;
+    expect(requests).toBe(7400);
+    expect(calls / keys).toBeLessThan(5.5);
   }, 60_000);
 });
