@@ -19,20 +19,32 @@ export async function object(name = crypto.randomUUID()) {
   const stub = env.LIMITER.getByName(name);
   let now = T0;
   let written = 0;
+  /** Every row written and alarm set, by what it is: `slot` (budget_slots), `meta`, another table's, `alarm`. */
+  const writes: string[] = [];
   const install = () =>
     runInDurableObject(stub, (instance: RateLimiter, state) => {
       instance.clock = () => now;
-      // Count the budget_slots rows every write statement reports written (the object holds this same SqlStorage).
+      // Count the rows every write statement reports written (the object holds this same SqlStorage), and the alarms.
       const sql = state.storage.sql;
       const exec = sql.exec.bind(sql);
       Object.defineProperty(sql, "exec", {
         configurable: true,
         value: (query: string, ...bindings: unknown[]) => {
           const cursor = exec(query, ...bindings);
-          if (/^\s*(INSERT|UPDATE|DELETE|REPLACE)\b/i.test(query) && /\bbudget_slots\b/.test(query)) {
-            written += cursor.rowsWritten;
+          if (/^\s*(INSERT|UPDATE|DELETE|REPLACE)\b/i.test(query)) {
+            const table = /\bbudget_slots\b/.test(query) ? "slot" : /\bmeta\b/.test(query) ? "meta" : "other";
+            if (table === "slot") written += cursor.rowsWritten;
+            for (let i = 0; i < cursor.rowsWritten; i++) writes.push(table);
           }
           return cursor;
+        },
+      });
+      const setAlarm = state.storage.setAlarm.bind(state.storage);
+      Object.defineProperty(state.storage, "setAlarm", {
+        configurable: true,
+        value: (...args: Parameters<typeof setAlarm>) => {
+          writes.push("alarm");
+          return setAlarm(...args);
         },
       });
     });
@@ -64,6 +76,11 @@ export async function object(name = crypto.randomUUID()) {
     at(t: number) {
       now = t;
     },
+    /**
+     * Every row written and alarm set since the last call, by what it is (`slot`, `meta`, `other`, `alarm`). The idle
+     * alarm's `deleteAll()` goes around `sql.exec`: what it deletes is not here.
+     */
+    writes: () => writes.splice(0),
     /** Grants rows the object wrote since the last call (as SQLite counts them: `cursor.rowsWritten`). */
     written() {
       const n = written;

@@ -5,13 +5,11 @@
 // idle alarm after an eviction) and sets the idle alarm; an alarm that finds the key still active re-arms once.
 // The idle alarm's `deleteAll()` goes around `sql.exec`: neither this count nor the bench's sees what it deletes.
 
-import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { env } from "cloudflare:workers";
+import { runDurableObjectAlarm } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { LimitSpec } from "../../src/core/index.ts";
-import type { RateLimiter } from "../../src/object/index.ts";
 import type { TakeAsk } from "../../src/protocol.ts";
-import { T0 } from "./object.ts";
+import { object, T0 } from "./object.ts";
 
 /** One ring: both limits tick by the millisecond. */
 const LIMITS: LimitSpec[] = [
@@ -24,51 +22,17 @@ const LIMITS: LimitSpec[] = [
  */
 const ASK: TakeAsk = { cost: 1, leaseUnits: 8, leaseMs: 2000, leaseLeadMs: 20, leaseFromLog: true, settle: [] };
 
-/** A fresh key's object whose rows written and alarms set are counted, at a clock the test sets. */
+/** A fresh key's object (test/durable/object.ts) counting its rows and alarms, asked as a rare key's isolate asks. */
 async function counted() {
-  const stub = env.LIMITER.getByName(crypto.randomUUID());
-  let now = T0;
-  const writes: string[] = [];
-  // The counters go on the instance: an eviction makes a new one, which gets them again.
-  const install = () =>
-    runInDurableObject(stub, (instance: RateLimiter, state) => {
-      instance.clock = () => now;
-      const sql = state.storage.sql;
-      const exec = sql.exec.bind(sql);
-      Object.defineProperty(sql, "exec", {
-        configurable: true,
-        value: (query: string, ...bindings: unknown[]) => {
-          const cursor = exec(query, ...bindings);
-          if (/^\s*(INSERT|UPDATE|DELETE|REPLACE)\b/i.test(query)) {
-            for (let i = 0; i < cursor.rowsWritten; i++) writes.push(query.includes("meta") ? "meta" : "slot");
-          }
-          return cursor;
-        },
-      });
-      const setAlarm = state.storage.setAlarm.bind(state.storage);
-      Object.defineProperty(state.storage, "setAlarm", {
-        configurable: true,
-        value: (t: number) => {
-          writes.push("alarm");
-          return setAlarm(t);
-        },
-      });
-    });
-  await install();
+  const o = await object();
   return {
-    stub,
-    at: (t: number) => {
-      now = t;
-    },
-    take: async () => (await stub.take(LIMITS, ASK)).allowed,
+    at: o.at,
+    evict: o.evict,
+    take: async () => (await o.take(LIMITS, ASK.cost, ASK)).allowed,
     /** What was written since the last look. */
-    written: () => writes.splice(0),
-    evict: async () => {
-      await evictDurableObject(stub);
-      await install();
-    },
-    alarmAt: () => runInDurableObject(stub, (_: RateLimiter, state) => state.storage.getAlarm()),
-    runAlarm: () => runDurableObjectAlarm(stub),
+    written: o.writes,
+    alarmAt: o.alarm,
+    runAlarm: () => runDurableObjectAlarm(o.stub),
   };
 }
 
