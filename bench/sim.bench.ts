@@ -293,6 +293,12 @@ function exactGrants(times: readonly number[]): number {
 
 const fmt = (n: number, d = 2) => (Number.isFinite(n) ? n.toFixed(d) : "-");
 
+/** The class of a key neither bursting nor at its limit, by its requests over the run. */
+function rateClass(requests: number): string {
+  const perSecond = requests / SECONDS;
+  return perSecond >= 5 ? "hot (≥ 5/s)" : perSecond >= 0.5 ? "ordinary (0.5–5/s)" : "rare (< 0.5/s)";
+}
+
 /**
  * `SIM_BOUND=1`: the fewest object calls per grant any design leasing per isolate could make on this run's arrivals
  * and churn, per class, without running it. Each isolate (a vanished one's replacement is a new isolate) calls a key's
@@ -330,8 +336,7 @@ function bound(plan: readonly Planned[], random: () => number): void {
   const classes = new Map<string, { grants: number; calls: number }>();
   for (const [key, k] of perKey) {
     if (key.startsWith("b_") || exactGrants(k.times) < k.times.length) continue;
-    const perSecond = k.times.length / SECONDS;
-    const name = perSecond >= 5 ? "hot (≥ 5/s)" : perSecond >= 0.5 ? "ordinary (0.5–5/s)" : "rare (< 0.5/s)";
+    const name = rateClass(k.times.length);
     const cl = classes.get(name) ?? { grants: 0, calls: 0 };
     classes.set(name, cl);
     cl.grants += k.times.length;
@@ -424,8 +429,7 @@ async function main(): Promise<void> {
     const classOf = (k: string, list: readonly Sent[], exact: number) => {
       if (k.startsWith("b_")) return "burst after quiet";
       if (exact < list.length) return "at the limit";
-      const perSecond = list.length / SECONDS;
-      return perSecond >= 5 ? "hot (≥ 5/s)" : perSecond >= 0.5 ? "ordinary (0.5–5/s)" : "rare (< 0.5/s)";
+      return rateClass(list.length);
     };
     for (const k of limited) {
       const list = byKey.get(k) as Sent[];

@@ -97,7 +97,11 @@ function burstRate(c: RateCounter): number {
 
 /** Whether at its recent rate here the key would use half of some limit within that limit's window. */
 export function headingNear(c: RateCounter, limits: readonly LimitSpec[], now: number): boolean {
-  const perMs = rate(c, now);
+  return nearAt(rate(c, now), limits);
+}
+
+/** Whether `perMs` requests a millisecond would use half of some limit within that limit's window. */
+function nearAt(perMs: number, limits: readonly LimitSpec[]): boolean {
   return limits.some((l) => 2 * perMs * l.windowMs >= l.limit);
 }
 
@@ -117,10 +121,11 @@ export interface AskBounds {
   /** The recent object round trip from this isolate (ms). */
   readonly rttMs: number;
   /**
-   * The key is far below every limit as this isolate last saw it (the object would grant a whole lease), and not
-   * heading near one at its rate here: its rate is trusted over the whole lifetime (docs/design.md, "Young keys").
+   * The limits the key is far below as this isolate last saw it (the object would grant a whole lease), those the
+   * object decided against; null (or absent) when it is not. Unless the key's rate here heads near one of them, the rate is
+   * trusted over the whole lifetime (docs/design.md, "Young keys").
    */
-  readonly far?: boolean;
+  readonly farBelow?: readonly LimitSpec[] | null;
 }
 
 /**
@@ -131,8 +136,8 @@ export interface AskBounds {
  * - Its spending time: at most `lifetimeMs` less the round trip it takes to arrive (`leadMs`). Unless the rate is
  *   trusted, also at most as long as this isolate has watched the key (at least `youngMs`): near a limit, or in a
  *   burst, a rate seen for 20 ms says little about the next 10 s, and units held unused are missing elsewhere.
- * - Trusted: the key is `far` below every limit, has been watched here for {@link TRUST_AFTER_MS}, and its 10 s
- *   estimate is at least its 100 ms one (no burst). The object bounds what all isolates hold to a share of the
+ * - Trusted: the key is far below every limit (`farBelow`) and not heading near one at its rate here, has been
+ *   watched here for {@link TRUST_AFTER_MS}, and its 10 s estimate is at least its 100 ms one (no burst). The object bounds what all isolates hold to a share of the
  *   headroom, and used units are settled at their use, so such a lease may live long.
  * - Its lifetime: `leadMs` plus the spending time.
  * - None (`units` 0) under {@link MIN_LEASE_UNITS}, or for a key too slow for {@link MIN_SPEND_RATE_MS}.
@@ -152,7 +157,7 @@ export function leaseToAsk(c: RateCounter, now: number, b: AskBounds): LeaseAsk 
   if (here * MIN_SPEND_RATE_MS < MIN_LEASE_UNITS) return NO_ASK;
   const perMs = ASK_SHARE * here;
   const watched = now - c.firstSeen;
-  const trusted = b.far === true && watched >= TRUST_AFTER_MS && steady >= burst;
+  const trusted = Boolean(b.farBelow && watched >= TRUST_AFTER_MS && steady >= burst && !nearAt(here, b.farBelow));
   const life = trusted ? lifetimeMs - leadMs : Math.min(lifetimeMs - leadMs, Math.max(b.youngMs, watched));
   const units = Math.floor(perMs * life);
   if (units < MIN_LEASE_UNITS) return NO_ASK;

@@ -29,15 +29,7 @@ import {
 } from "./held.ts";
 
 import { answered, callOut, join, type LeaseCall } from "./lease-calls.ts";
-import {
-  countRequest,
-  headingNear,
-  type LeaseAsk,
-  leaseToAsk,
-  NO_ASK,
-  refillDue,
-  sizedByObject,
-} from "./lease-sizing.ts";
+import { countRequest, type LeaseAsk, leaseToAsk, NO_ASK, refillDue, sizedByObject } from "./lease-sizing.ts";
 import { giveUp, IDLE_RETURN_MS, type KeySettlements, settleForCall, settleIdle } from "./settlement.ts";
 
 export type { HeldLease, KeyLeases, View } from "./held.ts";
@@ -277,9 +269,9 @@ export class LeaseTable {
   want(e: KeyLeases, now: number, sizing: LeaseSizing): LeaseAsk {
     const share = leaseShare(e, now);
     if (now < e.quietUntil || share === 0) return NO_ASK;
-    // The limits the object last decided against: an operator's override, else the plan's.
-    const far = share === 1 && e.view !== null && !headingNear(e, e.view.applied ?? e.limits, now);
-    return leaseToAsk(e, now, { youngMs: 0, ...sizing, rttMs: this.#rttMs, far });
+    // Far below the limits the object last decided against (an operator's override, else the plan's).
+    const farBelow = share === 1 && e.view !== null ? (e.view.applied ?? e.limits) : null;
+    return leaseToAsk(e, now, { youngMs: 0, ...sizing, rttMs: this.#rttMs, farBelow });
   }
 
   /** Whether the key has no rate of its own here yet: its lease is sized from the object's log. */
