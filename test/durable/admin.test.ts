@@ -18,7 +18,14 @@ describe("status", () => {
     expect(s.decision.limits).toEqual([{ remaining: 3, resetMs: 0, exceeded: false }]);
     expect(s.history).toMatchObject({ limit: 0, counts: new Array(10).fill(0), ahead: 0 });
     const stored = await o.stored();
-    expect(stored).toEqual({ tables: [], meta: [], alarm: null, size: (await untouched.stored()).size });
+    expect(stored).toEqual({
+      tables: [],
+      meta: [],
+      schema: null,
+      once: [],
+      alarm: null,
+      size: (await untouched.stored()).size,
+    });
     // …and after a restart, too (the constructor creates nothing either).
     await o.evict();
     await o.status();

@@ -199,21 +199,15 @@ describe("leases", () => {
     await o.evict();
     expect(await o.refund(perSecond, "g1", d.recordedAt ?? [], 2)).toBe(false);
     expect((await o.peek(perSecond)).limits[0]?.remaining).toBe(2);
-    const refunds = () =>
-      runInDurableObject(o.stub, (_: RateLimiter, state) =>
-        state.storage.sql
-          .exec<{ k: string }>("SELECT k FROM meta WHERE k LIKE 'refund:%'")
-          .toArray()
-          .map((r) => r.k),
-      );
-    expect(await refunds()).toEqual(["refund:g1"]);
+    const refunds = async () => (await o.stored()).once.filter((r) => r.kind === "refund").map((r) => r.id);
+    expect(await refunds()).toEqual(["g1"]);
     // A window later the first id's grant counts nowhere any more: the alarm forgets it, and keeps the second's.
     o.at(T0 + 1000);
     const e = await o.take(perSecond, 1);
     expect(await o.refund(perSecond, "g2", e.recordedAt ?? [], 1)).toBe(true);
-    expect(await refunds()).toEqual(["refund:g1", "refund:g2"]);
+    expect(await refunds()).toEqual(["g1", "g2"]);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
-    expect(await refunds()).toEqual(["refund:g2"]);
+    expect(await refunds()).toEqual(["g2"]);
     // Called on the instance: the test pool's RPC wrapper reports a rejected RPC call as unhandled.
     await runInDurableObject(o.stub, async (instance: RateLimiter) => {
       for (const id of ["", "x".repeat(129), 7]) {
@@ -241,8 +235,8 @@ describe("leases", () => {
     await o.evict();
     expect(await o.refund(perSecond, "g2", e.recordedAt ?? [], 1)).toBe(true);
     expect((await o.peek(perSecond)).limits[0]?.remaining).toBe(3);
-    const ids = async () => (await o.stored()).meta.map((r) => String(r.k)).filter((k) => k.startsWith("refund:"));
-    expect(await ids()).toEqual(["refund:g1", "refund:g2"]);
+    const ids = async () => (await o.stored()).once.filter((r) => r.kind === "refund").map((r) => r.id);
+    expect(await ids()).toEqual(["g1", "g2"]);
     expect(await o.alarm()).not.toBeNull();
   });
 

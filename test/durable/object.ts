@@ -119,12 +119,21 @@ export async function object(name = crypto.randomUUID()) {
       runInDurableObject(stub, async (_: RateLimiter, state) => {
         const sql = state.storage.sql;
         const tables = sql.exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table'").toArray();
-        const meta = tables.some((t) => t.name === "meta")
-          ? sql.exec("SELECT k, v FROM meta ORDER BY k").toArray()
+        const has = (name: string) => tables.some((t) => t.name === name);
+        const meta = has("meta")
+          ? sql.exec<{ k: string; v: string }>("SELECT k, v FROM meta ORDER BY k").toArray()
+          : [];
+        const once = has("once_ids")
+          ? sql.exec("SELECT kind, id, forget_at FROM once_ids ORDER BY kind, id").toArray()
           : [];
         return {
           tables: tables.map((t) => t.name),
-          meta,
+          /** The `meta` rows but the schema's version. */
+          meta: meta.filter((r) => r.k !== "schema"),
+          /** The schema version stamped with the key's first table (null: no tables). */
+          schema: meta.find((r) => r.k === "schema")?.v ?? null,
+          /** Ids of refunds and top-ups kept (once.ts). */
+          once,
           alarm: await state.storage.getAlarm(),
           size: sql.databaseSize,
         };

@@ -1,0 +1,78 @@
+/**
+ * @module Everything one key stores, store by store (docs/design.md, "Architecture"), opened at the current schema:
+ * the budgets' logs, the controls (block, penalty, override), the meters (quotas and credits), usage, concurrency
+ * slots and once-only ids. It answers when the key next needs waking and forgets what has stopped counting.
+ */
+
+import { Budgets } from "./budgets.ts";
+import { Controls } from "./controls.ts";
+import { SlotStore } from "./inflight.ts";
+import type { Meta } from "./meta.ts";
+import { MeterStore } from "./meters.ts";
+import { OnceIds } from "./once.ts";
+import { openStorage } from "./schema.ts";
+import type { Db } from "./sql.ts";
+import { UsageStore } from "./usage.ts";
+
+export class KeyStores {
+  readonly db: Db;
+  readonly meta: Meta;
+  readonly budgets: Budgets;
+  readonly controls: Controls;
+  readonly meters: MeterStore;
+  readonly usage: UsageStore;
+  readonly slots: SlotStore;
+  readonly once: OnceIds;
+
+  /** @param clock the object's clock (ms) */
+  constructor(storage: DurableObjectStorage, clock: () => number) {
+    const { db, meta } = openStorage(storage);
+    this.db = db;
+    this.meta = meta;
+    this.budgets = new Budgets(db, meta, clock);
+    this.controls = new Controls(meta);
+    this.meters = new MeterStore(meta);
+    this.usage = new UsageStore(db, meta);
+    this.slots = new SlotStore(db);
+    this.once = new OnceIds(db);
+  }
+
+  /** When nothing stored counts any more: the grants' last window, the controls, the quotas' periods, the slots. */
+  idleAt(): number {
+    return Math.max(this.budgets.idleAt(), this.controls.idleAt(), this.meters.quotasEnd(), this.slots.idleAt());
+  }
+
+  /**
+   * The idle alarm at `now`: drops usage past retention; once nothing counts any more, forgets the key's state — all
+   * of it, or all but what outlives idleness (a credit balance, usage within retention, once-only ids still kept).
+   * Returns when it next needs waking (null: never; +∞ while an override without expiry keeps the state).
+   */
+  async sweep(now: number): Promise<number | null> {
+    const pruneAt = this.usage.prune(now);
+    const idleAt = this.idleAt();
+    if (idleAt > now) {
+      this.once.forget(now);
+      return Math.min(idleAt, pruneAt ?? Number.POSITIVE_INFINITY);
+    }
+    if (!this.meters.hasCredits() && pruneAt === null) {
+      this.#forget(false);
+      this.usage.drop();
+      await this.db.deleteAll();
+      return null;
+    }
+    this.db.transaction(() => {
+      this.#forget(true);
+      this.once.forget(now);
+    });
+    return pruneAt;
+  }
+
+  /** Forgets the idle state in memory, and its rows when `rows`. */
+  #forget(rows: boolean): void {
+    if (rows) this.budgets.clear();
+    else this.budgets.drop();
+    this.controls.clear(rows);
+    this.meters.clear(rows);
+    this.slots.clear(rows);
+  }
+}

@@ -1,0 +1,91 @@
+/**
+ * @module The object's one way into its SQLite storage: a small helper over `SqlStorage` that knows which tables exist
+ * (read once when the object loads) and creates a store's table on the store's first write, so a key nobody wrote to
+ * stores nothing. Each table belongs to one store module (docs/design.md, "Architecture"), which alone names it.
+ */
+
+/** A row's values as SQLite binds them. */
+type Binding = string | number | null;
+
+export class Db {
+  readonly #storage: DurableObjectStorage;
+  readonly #sql: SqlStorage;
+  readonly #tables = new Set<string>();
+  readonly #onFirstTable: (db: Db) => void;
+
+  /**
+   * @param onFirstTable called once the first table of an empty database exists (the schema stamps its version)
+   */
+  constructor(storage: DurableObjectStorage, onFirstTable: (db: Db) => void) {
+    this.#storage = storage;
+    this.#sql = storage.sql;
+    this.#onFirstTable = onFirstTable;
+    const names = this.all<{ name: string }>(
+      "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_cf\\_%' ESCAPE '\\'",
+    );
+    for (const { name } of names) this.#tables.add(name);
+  }
+
+  /** Whether the key stores anything at all. */
+  get empty(): boolean {
+    return this.#tables.size === 0;
+  }
+
+  /** Whether `table` exists. */
+  has(table: string): boolean {
+    return this.#tables.has(table);
+  }
+
+  /** Creates `table` with `ddl` unless it exists (a store's first write). */
+  ensure(table: string, ddl: string): void {
+    if (this.#tables.has(table)) return;
+    const first = this.#tables.size === 0;
+    this.#sql.exec(ddl);
+    this.#tables.add(table);
+    if (first) this.#onFirstTable(this);
+  }
+
+  /** Drops `table` if it exists. */
+  drop(table: string): void {
+    if (!this.#tables.delete(table)) return;
+    this.#sql.exec(`DROP TABLE IF EXISTS ${table}`);
+  }
+
+  /** Runs a statement that returns nothing. */
+  run(query: string, ...bindings: Binding[]): void {
+    this.#sql.exec(query, ...bindings);
+  }
+
+  /** Every row a query returns. */
+  all<T extends Record<string, SqlStorageValue>>(query: string, ...bindings: Binding[]): T[] {
+    return this.#sql.exec<T>(query, ...bindings).toArray();
+  }
+
+  /** The first row a query returns, if any. */
+  first<T extends Record<string, SqlStorageValue>>(query: string, ...bindings: Binding[]): T | undefined {
+    return this.all<T>(query, ...bindings)[0];
+  }
+
+  /** Runs `fn` in one transaction. */
+  transaction<T>(fn: () => T): T {
+    return this.#storage.transactionSync(fn);
+  }
+
+  /** Deletes everything the key stores (tables, rows and alarm). */
+  async deleteAll(): Promise<void> {
+    await this.#storage.deleteAll();
+    this.#tables.clear();
+  }
+}
+
+/**
+ * Runs `fn`, turning a synchronous throw into a rejection, as from an async method: an RPC method that answers at once
+ * when it can rejects on invalid input.
+ */
+export function rejecting<T>(fn: () => T | Promise<T>): T | Promise<T> {
+  try {
+    return fn();
+  } catch (e) {
+    return Promise.reject(e);
+  }
+}
