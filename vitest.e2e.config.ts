@@ -6,6 +6,8 @@ export default defineConfig({
     name: "e2e",
     environment: "node",
     include: ["test/e2e/**/*.test.ts"],
+    // Quiet while tests pass, as `npm test`: what a test logs (its judged figures) is shown only when it fails.
+    silent: "passed-only",
     // Each file starts its own wrangler dev; one at a time on a 2-core machine.
     fileParallelism: false,
     testTimeout: 120_000,

@@ -1,5 +1,6 @@
 // The documentation's links: every relative link in README.md, docs/, CONTRIBUTING.md and BENCHMARKS.md names a file
-// that exists and, with a #fragment, a heading of that file (GitHub's anchors). The README stays a front door.
+// that exists and, with a #fragment, a heading of that file (GitHub's anchors). The README stays a front door;
+// BENCHMARKS.md stays short and holds every figure the README quotes.
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, normalize } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -60,6 +61,19 @@ describe("documentation links", () => {
       "in-your-worker-createlimiter-and-ratelimit",
     );
     expect(anchor("`RATE_LIMIT` settings")).toBe("rate_limit-settings");
+  });
+
+  it("BENCHMARKS.md holds current figures only: at most 300 lines, and every figure the README quotes", () => {
+    const benchmarks = readFileSync("BENCHMARKS.md", "utf8");
+    expect(benchmarks.split("\n").length).toBeLessThanOrEqual(300);
+    const readme = readFileSync("README.md", "utf8");
+    const section = readme.slice(
+      readme.indexOf("## Benchmarks"),
+      readme.indexOf("\n## ", readme.indexOf("## Benchmarks") + 1),
+    );
+    const figures = [...section.matchAll(/\d+\.\d+/g)].map((m) => m[0]);
+    expect(figures.length).toBeGreaterThan(10);
+    expect(figures.filter((f) => !benchmarks.includes(f))).toEqual([]);
   });
 
   it("the README is a front door: at most 300 lines, with a map of docs/", () => {
