@@ -5,7 +5,7 @@
 // class in `exports` — and driven over HTTP.
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import { cp, writeFile } from "node:fs/promises";
+import { cp, mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -109,6 +109,65 @@ describe("examples/hono-app: the hono middleware from the packed package", () =>
     for (let i = 0; i < 3; i++) expect((await get("/api/fail", key)).status).toBe(500);
     const next = await get("/api/hello", key);
     expect(await next.json()).toMatchObject({ remaining: 4 });
+  });
+});
+
+/** A fenced block of README's "### Inside your Worker or hono app" section, by language, the first of its kind. */
+function quickStartBlock(lang: "sh" | "toml"): string {
+  const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+  const start = readme.indexOf("### Inside your Worker or hono app");
+  const section = readme.slice(start, readme.indexOf("\n### ", start + 1));
+  return section.match(new RegExp(`\`\`\`${lang}\n([\\s\\S]*?)\`\`\``))?.[1] ?? "";
+}
+
+describe("README's library quick start, run as written in a new project (the package from its tarball)", () => {
+  let app: Limiter;
+  beforeAll(async () => {
+    const dir = join(temp.path, "readme-app");
+    await mkdir(join(dir, "src"), { recursive: true });
+    const env = {
+      ...process.env,
+      npm_config_prefer_offline: "true",
+      npm_config_audit: "false",
+      npm_config_fund: "false",
+    };
+    const sh = (line: string) => run("sh", ["-c", line], { cwd: dir, env, maxBuffer: 32 << 20 });
+    await sh("npm init -y");
+    // Each command line as written; the package name in the first is the packed tarball here.
+    const lines = quickStartBlock("sh")
+      .split("\n")
+      .map((l) => l.replace(/\s+#.*$/, "").trim())
+      .filter((l) => l.length > 0);
+    expect(lines[0]).toMatch(/^npm install strict-edge-rate-limiter hono$/);
+    for (const line of lines)
+      await sh(line.replace(/^npm install strict-edge-rate-limiter /, `npm install ${tarball} `));
+    const [hono] = quickStart();
+    await writeFile(join(dir, "src/index.ts"), hono as string);
+    await writeFile(
+      join(dir, "wrangler.toml"),
+      `name = "readme-app"\nmain = "src/index.ts"\ncompatibility_date = "2026-11-17"\n\n${quickStartBlock("toml")}`,
+    );
+    await sh("npx wrangler types");
+    app = await startLimiter({
+      persistTo: join(dir, ".state"),
+      config: "wrangler.toml",
+      project: { dir, wrangler: join(dir, "node_modules/.bin/wrangler") },
+    });
+  }, 600_000);
+  afterAll(async () => {
+    await app?.stop();
+  });
+
+  it("installs what it runs (wrangler from the project), and the hono app limits: 10 a minute, then 429", async () => {
+    const key = crypto.randomUUID();
+    const get = () => fetch(`${app.url}/api/hello`, { headers: { "x-api-key": key } });
+    const first = await get();
+    expect(first.status).toBe(200);
+    expect(await first.json()).toEqual({ remaining: 9 });
+    expect(first.headers.get("RateLimit")).toBe('"per-minute";r=9;t=60');
+    for (let i = 0; i < 9; i++) expect((await get()).status).toBe(200);
+    await problemOf(await get(), 429);
+    await problemOf(await fetch(`${app.url}/api/hello`), 401);
   });
 });
 
