@@ -488,8 +488,12 @@ export function createLimiter(options: LimiterOptions): Limiter {
     limit: (env, key, options = {}) => decide(env, key, options, false),
     acquire: (env, key, options = {}) => decide(env, key, options, true),
     release: (env, result) => pipeline.release(namespace(env), result),
-    decideRequest: (env, request, options = {}) =>
-      pipeline.decideRequest(env, namespace(env), request, { ...options, ctx: bgOf(options.ctx) }),
+    decideRequest: (env, request, { key, cost, ctx } = {}) =>
+      pipeline.decideRequest(env, namespace(env), request, {
+        ...(key === undefined ? {} : { key }),
+        ...(cost === undefined ? {} : { cost }),
+        ctx: bgOf(ctx),
+      }),
     whenEnded: (env, result, response, ctx) => pipeline.sent(namespace(env), result, response, bgOf(ctx)),
     headers: (result) => pipeline.headers(result),
     setHeaders: (result, target) => pipeline.setHeaders(result, target),
