@@ -14,7 +14,7 @@ import { type Config, ConfigError } from "../config/types.ts";
 import type { RateLimiter } from "../object/index.ts";
 import { HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
 import { type DecisionObserver, Pipeline } from "../pipeline/index.ts";
-import { handleAdmin, isAdminRequest } from "./admin.ts";
+import { handleAdmin, isAdminRequest } from "./admin/index.ts";
 import { corsFor, isPreflight, withCors } from "./cors.ts";
 import { forward, type OriginFetcher } from "./forward.ts";
 import { objectsOf } from "./objects.ts";
