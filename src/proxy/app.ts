@@ -96,7 +96,7 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
     try {
       const url = new URL(request.url);
       const path = normalized(url.pathname, config);
-      if (env.ADMIN_TOKEN && (await isAdminRequest(request, path.match, env, config))) {
+      if (isAdminRequest(request, path.match, env, config)) {
         return await handleAdmin(request, path.match, env, config, {
           forget: (name) => pipeline.client.forget(objectsOf(env, config), name, hooks),
           now,

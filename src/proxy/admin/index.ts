@@ -12,13 +12,12 @@ import { parseLimits } from "../../config/parse.ts";
 import { type Config, ConfigError, type Limit } from "../../config/types.ts";
 import type { KeyStatus, RateLimiter } from "../../object/index.ts";
 import { HttpError, problem } from "../../pipeline/http.ts";
-import { BEARER } from "../../pipeline/key.ts";
 import { objectsOf } from "../objects.ts";
 import { topUp, usageOf } from "./billing.ts";
 import { bad, notAllowed, readBody, subjectOf, unknownFields, when } from "./body.ts";
 import { page } from "./page.ts";
 import { iso, json, limitJson, statusJson } from "./status.ts";
-import { authorized } from "./token.ts";
+import { authorized, tokenCarrier } from "./token.ts";
 
 /** The bindings the admin API reads. */
 export interface AdminEnv {
@@ -39,15 +38,14 @@ export interface AdminContext {
 export const HISTORY_BUCKETS = 60;
 
 /**
- * Whether the admin API answers `request`: only while `ADMIN_TOKEN` is set, for a path under
- * `admin.path`, or for any request that carries the admin token (it is never proxied, whatever its
- * path: a near-miss of the admin path must not send the token to the origin). `path` is the
- * request's normalised path (src/base/path.ts).
+ * Whether the admin API answers `request`: only while `ADMIN_TOKEN` is set, for a path under `admin.path`, or for any
+ * request that carries the admin token anywhere ({@link tokenCarrier}: a header, a query parameter) — it is never
+ * proxied, whatever its path, so the token never reaches the origin. `path` is the request's normalised path
+ * (src/base/path.ts).
  */
-export async function isAdminRequest(request: Request, path: string, env: AdminEnv, config: Config): Promise<boolean> {
+export function isAdminRequest(request: Request, path: string, env: AdminEnv, config: Config): boolean {
   if (!env.ADMIN_TOKEN) return false;
-  if (path.startsWith(config.admin.path)) return true;
-  return BEARER.test(request.headers.get("authorization") ?? "") && (await authorized(request, env.ADMIN_TOKEN));
+  return path.startsWith(config.admin.path) || tokenCarrier(request, env.ADMIN_TOKEN) !== null;
 }
 
 type Action = "status" | "reset" | "block" | "unblock" | "override" | "override/delete" | "credits" | "usage";
@@ -86,10 +84,12 @@ export async function handleAdmin(
   const sub = path.slice(config.admin.path.length);
   try {
     if (!path.startsWith(config.admin.path)) {
-      logEvent("admin_token_elsewhere", { path: path.slice(0, 64) }, "warn");
+      // The token is recognised, so not 401 (which asks for credentials); it is simply not for this path.
+      const carrier = tokenCarrier(request, env.ADMIN_TOKEN ?? "") ?? "unknown";
+      logEvent("admin_token_elsewhere", { path: path.slice(0, 64), in: carrier.slice(0, 64) }, "warn");
       throw new HttpError(
-        404,
-        "Not Found",
+        403,
+        "Forbidden",
         `This request carries the admin token, so it is never proxied; the admin API lives under ${config.admin.path}.`,
       );
     }
