@@ -1,6 +1,6 @@
 // The floors of src/ (npm run lint), every arrow pointing down: base/ (imports nothing) and core/ (pure) at the
 // bottom; config/ and protocol.ts on them; client/ and object/ side by side above; pipeline/ above the client; the
-// adapters (index.ts, hono.ts on the public API alone, proxy/) on top. No import cycles anywhere.
+// adapters (index.ts over library/, hono.ts on the public API alone, proxy/) on top. No import cycles anywhere.
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
   forbidden: [
@@ -59,6 +59,13 @@ module.exports = {
       severity: "error",
       from: { path: "^src/protocol[.]ts$" },
       to: { path: "^src/", pathNot: "^src/core/" },
+    },
+    {
+      name: "library-below-its-entry",
+      comment: "The library (src/library/: settings, the Limiter, createLimiter) sits under src/index.ts and beside the other adapters: it imports none of them.",
+      severity: "error",
+      from: { path: "^src/library/" },
+      to: { path: "^src/(index[.]ts$|hono[.]ts$|proxy/)" },
     },
     {
       name: "hono-on-the-public-api",

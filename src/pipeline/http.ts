@@ -184,6 +184,17 @@ export function normalized(pathname: string, config: LimiterConfig): NormalPath 
 }
 
 /**
+ * Whether `request` opens a WebSocket: a `GET` whose `Upgrade` field is `websocket` (any case; RFC 6455 §4.1 — the
+ * handshake is a `GET`, and `Upgrade` names the one protocol, as workerd reads it). The one check every adapter
+ * makes: such a request's concurrency slot is its socket's (held until the socket closes), and the proxy sends it on
+ * as a handshake. A request of any other method with that field is an ordinary request (the proxy drops `Upgrade`,
+ * a hop-by-hop field, before forwarding it).
+ */
+export function isWebSocketUpgrade(request: Request): boolean {
+  return request.method === "GET" && request.headers.get("upgrade")?.trim().toLowerCase() === "websocket";
+}
+
+/**
  * The signal that aborts when the client of `request` goes away: workerd's `request.signal` under the compatibility
  * flag `enable_request_signal` (without it, or outside workerd, a signal that never aborts, or none).
  */

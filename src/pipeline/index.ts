@@ -20,7 +20,7 @@ import {
   type Plan,
   type Route,
 } from "../config/types.ts";
-import { clientSignal, normalizedPath, pathnameOf } from "./http.ts";
+import { clientSignal, isWebSocketUpgrade, normalizedPath, pathnameOf } from "./http.ts";
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { untilEnd } from "./response-end.ts";
 import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
@@ -71,6 +71,14 @@ export interface RequestOptions {
   readonly cost?: number | (() => Maybe<number>);
   /** The runtime's `ExecutionContext` (or anything with `waitUntil`). */
   readonly ctx?: Background;
+}
+
+/** What an adapter adds to {@link RequestOptions} (the proxy): what it has already read, and an observer. */
+export interface AdapterOptions extends RequestOptions {
+  /** The request's normalised path as rules match it, when the adapter has normalised it already. */
+  readonly path?: string;
+  /** Called with the decision and its key's object name before the answer is built. */
+  readonly observe?: DecisionObserver;
 }
 
 /** A request's decision and the identity it was made for (what a refund needs). */
@@ -158,7 +166,7 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    * Decides an HTTP request as the proxy and the middleware do: its key read as the `key` setting says (or
    * `options.key`), its address from `CF-Connecting-IP`, its cost and route by its method and path; a granted
    * request's concurrency slot is released at once when the client goes away (`request.signal`; not for a
-   * WebSocket upgrade, whose slot is its socket's). Null when it costs nothing.
+   * WebSocket upgrade, {@link isWebSocketUpgrade}, whose slot is its socket's). Null when it costs nothing.
    *
    * @throws LimiterError for a request without a usable key or client address, or a path the normaliser refuses
    */
@@ -166,26 +174,28 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     env: object,
     ns: LimiterNamespace,
     request: Request,
-    options: RequestOptions = {},
+    options: AdapterOptions = {},
   ): Promise<RateLimitResult | null> {
-    const { key, cost, ctx: bg = {} } = options;
-    const decided = await this.decide(env, ns, {
-      key: key ?? (() => readKey(request, this.config.key)),
-      ip: request.headers.get("cf-connecting-ip"),
-      ...(cost === undefined ? {} : { cost }),
-      method: request.method,
-      path: () => normalizedPath(pathnameOf(request.url), this.config),
-      bg,
-      inFlight: true,
-    });
+    const { key, cost, ctx: bg = {}, path, observe } = options;
+    const decided = await this.decide(
+      env,
+      ns,
+      {
+        key: key ?? (() => readKey(request, this.config.key)),
+        ip: request.headers.get("cf-connecting-ip"),
+        ...(cost === undefined ? {} : { cost }),
+        method: request.method,
+        path: path === undefined ? () => normalizedPath(pathnameOf(request.url), this.config) : () => path,
+        bg,
+        inFlight: true,
+      },
+      observe,
+    );
     if (!decided) return null;
     const { result } = decided;
     // Only a request holding a concurrency slot has anything to release (reading `request.signal` makes an
     // AbortSignal, for every request).
-    if (
-      this.client.holdsSlot(result.handle?.slot ?? null) &&
-      request.headers.get("upgrade")?.toLowerCase() !== "websocket"
-    )
+    if (this.client.holdsSlot(result.handle?.slot ?? null) && !isWebSocketUpgrade(request))
       this.releaseOnAbort(ns, result, clientSignal(request), bg);
     return result;
   }

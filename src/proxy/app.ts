@@ -12,12 +12,11 @@ import { errorName } from "../client/policy.ts";
 import { parseConfig } from "../config/parse.ts";
 import { type Config, ConfigError } from "../config/types.ts";
 import type { RateLimiter } from "../object/index.ts";
-import { clientSignal, HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
+import { HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
 import { type DecisionObserver, Pipeline } from "../pipeline/index.ts";
-import { readKey } from "../pipeline/key.ts";
-import { handleAdmin, isAdminRequest } from "./admin.ts";
+import { handleAdmin, isAdminRequest } from "./admin/index.ts";
 import { corsFor, isPreflight, withCors } from "./cors.ts";
-import { forward, isWebSocketUpgrade, type OriginFetcher } from "./forward.ts";
+import { forward, type OriginFetcher } from "./forward.ts";
 import { objectsOf } from "./objects.ts";
 
 /**
@@ -97,7 +96,7 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
     try {
       const url = new URL(request.url);
       const path = normalized(url.pathname, config);
-      if (env.ADMIN_TOKEN && (await isAdminRequest(request, path.match, env, config))) {
+      if (isAdminRequest(request, path.match, env, config)) {
         return await handleAdmin(request, path.match, env, config, {
           forget: (name) => pipeline.client.forget(objectsOf(env, config), name, hooks),
           now,
@@ -161,24 +160,15 @@ async function limitAndForward(
   ) {
     throw new HttpError(400, "Bad Request", `A ${request.method} request cannot carry a body; send it without one.`);
   }
-  const decided = await pipeline.decide(
-    env,
-    ns,
-    {
-      key: () => readKey(request, config.key),
-      ip: request.headers.get("cf-connecting-ip"),
-      method: request.method,
-      path: () => path.match,
-      bg: hooks,
-      inFlight: true,
-    },
-    hooks.onDecision,
-  );
-  if (!decided) return answer(await forward(request, config, send, url, path.path), false);
-  const { result } = decided;
+  // The pipeline's one path, as the library and the middleware take it, with the path normalised above (the rules
+  // match it, and it is what is forwarded) and the proxy's observer.
+  const result = await pipeline.decideRequest(env, ns, request, {
+    path: path.match,
+    ctx: hooks,
+    ...(hooks.onDecision ? { observe: hooks.onDecision } : {}),
+  });
+  if (!result) return answer(await forward(request, config, send, url, path.path), false);
   if (!result.allowed) return answer(refusal(result, config.headers), true);
-  // A WebSocket's slot is its socket's: held until the socket closes (the relay frees it), whatever the request's signal.
-  if (!isWebSocketUpgrade(request)) pipeline.releaseOnAbort(ns, result, clientSignal(request), hooks);
   let response: Response;
   try {
     response = await forward(request, config, send, url, path.path);

@@ -6,7 +6,7 @@
 
 import { errorName, withDeadline } from "../client/policy.ts";
 import type { Config } from "../config/types.ts";
-import { clientSignal, problem } from "../pipeline/http.ts";
+import { clientSignal, isWebSocketUpgrade, problem } from "../pipeline/http.ts";
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded in either direction. */
 const HOP_BY_HOP = [
@@ -25,14 +25,6 @@ function dropHopByHop(headers: Headers): void {
   const listed = headers.get("connection");
   if (listed) for (const name of listed.split(",")) headers.delete(name.trim());
   for (const name of HOP_BY_HOP) headers.delete(name);
-}
-
-/**
- * A WebSocket handshake (`GET` with `Upgrade: websocket`): proxied as one, the origin's `101` returned
- * with its socket (the Worker relays the frames both ways while the socket is open).
- */
-export function isWebSocketUpgrade(request: Request): boolean {
-  return request.method === "GET" && request.headers.get("upgrade")?.trim().toLowerCase() === "websocket";
 }
 
 /** Where allowed requests go: a service binding when present, else the public fetch. */
@@ -61,7 +53,8 @@ export async function forward(
   const headers = new Headers(request.headers);
   dropHopByHop(headers);
   headers.delete("host");
-  // The one hop-by-hop field that must go on: workerd's fetch opens a WebSocket when it carries it.
+  // The one hop-by-hop field that must go on, for a handshake only: workerd's fetch opens a WebSocket (a GET, its
+  // body dropped) whatever the method when it carries it. The origin's `101` comes back with its socket.
   if (isWebSocketUpgrade(request)) headers.set("upgrade", "websocket");
   const clientIp = request.headers.get("cf-connecting-ip");
   if (clientIp) {

@@ -5,10 +5,11 @@ import { env } from "cloudflare:workers";
 import { Hono } from "hono";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { keyId } from "../../src/base/log.ts";
+import type { LimitSpec } from "../../src/core/limits.ts";
 import { type RateLimitVariables, rateLimit } from "../../src/hono.ts";
 import * as root from "../../src/index.ts";
 import { createLimiter } from "../../src/index.ts";
-import { envWith, freshKey, handle, request } from "./helpers.ts";
+import { background, envWith, freshKey, handle, request } from "./helpers.ts";
 
 const SETTINGS = {
   limits: [{ limit: 2, window: "1m" }],
@@ -135,6 +136,80 @@ describe("one pipeline, three adapters", () => {
       );
     expect(exact(traces.middleware as Trace[])).toEqual(exact(proxy));
     expect(exact(traces.library as Trace[])).toEqual(exact(proxy));
+  });
+});
+
+describe("one WebSocket rule for every adapter", () => {
+  const minute: LimitSpec[] = [{ limit: 100, windowMs: 60_000, tickMs: 1 }];
+  /** Requests holding a slot of `key` now, as its object says (every adapter here names it `key:<key>`). */
+  const inFlight = async (key: string) => (await env.LIMITER.getByName(`key:${key}`).status(minute, 1)).inFlight;
+  const SETTINGS = { limits: [{ limit: 100, window: "1m" }], concurrency: 1, leases: false } as const;
+  /** The library's and the middleware's, named as the proxy names its objects. */
+  const SLOT = { ...SETTINGS, name: null };
+  const headers = (key: string) => ({ "x-api-key": key, upgrade: "websocket", "sec-websocket-version": "13" });
+
+  /**
+   * Starts one request of `method` with `Upgrade: websocket` through `adapter`, its client leaving while it is still
+   * unanswered: the slots held while it was in flight, and once the client had left.
+   */
+  async function leaving(adapter: "proxy" | "middleware" | "library", method: string): Promise<[number, number]> {
+    const key = freshKey();
+    const client = new AbortController();
+    const init = { method, headers: headers(key), signal: client.signal };
+    const pending: Promise<unknown>[] = [];
+    const ctx = { waitUntil: (p: Promise<unknown>) => void pending.push(p), passThroughOnException() {}, props: {} };
+    let finish: () => void = () => {};
+    const unanswered = new Promise<void>((r) => {
+      finish = r;
+    });
+    let done: Promise<unknown>;
+    if (adapter === "proxy") {
+      // The origin never answers `hang`: only the client's leaving ends it.
+      const h = background();
+      done = handle(request(key, "/__special/hang", init), envWith(SETTINGS), h).then(() => h.settled());
+    } else if (adapter === "middleware") {
+      const app = new Hono<{ Variables: RateLimitVariables }>();
+      app.use("*", rateLimit(SLOT));
+      app.all("*", async (c) => {
+        await unanswered;
+        return c.text("late");
+      });
+      done = Promise.resolve(app.request("/stream", init, { LIMITER: env.LIMITER }, ctx));
+    } else {
+      const limiter = createLimiter(SLOT);
+      done = limiter.decideRequest(env, new Request("https://api.example/stream", init), { ctx });
+      await done;
+    }
+    await expect.poll(() => inFlight(key)).toBe(1);
+    const held = await inFlight(key);
+    client.abort(new Error("the client went away"));
+    await Promise.all(pending);
+    // Polled: the release is on its way once the client has left (or not at all).
+    await expect
+      .poll(() => inFlight(key), { timeout: 500 })
+      .toBe(0)
+      .catch(() => {});
+    const after = await inFlight(key);
+    finish();
+    await done;
+    return [held, after];
+  }
+
+  it("a POST with Upgrade: websocket is an ordinary request everywhere: its slot is freed when the client leaves", async () => {
+    // Not a handshake (RFC 6455 §4.1: a GET), so its slot is not its socket's: the proxy, the middleware and
+    // decideRequest() all free it at once, as for any request.
+    const seen = {
+      proxy: await leaving("proxy", "POST"),
+      middleware: await leaving("middleware", "POST"),
+      library: await leaving("library", "POST"),
+    };
+    expect(seen).toEqual({ proxy: [1, 0], middleware: [1, 0], library: [1, 0] });
+  });
+
+  it("a GET with Upgrade: websocket is a handshake: its slot stays held when the request's signal aborts", async () => {
+    // The socket holds it until it closes (test/integration/concurrency.test.ts); only the request is gone here.
+    const seen = { middleware: await leaving("middleware", "GET"), library: await leaving("library", "GET") };
+    expect(seen).toEqual({ middleware: [1, 1], library: [1, 1] });
   });
 });
 

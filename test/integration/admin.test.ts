@@ -612,27 +612,56 @@ describe("times an operator gives", () => {
 });
 
 describe("the admin token outside the admin path", () => {
-  it.each(["/__LIMITER/status", "/__limiter", "/v1/anything"])(
-    "%s with the admin token: 404, never proxied, never counted",
-    async (path) => {
-      const e = adminEnv();
-      const res = await handle(
-        new Request(`https://limiter.example${path}`, {
-          method: "POST",
-          headers: { authorization: `Bearer ${TOKEN}`, "x-probe": path },
-          body: "{}",
-        }),
-        e,
-      );
-      const body = await problemBody(res);
-      expect(res.status).toBe(404);
-      expect(body.detail).toBe(
-        "This request carries the admin token, so it is never proxied; the admin API lives under /__limiter/.",
-      );
-      const all = (await (await fetch(`${originUrl}/__arrivals`)).json()) as { headers: Record<string, string> }[];
-      expect(all.filter((a) => a.headers["x-probe"] === path)).toEqual([]);
-    },
-  );
+  /** Everything the origin has seen, as text: the token must be in none of it. */
+  const origin = async () => JSON.stringify(await (await fetch(`${originUrl}/__arrivals`)).json());
+
+  it.each([
+    ["Authorization: Bearer", "/v1/anything", { authorization: `Bearer ${TOKEN}` }],
+    ["x-api-key", "/v1/anything", { "x-api-key": TOKEN }],
+    ["x-api-key among others", "/v1/anything", { "x-api-key": `k_other, ${TOKEN}` }],
+    ["a header of its own", "/v1/anything", { "x-admin": ` ${TOKEN} ` }],
+    ["a cookie", "/v1/anything", { cookie: `theme=dark; admin=${TOKEN}` }],
+    ["Authorization of another scheme", "/v1/anything", { authorization: `Token ${TOKEN}` }],
+    ["?token=", `/v1/anything?token=${TOKEN}`, {}],
+    ["?api_key=, encoded", `/v1/anything?x=1&api_key=${encodeURIComponent(TOKEN)}`, {}],
+    ["Authorization: Bearer, near the admin path", "/__LIMITER/status", { authorization: `Bearer ${TOKEN}` }],
+    ["x-api-key, near the admin path", "/__limiter", { "x-api-key": TOKEN }],
+  ] as const)("carried in %s: 403, never proxied, never counted", async (_, path, headers) => {
+    const e = adminEnv();
+    const probe = crypto.randomUUID();
+    const key = freshKey();
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const res = await handle(
+      new Request(`https://limiter.example${path}`, {
+        method: "POST",
+        headers: { "x-api-key": key, ...headers, "x-probe": probe },
+        body: "{}",
+      }),
+      e,
+    );
+    const body = await problemBody(res);
+    expect(res.status).toBe(403);
+    expect(body.detail).toBe(
+      "This request carries the admin token, so it is never proxied; the admin API lives under /__limiter/.",
+    );
+    const seen = await origin();
+    expect(seen).not.toContain(probe);
+    expect(seen).not.toContain(TOKEN);
+    // Not counted against the key it also carried.
+    expect((await handle(request(key), e)).headers.get("RateLimit")).toBe('"per-minute";r=4;t=60');
+    const lines = warn.mock.calls.map((c) => String(c[0]));
+    expect(lines.filter((l) => l.includes('"admin_token_elsewhere"'))).toHaveLength(1);
+    for (const l of lines) expect(l).not.toContain(TOKEN);
+  });
+
+  it("a value that is only close to the token is ordinary traffic: limited and proxied", async () => {
+    const e = adminEnv();
+    for (const near of [`${TOKEN}x`, TOKEN.slice(0, -1), TOKEN.toUpperCase(), `x${TOKEN}`]) {
+      const res = await handle(request(freshKey(), `/v1/near?token=${encodeURIComponent(near)}`), e);
+      expect(res.status, near).toBe(200);
+      expect((await res.json()) as { url: string }).toMatchObject({ url: expect.stringContaining("/v1/near?token=") });
+    }
+  });
 
   it.each(["/%5F%5Flimiter/status", "//__limiter/status", "/__limiter;/status"])(
     "%s is the admin path once normalised: the admin API answers it, with or without the token",
@@ -646,10 +675,11 @@ describe("the admin token outside the admin path", () => {
 
   it("without the token a near-miss of the admin path is ordinary traffic: limited and proxied", async () => {
     const key = freshKey();
-    const res = await handle(request(key, "/__LIMITER/status", { method: "POST", body: "{}" }), adminEnv());
-    expect(res.status).toBe(200);
-    expect(res.headers.get("RateLimit")).toBe('"per-minute";r=4;t=60');
-    expect(await arrivalsFor(key)).toHaveLength(1);
+    for (const path of ["/__LIMITER/status", "/__limiter"]) {
+      const res = await handle(request(key, path, { method: "POST", body: "{}" }), adminEnv());
+      expect(res.status, path).toBe(200);
+    }
+    expect(await arrivalsFor(key)).toHaveLength(2);
   });
 });
 

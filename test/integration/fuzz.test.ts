@@ -27,7 +27,7 @@ const RATE_LIMIT = {
   leases: false,
 };
 /** Statuses docs/http.md documents for a healthy origin and healthy objects (the origin echoes 200). */
-const DOCUMENTED = new Set([200, 400, 401, 404, 405, 409, 413, 422, 429]);
+const DOCUMENTED = new Set([200, 400, 401, 403, 404, 405, 409, 413, 422, 429]);
 
 const hostileKey = fc.oneof(
   fc.string({ unit: "grapheme", minLength: 1, maxLength: 12 }),
@@ -102,7 +102,7 @@ const apiRequest = fc.record({
   path,
   key,
   source: fc.constantFrom("header", "bearer", "query", "none"),
-  auth: fc.constantFrom("none", "admin", "wrong", "key"),
+  auth: fc.constantFrom("none", "admin", "wrong", "key", "admin-header", "admin-query"),
   body: fc.oneof(
     adminCall.map((c) => JSON.stringify(c.body)),
     fc.string(),
@@ -149,6 +149,9 @@ function toRequest(g: Generated): Request | null {
     return null; // a key no HTTP header can carry never reaches the Worker
   }
   if (g.auth === "admin") headers.set("authorization", `Bearer ${TOKEN}`);
+  // The token where an API key goes, or in a query parameter: never proxied either.
+  if (g.auth === "admin-header") headers.set("x-api-key", TOKEN);
+  if (g.auth === "admin-query") query += `${query ? "&" : "?"}token=${TOKEN}`;
   if (g.auth === "wrong") headers.set("authorization", "Bearer not-the-token");
   headers.set("content-type", "application/json");
   const hasBody = g.method !== "GET" && g.method !== "HEAD";
@@ -202,7 +205,7 @@ describe("the HTTP surface under generated input", () => {
 
   it("proxied nothing that carries the admin token, and counted exactly what it served", async () => {
     const all = (await (await fetch(`${originUrl}/__arrivals`)).json()) as OriginArrival[];
-    expect(all.filter((a) => JSON.stringify(a.headers).includes(TOKEN))).toEqual([]);
+    expect(all.filter((a) => JSON.stringify(a.headers).includes(TOKEN) || a.url.includes(TOKEN))).toEqual([]);
     const config = parseConfig(e);
     for (const k of KEYS) {
       const served = all

@@ -10,6 +10,7 @@ import {
   clientSignal,
   HttpError,
   httpErrorOf,
+  isWebSocketUpgrade,
   normalizedPath,
   pathnameOf,
   problem,
@@ -252,6 +253,22 @@ describe("clientSignal", () => {
     client.abort();
     expect(signal?.aborted).toBe(true);
     expect(clientSignal({} as Request)).toBeNull();
+  });
+});
+
+describe("isWebSocketUpgrade", () => {
+  const req = (method: string, upgrade?: string) =>
+    new Request("https://api.example/ws", { method, headers: upgrade === undefined ? {} : { upgrade } });
+
+  it("is a GET whose Upgrade field is websocket, in any case; any other method or protocol is an ordinary request", () => {
+    expect(isWebSocketUpgrade(req("GET", "websocket"))).toBe(true);
+    expect(isWebSocketUpgrade(req("GET", "WebSocket"))).toBe(true);
+    expect(isWebSocketUpgrade(req("GET", " websocket "))).toBe(true);
+    for (const method of ["POST", "PUT", "HEAD", "OPTIONS"])
+      expect(isWebSocketUpgrade(req(method, "websocket"))).toBe(false);
+    expect(isWebSocketUpgrade(req("GET"))).toBe(false);
+    expect(isWebSocketUpgrade(req("GET", "h2c"))).toBe(false);
+    expect(isWebSocketUpgrade(req("GET", "websocket2"))).toBe(false);
   });
 });
 

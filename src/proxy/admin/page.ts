@@ -5,6 +5,23 @@
  * its usage this month, and its longest window's grants as a chart.
  */
 
+import type { Config } from "../../config/types.ts";
+
+/** The page as the admin API serves it (`GET <admin.path>`), with headers that keep it to its own origin. */
+export function page(config: Config): Response {
+  return new Response(adminPage(config.admin.path), {
+    headers: {
+      "content-type": "text/html; charset=utf-8",
+      "cache-control": "no-store",
+      // Inline script and style only; the page talks to its own origin and nothing else.
+      "content-security-policy":
+        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+      "referrer-policy": "no-referrer",
+      "x-content-type-options": "nosniff",
+    },
+  });
+}
+
 /** The page, calling the admin API under `path`. */
 export function adminPage(path: string): string {
   return PAGE.replace("__ADMIN_PATH__", JSON.stringify(path).replace(/</g, "\\u003c"));

@@ -1,0 +1,185 @@
+/**
+ * @module `createLimiter` (package export `.`, through src/index.ts): a {@link Limiter} over one pipeline — its
+ * settings parsed once, its objects named apart from every other limiter's, its namespace resolved once per `env`.
+ */
+
+import { type Background, LimiterClient, type LimiterNamespace } from "../client/index.ts";
+import { callObject, withDeadline } from "../client/policy.ts";
+import { routeBudget } from "../config/lookup.ts";
+import { parseLimiterConfig } from "../config/parse.ts";
+import { ConfigError, type LimiterConfig, type Plan } from "../config/types.ts";
+import { usageBy } from "../core/usage.ts";
+import { namespaceOf, Pipeline, routeNamed } from "../pipeline/index.ts";
+import { settingsName } from "../pipeline/key.ts";
+import type { LimiterStub } from "../protocol.ts";
+import type { LimitCallOptions, Limiter } from "./limiter.ts";
+import type { LimiterOptions } from "./settings.ts";
+
+/** What a limiter's name may be: it goes into every object name. */
+const LIMITER_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+
+/**
+ * Checks the binding's name and the limiter's (`prefix`: its old spelling).
+ *
+ * @throws ConfigError naming the bad setting
+ */
+function checkNaming(binding: unknown, name: unknown, prefix: unknown): void {
+  if (typeof binding !== "string" || binding === "") {
+    throw new ConfigError(`createLimiter.binding: expected a binding name, got ${JSON.stringify(binding)}`);
+  }
+  for (const [field, value] of [
+    ["name", name],
+    ["prefix", prefix],
+  ] as const) {
+    if (value !== undefined && value !== null && (typeof value !== "string" || !LIMITER_NAME.test(value))) {
+      throw new ConfigError(
+        `createLimiter.${field}: expected 1 to 64 letters, digits, "_", "-" or "."${field === "name" ? " (or null)" : ""}, got ${JSON.stringify(value)}`,
+      );
+    }
+  }
+  if (name !== undefined && prefix !== undefined) {
+    throw new ConfigError("createLimiter.prefix: give name only (prefix is its old spelling)");
+  }
+}
+
+/** The runtime's `waitUntil` of `ctx`, bound (an `ExecutionContext`'s method needs its `this`). */
+function bgOf(ctx: Background | undefined): Background {
+  return ctx ? { waitUntil: (p: Promise<unknown>) => ctx.waitUntil?.(p) } : {};
+}
+
+/** `cost`, checked: a whole number ≥ 1. @throws RangeError */
+function checked(cost: number): number {
+  if (!Number.isSafeInteger(cost) || cost < 1) {
+    throw new RangeError(`cost: expected a whole number ≥ 1, got ${String(cost)}`);
+  }
+  return cost;
+}
+
+/** `key`, checked: a non-empty string. @throws TypeError */
+function keyOf(key: string): string {
+  if (typeof key !== "string" || key === "") throw new TypeError("key: expected a non-empty string");
+  return key;
+}
+
+/**
+ * The name of a limiter given none: derived from its limits (pipeline/key.ts, `settingsName`) — refused for one with
+ * calendar quotas, credits or usage, whose every key's counts, balance and usage a change of limits would leave behind
+ * in the objects of the old name.
+ *
+ * @throws ConfigError saying a name is needed
+ */
+function derivedName(config: LimiterConfig): string {
+  if ([config.defaultPlan, config.anonymous, ...config.plans].some((p) => p?.meters !== undefined)) {
+    throw new ConfigError(
+      'createLimiter.name: required with calendar quotas, credits or usage (e.g. name: "api"): the default name follows the limits, and a change of them would leave every key\'s counts, balance and usage behind',
+    );
+  }
+  return settingsName(config);
+}
+
+/**
+ * A limiter for these settings, validated now: a bad setting throws a {@link ConfigError} that
+ * names it (`createLimiter.limits[0].window: …`). Create it once, at module level: its leases and
+ * deny cache live as long as the isolate.
+ *
+ * @throws ConfigError naming the first bad setting
+ */
+export function createLimiter(options: LimiterOptions): Limiter {
+  const { binding = "LIMITER", name: given, prefix, clock, ...settings } = options;
+  checkNaming(binding, given, prefix);
+  const config = parseLimiterConfig(settings, "createLimiter");
+  const name = given !== undefined ? given : (prefix ?? derivedName(config));
+  const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name);
+  const { client } = pipeline;
+  // Resolved once per limiter: an isolate's requests share one `env` (a different one, as in tests, resolves again).
+  let seen: { env: object; ns: LimiterNamespace } | null = null;
+  const namespace = (env: object): LimiterNamespace => {
+    if (seen?.env !== env) seen = { env, ns: namespaceOf(env, binding, config.jurisdiction) };
+    return seen.ns;
+  };
+
+  const decide = async (env: object, key: string, options: LimitCallOptions, inFlight: boolean) => {
+    const { cost = 1, ctx, route, ip } = options;
+    const asking = {
+      key: keyOf(key),
+      cost: checked(cost),
+      bg: bgOf(ctx),
+      inFlight,
+      ...(route === undefined ? {} : { route }),
+      ...(ip === undefined || ip === null ? {} : { ip }),
+    };
+    const decided = await pipeline.decide(env, namespace(env), asking);
+    // A cost of at least 1 is always decided.
+    return (decided as NonNullable<typeof decided>).result;
+  };
+
+  return {
+    config,
+    binding,
+    name,
+    pipeline,
+    identify: (key, ip = null) => pipeline.identify(key === null ? null : keyOf(key), ip),
+    limit: (env, key, options = {}) => decide(env, key, options, false),
+    acquire: (env, key, options = {}) => decide(env, key, options, true),
+    release: (env, result) => pipeline.release(namespace(env), result),
+    decideRequest: (env, request, { key, cost, ctx } = {}) =>
+      pipeline.decideRequest(env, namespace(env), request, {
+        ...(key === undefined ? {} : { key }),
+        ...(cost === undefined ? {} : { cost }),
+        ctx: bgOf(ctx),
+      }),
+    whenEnded: (env, result, response, ctx) => pipeline.sent(namespace(env), result, response, bgOf(ctx)),
+    headers: (result) => pipeline.headers(result),
+    setHeaders: (result, target) => pipeline.setHeaders(result, target),
+    async peek(env, key, { cost = 1, route } = {}) {
+      const ns = namespace(env);
+      const { name: object, plan } = pipeline.identify(keyOf(key));
+      const named = route === undefined ? null : routeNamed(config, plan, route);
+      return client.peek({ ns, name: object, plan, cost: checked(cost), route: named });
+    },
+    refund: async (env, result) => pipeline.refund(namespace(env), result),
+    async reset(env, key) {
+      const ns = namespace(env);
+      const { name: object, plan } = pipeline.identify(keyOf(key));
+      if (!plan.limits) return;
+      const limits = plan.limits;
+      const routes = plan.routes.map(routeBudget);
+      await callObject(() => ns.getByName(object).reset(limits, 1, routes) as Promise<unknown>, config.objectTimeoutMs);
+      client.forget(ns, object);
+    },
+    credit: async (env, key, add, { id } = {}) => {
+      const { name: object, plan } = pipeline.identify(keyOf(key));
+      return topUp({ stub: namespace(env).getByName(object), plan, timeoutMs: config.objectTimeoutMs }, add, id);
+    },
+    async usage(env, key, { period, from = 0, to = USAGE_END }) {
+      const { name: object, plan } = pipeline.identify(keyOf(key));
+      const spec = plan.usage;
+      if (!spec) throw new ConfigError(`usage(): the plan ${JSON.stringify(plan.name)} of this key keeps no usage`);
+      const range = { period, from, to };
+      usageBy(spec, [], range); // throws a RangeError for a period or range that is not one
+      const ns = namespace(env);
+      return callObject(() => ns.getByName(object).usage(spec, range), config.objectTimeoutMs);
+    },
+  };
+}
+
+/**
+ * A top-up of `add` credits (with its `id`, once) at the key's object: its new balance. One try: a retry could add them
+ * twice.
+ */
+async function topUp(
+  at: { readonly stub: LimiterStub; readonly plan: Plan; readonly timeoutMs: number },
+  add: number,
+  id: string | undefined,
+): Promise<number> {
+  if (!Number.isSafeInteger(add) || add < 1) {
+    throw new RangeError(`add: expected a positive whole number of credits, got ${String(add)}`);
+  }
+  const credits = at.plan.credits;
+  if (!credits) throw new ConfigError(`credit(): the plan ${JSON.stringify(at.plan.name)} of this key has no credits`);
+  const call = id === undefined ? at.stub.credit(credits.spec, add) : at.stub.credit(credits.spec, add, id);
+  return withDeadline(call, at.timeoutMs);
+}
+
+/** The end of `usage()`'s default range: 2100-01-01, past anything kept. */
+const USAGE_END = Date.UTC(2100, 0, 1);

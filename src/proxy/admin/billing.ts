@@ -1,0 +1,99 @@
+/**
+ * @module The admin API's credits and usage (docs/operating.md, "Credits", "Usage"): a top-up at a key's object, and
+ * its usage per day or month as JSON or CSV.
+ */
+
+import { keyId } from "../../base/log.ts";
+import { withDeadline } from "../../client/policy.ts";
+import type { Config, Plan } from "../../config/types.ts";
+import type { CreditSpec } from "../../core/credits.ts";
+import { usageCsv } from "../../core/usage.ts";
+import { MAX_TIME_MS } from "../../object/index.ts";
+import { HttpError } from "../../pipeline/http.ts";
+import type { LimiterStub } from "../../protocol.ts";
+import { type ObjectsEnv, objectsOf } from "../objects.ts";
+import { bad, instant, subjectOf } from "./body.ts";
+import { iso, json } from "./status.ts";
+
+/**
+ * `POST <admin>/usage {"key", "period", "from"?, "to"?}` (docs/operating.md, "Usage"): the key's usage per day or
+ * month, as JSON (`{ key_id, plan, period, time_zone, periods: [{ start, end, requests, cost }] }`) or, with `Accept:
+ * text/csv`, as CSV. `409` for a plan that keeps no usage.
+ */
+export async function usageOf(
+  request: Request,
+  body: Record<string, unknown>,
+  env: ObjectsEnv,
+  config: Config,
+): Promise<Response> {
+  const { name, plan } = subjectOf(body, config);
+  const spec = plan.usage;
+  if (!spec) {
+    throw new HttpError(
+      409,
+      "Conflict",
+      `The key's plan ${JSON.stringify(plan.name)} keeps no usage (docs/configuration.md, "Usage"); set usage = true on it first.`,
+    );
+  }
+  const period = body.period;
+  if (period !== "day" && period !== "month") {
+    throw bad(`"period": expected "day" or "month", got ${JSON.stringify(period) ?? "nothing"}`);
+  }
+  const from = instant(body.from, "from", 0);
+  const to = instant(body.to, "to", MAX_TIME_MS);
+  if (from > to) throw bad(`"from" is after "to"`);
+  const periods = await withDeadline(
+    objectsOf(env, config).getByName(name).usage(spec, { period, from, to }),
+    config.objectTimeoutMs,
+  );
+  if ((request.headers.get("accept") ?? "").includes("text/csv")) {
+    return new Response(usageCsv(periods), {
+      headers: { "content-type": "text/csv; charset=utf-8", "cache-control": "no-store" },
+    });
+  }
+  return json({
+    key_id: await keyId(name),
+    plan: plan.name,
+    period,
+    time_zone: spec.zone,
+    periods: periods.map((p) => ({
+      start: iso(p.start),
+      end: iso(p.end),
+      start_ms: p.start,
+      end_ms: p.end,
+      requests: p.requests,
+      cost: p.cost,
+    })),
+  });
+}
+
+/** A top-up (`{"key", "add", "id"?}`) at the key's object: its new balance. */
+export function topUp(body: Record<string, unknown>, plan: Plan, stub: LimiterStub): Promise<number> {
+  const spec = creditsOf(plan);
+  const add = added(body.add);
+  const id = body.id;
+  if (id === undefined) return stub.credit(spec, add);
+  if (typeof id !== "string" || id.length === 0 || id.length > 128)
+    throw bad(`"id": expected the top-up's id, a string of 1 to 128 characters, got ${JSON.stringify(id)}`);
+  return stub.credit(spec, add, id);
+}
+
+/** The credits of a key's plan, for a top-up: `409` when it has none. */
+function creditsOf(plan: Plan): CreditSpec {
+  if (!plan.credits) {
+    throw new HttpError(
+      409,
+      "Conflict",
+      `The key's plan ${JSON.stringify(plan.name)} has no credits (docs/configuration.md, "Quotas and credits"); give it credits = { initial = … } first.`,
+    );
+  }
+  return plan.credits.spec;
+}
+
+/** The credits a top-up adds: a positive whole number, else `400`. */
+function added(value: unknown): number {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
+    throw bad(`"add": expected a positive whole number of credits, got ${JSON.stringify(value) ?? "nothing"}`);
+  }
+  return value;
+}
