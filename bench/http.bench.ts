@@ -368,6 +368,30 @@ async function main(): Promise<void> {
         expect: 200,
         ref: "honobare",
       },
+      // Leases off: one object call per request, as the peer makes (issue 48: the call itself at parity).
+      {
+        id: "honooursoffh",
+        label: "(6) hono + this middleware, leases off, hot key",
+        url: () => u["hono-ours-off"],
+        key: "hot",
+        expect: 200,
+        ref: "honobare",
+      },
+      // 1,000 keys in random order, the same keys slice after slice (re-seen, not fresh): what a new user tries first.
+      ...(
+        [
+          ["honooursseen", "leases on", "hono-ours", "s_"],
+          ["honooursoffseen", "leases off", "hono-ours-off", "so_"],
+          ["honopeerseen", "", "hono-peer", "sp_"],
+        ] as const
+      ).map(([id, leases, role, prefix]) => ({
+        id,
+        label: `(6) hono + ${role === "hono-peer" ? "hono-rate-limiter DO store" : `this middleware, ${leases}`}, 1000 keys re-seen`,
+        url: () => u[role],
+        key: scatteredKeys(prefix),
+        expect: 200,
+        ref: "honobare",
+      })),
     );
     if (u.baseline) {
       const at = u.baseline;
@@ -527,6 +551,9 @@ async function main(): Promise<void> {
     const cheaper = [
       ["1,000 young keys", "honopeer", "honoours", 2],
       ["hot key", "honopeerh", "honooursh", 2.5],
+      ["1,000 keys re-seen", "honopeerseen", "honooursseen", 1],
+      ["hot key, leases off", "honopeerh", "honooursoffh", 1],
+      ["1,000 keys re-seen, leases off", "honopeerseen", "honooursoffseen", 1],
     ] as const;
     for (const [label, peerId, oursId, target] of cheaper) {
       const theirs = cpu.get(peerId);

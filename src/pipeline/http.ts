@@ -71,16 +71,7 @@ export function refusal(r: RateLimitResult, form: HeaderForm = "draft-11"): Resp
   headers.set("content-type", "application/problem+json");
   headers.set("cache-control", "no-store");
   if (r.reason === "credits") return noCredits(r, headers);
-  const detail =
-    r.reason === "blocked"
-      ? `This API key is blocked by an operator; retry after ${seconds(r.retryAfterMs)} s.`
-      : r.reason === "penalty"
-        ? `This API key is blocked for a while after repeated requests over its limit; retry after ${seconds(r.retryAfterMs)} s.`
-        : r.reason === "limiter_fallback"
-          ? `The rate limiter is deciding without this key's store, at a share of its limits${names.length > 0 ? ` (${names.join(", ")} exceeded)` : ""}; retry after ${seconds(r.retryAfterMs)} s.`
-          : never
-            ? `This request costs more than the ${names.join(", ")} limit allows; it can never pass.`
-            : `Rate limit exceeded (${names.join(", ")}); retry after ${seconds(r.retryAfterMs)} s.`;
+  const detail = detailOf(r, names, never);
   const body = {
     type: "about:blank",
     title: "Too Many Requests",
@@ -93,6 +84,25 @@ export function refusal(r: RateLimitResult, form: HeaderForm = "draft-11"): Resp
     retry_after_ms: never ? null : r.retryAfterMs,
   };
   return new Response(JSON.stringify(body), { status: 429, headers });
+}
+
+/** A refusal's `detail`: what refused it, in words, and how long to wait. */
+function detailOf(r: RateLimitResult, names: readonly string[], never: boolean): string {
+  const wait = `retry after ${seconds(r.retryAfterMs)} s.`;
+  const listed = names.join(", ");
+  switch (r.reason) {
+    case "blocked":
+      return `This API key is blocked by an operator; ${wait}`;
+    case "penalty":
+      return `This API key is blocked for a while after repeated requests over its limit; ${wait}`;
+    case "concurrency":
+      return `This API key already has as many requests in flight as its concurrency allows; ${wait}`;
+    case "limiter_fallback":
+      return `The rate limiter is deciding without this key's store, at a share of its limits${names.length > 0 ? ` (${listed} exceeded)` : ""}; ${wait}`;
+    default:
+      if (never) return `This request costs more than the ${listed} limit allows; it can never pass.`;
+      return names.length > 0 ? `Rate limit exceeded (${listed}); ${wait}` : `Rate limit exceeded; ${wait}`;
+  }
 }
 
 /**

@@ -178,6 +178,52 @@ describe("refusal", () => {
     });
   });
 
+  it.each([
+    ["over_limit", 1500, "Rate limit exceeded (per-minute); retry after 2 s."],
+    ["cached_denial", 1500, "Rate limit exceeded (per-minute); retry after 2 s."],
+    [
+      "too_costly",
+      Number.POSITIVE_INFINITY,
+      "This request costs more than the per-minute limit allows; it can never pass.",
+    ],
+    ["blocked", 90_001, "This API key is blocked by an operator; retry after 91 s."],
+    [
+      "penalty",
+      600_000,
+      "This API key is blocked for a while after repeated requests over its limit; retry after 600 s.",
+    ],
+    [
+      "concurrency",
+      1000,
+      "This API key already has as many requests in flight as its concurrency allows; retry after 1 s.",
+    ],
+    [
+      "limiter_fallback",
+      1500,
+      "The rate limiter is deciding without this key's store, at a share of its limits (per-minute exceeded); retry after 2 s.",
+    ],
+    [
+      "credits",
+      90_500,
+      "This API key's credits cannot cover this request (cost 1); they are refilled in 91 s, or add credits.",
+    ],
+    ["limiter_timeout", 1000, "The rate limiter is unavailable; retry shortly."],
+    ["limiter_error", 1000, "The rate limiter is unavailable; retry shortly."],
+  ] as const)(
+    "the %s refusal's detail says what refused it and how long to wait",
+    async (reason, retryAfterMs, detail) => {
+      // A concurrency refusal fits its limits (no limit is exceeded): its words must not depend on one being listed.
+      const fits = reason === "concurrency" || reason === "blocked" || reason === "penalty";
+      const r = result({ reason, retryAfterMs, ...(fits ? { limits: [limit({ exceeded: false })] } : {}) });
+      expect((await body(refusal(r))).detail).toBe(detail);
+    },
+  );
+
+  it("a refusal that names no limit says so without empty parentheses", async () => {
+    const r = result({ reason: "over_limit", retryAfterMs: 1500, limits: [limit({ exceeded: false })] });
+    expect((await body(refusal(r))).detail).toBe("Rate limit exceeded; retry after 2 s.");
+  });
+
   it("in the default form (draft-11) unless told; a route's refusal names the route", async () => {
     const res = refusal(result({ route: "search" }));
     expect(res.headers.get("RateLimit-Policy")).toBe('"per-minute";q=10;w=60, "per-second";q=10;w=60');
