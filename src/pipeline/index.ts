@@ -110,7 +110,8 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    * @throws LimiterError for a malformed key, a key that is needed and missing, does not match `key.pattern`, or matches no plan
    */
   identify(key: string | null, ip: string | null = null): Identity {
-    if (key !== null) checkKey(key, "key", this.config.key.maxLength);
+    // Given by the caller (`limit(env, key)`, the middleware's `key` function): where it came from is theirs to say.
+    if (key !== null) checkKey(key, "the key given", this.config.key.maxLength);
     return identify(this.config, key, key === null ? clientOf(ip, this.config.ipv6Subnet) : null, this.scope);
   }
 

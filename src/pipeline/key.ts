@@ -33,7 +33,7 @@ export function readKey(request: Request, source: KeySource): string | null {
   }
   const first = found[0];
   if (!first) return null;
-  for (const [where, key] of found) checkKey(key, where, source.maxLength);
+  for (const [where, key] of found) checkKey(key, `the key in ${where}`, source.maxLength);
   const other = found.find(([, key]) => key !== first[1]);
   if (other) throw badKey(`${first[0]} and ${other[0]} carry different keys; send one key`);
   return first[1];
@@ -43,13 +43,14 @@ export function readKey(request: Request, source: KeySource): string | null {
  * Checks that `key` is a key: at most `maxLength` characters of printable ASCII without spaces
  * or commas.
  *
- * @throws LimiterError `malformed_key` naming `where`
+ * @param what the key as its error names it: where it was read (`the key in x-api-key`), or `the key given`
+ * @throws LimiterError `malformed_key` naming `what`
  */
-export function checkKey(key: string, where: string, maxLength: number): void {
-  if (key.length > maxLength) throw badKey(`the key in ${where} is longer than ${maxLength} characters`);
+export function checkKey(key: string, what: string, maxLength: number): void {
+  if (key.length > maxLength) throw badKey(`${what} is longer than ${maxLength} characters`);
   if (!KEY_CHARS.test(key)) {
     throw badKey(
-      `the key in ${where} may hold printable ASCII only (no spaces, commas — a repeated header arrives joined by one — or control characters)`,
+      `${what} may hold printable ASCII only (no spaces, commas — a repeated header arrives joined by one — or control characters)`,
     );
   }
 }

@@ -58,11 +58,16 @@ describe("rateLimit()", () => {
     await problemOf(await get(a, "/api/hello"), 401);
     const bad = await problemOf(await get(a, "/api/hello", "a b"), 400);
     expect(bad.title).toBe("Malformed API key");
+    // Read from the default sources: the header named, as the proxy names it.
+    expect(bad.detail).toMatch(/^the key in x-api-key may hold printable ASCII only/);
     const bearer = await a.request("/api/hello", { headers: { authorization: `Bearer ${freshKey()}` } }, bindings);
     expect(bearer.status).toBe(200);
     const byQuery = app({ key: (c) => c.req.query("user") });
     expect((await byQuery.request(`/api/hello?user=${freshKey()}`, {}, bindings)).status).toBe(200);
     await problemOf(await byQuery.request("/api/hello", {}, bindings), 401);
+    // From the app's own key function: where it read it is the app's to know; the detail says it was given.
+    const given = await problemOf(await byQuery.request("/api/hello?user=a%20b", {}, bindings), 400);
+    expect(given.detail).toMatch(/^the key given may hold printable ASCII only/);
   });
 
   it("cost: the costs rules by default, or a number or function; 0 is not limited", async () => {

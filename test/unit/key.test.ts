@@ -66,6 +66,11 @@ describe("checkKey", () => {
       ).toBe(400);
     }
   });
+
+  it("names the key as the caller describes it: where it was read, or that it was given (the library, the middleware)", () => {
+    expect(() => checkKey("x".repeat(17), "the key given", 16)).toThrow(/^the key given is longer than 16 characters$/);
+    expect(() => checkKey("a b", "the key in x-api-key", 16)).toThrow(/^the key in x-api-key may hold printable ASCII/);
+  });
 });
 
 describe("readKey: sources and their names", () => {

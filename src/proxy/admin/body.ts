@@ -111,7 +111,7 @@ function identified(value: unknown, config: Config): Identity {
   if (value === undefined) throw bad('key: required, e.g. {"key": "live_abc"}');
   if (typeof value !== "string" || value === "") throw bad(`key: expected a non-empty string, got ${describe(value)}`);
   try {
-    checkKey(value, "the body", config.key.maxLength);
+    checkKey(value, "the key in the body", config.key.maxLength);
     return identify(config, value, null);
   } catch (e) {
     if (!(e instanceof LimiterError)) throw e;
