@@ -51,6 +51,8 @@ export interface LimiterOptions {
   vars?: Record<string, string>;
   /** Another project to run: its directory (wrangler's working directory and where `config` is found) and its own wrangler. */
   project?: { dir: string; wrangler: string };
+  /** Another Worker entry than the config's `main` (relative to the project's directory). */
+  main?: string;
 }
 
 export interface Limiter {
@@ -89,6 +91,7 @@ async function startOnce(options: LimiterOptions): Promise<Limiter> {
   const inspector = await freePort();
   const args = [
     "dev",
+    ...(options.main === undefined ? [] : [options.main]),
     "--config",
     resolve(options.project?.dir ?? ROOT, options.config ?? "wrangler.toml"),
     "--ip",
