@@ -14,6 +14,7 @@
  */
 
 import { countRequest, leaseToAsk, type RateCounter, refillDue, sizedByObject } from "../../src/client/lease-sizing.ts";
+import { IDLE_RETURN_MS } from "../../src/client/settlement.ts";
 import {
   type Decision,
   FIRST_LEASE_UNITS,
@@ -75,6 +76,11 @@ interface Lease {
   readonly holder: Holder | null;
   /** The holder's clock when it granted the sub-lease. */
   readonly grantAt: number;
+  /**
+   * What the isolate adds to its own offsets (from `sentAt`) to settle at the object: for a sub-lease, the time from
+   * the holder's ask to its grant (the holder passes it with the sub-lease); 0 for a lease from the object.
+   */
+  readonly offsetMs: number;
   readonly sentAt: number;
   readonly issuedAt: number;
   readonly recordedAt: readonly number[];
@@ -104,6 +110,7 @@ interface Isolate {
   /** Until when it asks the key's object itself (its holder said the key is near a limit). */
   directUntil: number;
   farBelow: readonly LimitSpec[] | null;
+  deniedUntil: number;
 }
 
 interface Holder {
@@ -111,6 +118,8 @@ interface Holder {
   leases: HolderLease[];
   refilling: boolean;
   farBelow: readonly LimitSpec[] | null;
+  /** When it last served an isolate. */
+  servedAt: number;
 }
 
 interface Report {
@@ -125,6 +134,10 @@ interface Answer {
   readonly lease: Lease | null;
   /** The key is near a limit: ask its object directly for a while. */
   readonly aside: boolean;
+  /** The limits the key is far below, as the deciding side last saw them (sizes the isolate's next ask). */
+  readonly farBelow: readonly LimitSpec[] | null;
+  /** Before this (ms) no request of cost 1 can pass: the isolate's deny cache (the object's `blockedUntil`). */
+  readonly blockedUntil: number;
 }
 
 /** A minimal binary heap of timed events, in time then insertion order. */
@@ -179,6 +192,11 @@ const half = (rtt: number) => Math.ceil(rtt / 2);
 const newCounter = (t: number): RateCounter => ({ score: 0, burst: 0, seenAt: t, firstSeen: t });
 /** How long an isolate asks the key's object itself after its holder stepped aside (ms). */
 const ASIDE_MS = 1000;
+/**
+ * A holder is an object and can wake itself: when the key is not far below its limits and its region has asked
+ * nothing for this long (ms), it gives back what it holds unspent (one call), so that a burst elsewhere finds it.
+ */
+const IDLE_GIVE_BACK_MS = 1000;
 
 /** Runs one key's requests through isolates (and holders) and the key's object. */
 export function simulateKey(m: KeyModel): KeyOutcome {
@@ -227,14 +245,18 @@ export function simulateKey(m: KeyModel): KeyOutcome {
   };
 
   /** An isolate's reports of its leases straight from the object (`direct`) or from its holder. */
+  /**
+   * An isolate's settlements at the key's object, sub-leases included (an isolate asks the object itself while its
+   * holder stands aside: what it spent from a sub-lease is settled there, re-dated by the holder's offset).
+   */
   const settlements = (iso: Isolate, t: number): Settlement[] => {
     const out: Settlement[] = [];
     iso.leases = iso.leases.filter((l) => {
-      if (l.from) return true;
       const expired = t >= l.endsAt;
       const unused = expired ? l.left : 0;
       if (l.used > 0 || unused > 0) {
-        out.push({ recordedAt: l.recordedAt, issuedAt: l.issuedAt, used: l.used, lastUseMs: l.lastUseMs, unused });
+        const lastUseMs = l.offsetMs + l.lastUseMs;
+        out.push({ recordedAt: l.recordedAt, issuedAt: l.issuedAt, used: l.used, lastUseMs, unused });
         l.used = 0;
         l.lastUseMs = 0;
       }
@@ -283,6 +305,7 @@ export function simulateKey(m: KeyModel): KeyOutcome {
               from: null,
               holder: null,
               grantAt: at,
+              offsetMs: 0,
               sentAt: t,
               issuedAt: at,
               recordedAt: d.lease.recordedAt,
@@ -294,7 +317,9 @@ export function simulateKey(m: KeyModel): KeyOutcome {
           : null;
         events.push(back, () => {
           iso.farBelow = farBelow(d);
-          done({ allowed: d.allowed, lease, aside: false }, back);
+          // With holders, an isolate sent here because the key is near a limit stays while the object leases nothing.
+          const aside = m.holders !== "off" && (!d.allowed || d.lease === null);
+          done({ allowed: d.allowed, lease, aside, farBelow: iso.farBelow, blockedUntil: d.blockedUntil }, back);
         });
       });
       return true;
@@ -320,10 +345,15 @@ export function simulateKey(m: KeyModel): KeyOutcome {
   ) => {
     let h = holders.get(region);
     if (!h) {
-      h = { counter: newCounter(at), leases: [], refilling: false, farBelow: null };
+      h = { counter: newCounter(at), leases: [], refilling: false, farBelow: null, servedAt: at };
       holders.set(region, h);
     }
     const holder = h;
+    holder.servedAt = at;
+    events.push(at + IDLE_GIVE_BACK_MS, () => {
+      if (holders.get(region) === holder && holder.servedAt === at && holder.farBelow === null)
+        giveBackAll(region, holder, at + IDLE_GIVE_BACK_MS);
+    });
     for (const r of msg.reports) {
       const l = r.lease.from as HolderLease;
       if (r.lease.holder !== holder) {
@@ -355,6 +385,7 @@ export function simulateKey(m: KeyModel): KeyOutcome {
         from: l,
         holder,
         grantAt: g,
+        offsetMs: g - l.sentAt,
         sentAt: msg.sentAt,
         issuedAt,
         recordedAt,
@@ -374,13 +405,15 @@ export function simulateKey(m: KeyModel): KeyOutcome {
         uses.push(at);
         spent += msg.cost;
       }
-      reply({ allowed: true, lease: sub(live, at), aside: false }, at);
+      reply({ allowed: true, lease: sub(live, at), aside: false, farBelow: holder.farBelow, blockedUntil: 0 }, at);
       refill(region, holder, at);
       return;
     }
     holderCall(region, holder, at, msg.cost, (d, l, back) => {
-      const near = !d.allowed || farBelow(d) === null;
-      reply({ allowed: d.allowed, lease: l && !near ? sub(l, back) : null, aside: near }, back);
+      // The object leases nothing near a limit (the holder always asks for units).
+      const near = !d.allowed || d.lease === null;
+      const answer = { allowed: d.allowed, aside: near, farBelow: holder.farBelow, blockedUntil: d.blockedUntil };
+      reply({ ...answer, lease: l ? sub(l, back) : null }, back);
       if (near) giveBackAll(region, holder, back);
       else refill(region, holder, back);
     });
@@ -441,12 +474,10 @@ export function simulateKey(m: KeyModel): KeyOutcome {
       rttMs: rtt,
       farBelow: holder.farBelow,
     });
-    let fromLog = sizedByObject(holder.counter);
-    if (ask.units === 0) {
+    if (ask.units === 0 || sizedByObject(holder.counter)) {
       // A region new to the key (or slow): a few units for the whole lifetime, asked outright. The object's own first
       // lease (`leaseFromLog`) is sized for an isolate seeing a share of the key and is none for a rare key.
       ask = { units: FIRST_LEASE_UNITS, lifetimeMs: m.lifetimeMs, leadMs: Math.ceil(rtt) };
-      fromLog = false;
     }
     const settle: Settlement[] = [];
     holder.leases = holder.leases.filter((l) => {
@@ -463,7 +494,7 @@ export function simulateKey(m: KeyModel): KeyOutcome {
     });
     const t = at + half(rtt);
     events.push(t, () => {
-      const d = home(`h${region}`, t, cost, ask, fromLog, settle);
+      const d = home(`h${region}`, t, cost, ask, false, settle);
       const back = t + half(rtt);
       events.push(back, () => {
         const gone = holders.get(region) !== holder;
@@ -493,11 +524,26 @@ export function simulateKey(m: KeyModel): KeyOutcome {
     const { at: t, isolate: i } = m.requests[n] as KeyRequest;
     let iso = isolates.get(i);
     if (!iso) {
-      iso = { counter: newCounter(t), leases: [], refilling: false, directUntil: 0, farBelow: null };
+      iso = { counter: newCounter(t), leases: [], refilling: false, directUntil: 0, farBelow: null, deniedUntil: 0 };
       isolates.set(i, iso);
     }
     const self = iso;
     countRequest(self.counter, t);
+    // As the client does (settlement.ts, `settleIdle`): a key idle here for a second, not far below its limits, has
+    // its leases settled by a call of its own — to the object, sub-leases included, so a burst elsewhere finds them.
+    events.push(t + IDLE_RETURN_MS, () => {
+      if (isolates.get(i) !== self || self.counter.seenAt !== t || self.farBelow !== null) return;
+      const settle = settlements(self, t + IDLE_RETURN_MS);
+      if (settle.length === 0) return;
+      homeCalls++;
+      const at = t + IDLE_RETURN_MS + half(m.isolateHomeMs(i));
+      events.push(at, () => {
+        for (const x of settle) {
+          returned += x.unused;
+          log.settle(at, x);
+        }
+      });
+    });
     const lease = self.leases.find((l) => l.left > 0 && t < l.endsAt);
     const take = (a: Answer, when: number) => {
       if (isolates.get(i) !== self) {
@@ -506,6 +552,8 @@ export function simulateKey(m: KeyModel): KeyOutcome {
       }
       if (a.lease) self.leases.push(a.lease);
       if (a.aside) self.directUntil = when + ASIDE_MS;
+      self.farBelow = a.farBelow;
+      self.deniedUntil = Math.max(self.deniedUntil, a.allowed ? 0 : a.blockedUntil);
     };
     if (lease) {
       lease.left--;
@@ -527,6 +575,8 @@ export function simulateKey(m: KeyModel): KeyOutcome {
       }
       return;
     }
+    // Refused from the deny cache: no call (the object said no unit frees before then).
+    if (t < self.deniedUntil) return;
     call(i, self, t, 1, (a, when) => {
       granted[n] = a.allowed;
       addedMs[n] = when - t;
