@@ -76,6 +76,11 @@ export interface BoundDesign {
   readonly lifetimeMs: number;
   /** Per-region holders between the isolates and the key's object; otherwise isolates call the object. */
   readonly holders: boolean;
+  /**
+   * The most units a lease carries (default: as many as needed). A lease used up is replaced by a call made ahead
+   * of need (no request waits for it).
+   */
+  readonly maxUnits?: number;
 }
 
 /** Per request of the bound: the calls it caused and what it waited for. */
@@ -111,6 +116,20 @@ export function boundRequests(
   const holderGen = new Array<number>(g.regions).fill(0);
   /** Until when a lease is alive, by key|place|generation. */
   const until = new Map<string, number>();
+  const left = new Map<string, number>();
+  /** The holder lease (by key|place|generation) an isolate's sub-lease came from. */
+  const subOf = new Map<string, string>();
+  const most = design.maxUnits ?? Number.POSITIVE_INFINITY;
+  /** Takes a unit of the lease `held`: false when it is used up (a refill call, counted, waited for by nobody). */
+  const spend = (held: string) => {
+    const n = left.get(held) ?? 0;
+    if (n > 0) {
+      left.set(held, n - 1);
+      return true;
+    }
+    left.set(held, most - 1);
+    return false;
+  };
   const lastInRegion = new Map<string, number>();
   const out: BoundRequest[] = [];
   let c = 0;
@@ -133,14 +152,20 @@ export function boundRequests(
     let homeCalls = 0;
     let holderCalls = 0;
     let addedMs = 0;
+    const holder = `${p.key}|h${region}|${holderGen[region]}`;
     if (p.at < (until.get(iso) ?? Number.NEGATIVE_INFINITY)) {
-      // Spent from the isolate's own lease: no call.
+      // Spent from the isolate's own lease (or sub-lease): no call but a refill when the units ran out.
+      const from = design.holders ? (subOf.get(iso) as string) : iso;
+      if (!spend(from)) {
+        homeCalls = 1;
+        until.set(from, p.at + design.lifetimeMs);
+      }
     } else if (!design.holders) {
       homeCalls = 1;
       addedMs = toHomeMs(g, p.isolate, p.key);
       until.set(iso, p.at + design.lifetimeMs);
+      left.set(iso, most - 1);
     } else {
-      const holder = `${p.key}|h${region}|${holderGen[region]}`;
       holderCalls = 1;
       addedMs = g.regionalMs[p.isolate] as number;
       let holderUntil = until.get(holder) ?? Number.NEGATIVE_INFINITY;
@@ -149,8 +174,15 @@ export function boundRequests(
         addedMs += g.betweenMs[region]?.[g.homeOf(p.key)] as number;
         holderUntil = p.at + design.lifetimeMs;
         until.set(holder, holderUntil);
+        left.set(holder, most - 1);
+      } else if (!spend(holder)) {
+        // Used up: the holder's refill was asked ahead of need (counted; the request waits only for the holder).
+        homeCalls = 1;
+        holderUntil = p.at + design.lifetimeMs;
+        until.set(holder, holderUntil);
       }
       until.set(iso, holderUntil);
+      subOf.set(iso, holder);
     }
     out.push({ key: p.key, at: p.at, isolate: p.isolate, homeCalls, holderCalls, addedMs, seenInRegion });
   }

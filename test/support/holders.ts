@@ -20,6 +20,7 @@ import {
   FIRST_LEASE_UNITS,
   KeyLog,
   type LimitSpec,
+  NO_LEASE_BELOW_FREE,
   ringSlackMs,
   type Settlement,
 } from "../../src/core/index.ts";
@@ -68,6 +69,8 @@ export interface KeyOutcome {
   readonly spent: number;
   readonly returned: number;
   readonly stranded: number;
+  /** Rows the key's object wrote (its ring slots: grants, leases, settlements, give-backs). */
+  readonly rows: number;
 }
 
 interface Lease {
@@ -197,6 +200,8 @@ const ASIDE_MS = 1000;
  * nothing for this long (ms), it gives back what it holds unspent (one call), so that a burst elsewhere finds it.
  */
 const IDLE_GIVE_BACK_MS = 1000;
+/** A sub-lease carries what its isolate spends in this long (ms), at the rate its ask shows. */
+const SUB_SPEND_MS = 5000;
 
 /** Runs one key's requests through isolates (and holders) and the key's object. */
 export function simulateKey(m: KeyModel): KeyOutcome {
@@ -212,12 +217,20 @@ export function simulateKey(m: KeyModel): KeyOutcome {
   let spent = 0;
   let returned = 0;
   let stranded = 0;
+  let rows = 0;
   const isolates = new Map<number, Isolate>();
   const holders = new Map<number, Holder>();
 
   /** Far below every limit, as the object's last answer shows (the client reads it from `leaseShare`; simpler here). */
   const farBelow = (d: { limits: readonly { remaining: number }[] }) =>
     d.limits.every((l, j) => 2 * l.remaining >= (m.limits[j]?.limit ?? 0)) ? m.limits : null;
+
+  /**
+   * Near a limit, where the object leases nothing ({@link NO_LEASE_BELOW_FREE} of a limit left, or a refusal), a
+   * holder stands aside: a per-request decision through it would cost its round trip on top of the object's.
+   */
+  const nearLimit = (d: Decision) =>
+    !d.allowed || d.limits.some((l, j) => l.remaining < NO_LEASE_BELOW_FREE * (m.limits[j]?.limit ?? 0));
 
   /** The object: one `take`, counted; the request's own unit used at its decision. */
   const home = (
@@ -230,7 +243,7 @@ export function simulateKey(m: KeyModel): KeyOutcome {
   ) => {
     homeCalls++;
     for (const s of settle) returned += s.unused;
-    const { decision } = log.take(t, {
+    const { decision, writes } = log.take(t, {
       cost,
       leaseUnits: ask.units,
       leaseMs: Math.floor(ask.lifetimeMs),
@@ -238,6 +251,7 @@ export function simulateKey(m: KeyModel): KeyOutcome {
       leaseFromLog: fromLog,
       settle,
     });
+    rows += writes.length;
     if (decision.allowed && cost > 0) uses.push(t);
     if (decision.lease) leased += decision.lease.units;
     m.onHomeCall?.(t, from, cost, ask.units, decision.lease?.units ?? 0);
@@ -318,7 +332,7 @@ export function simulateKey(m: KeyModel): KeyOutcome {
         events.push(back, () => {
           iso.farBelow = farBelow(d);
           // With holders, an isolate sent here because the key is near a limit stays while the object leases nothing.
-          const aside = m.holders !== "off" && (!d.allowed || d.lease === null);
+          const aside = m.holders !== "off" && (nearLimit(d) || d.lease === null);
           done({ allowed: d.allowed, lease, aside, farBelow: iso.farBelow, blockedUntil: d.blockedUntil }, back);
         });
       });
@@ -376,8 +390,11 @@ export function simulateKey(m: KeyModel): KeyOutcome {
       if (msg.ask.units === 0 || l.free === 0) return null;
       const endsAt = m.holders === "broken" ? msg.sentAt + msg.ask.lifetimeMs : msg.sentAt + (l.endsAt - g);
       if (endsAt - g < 4 * (at - msg.sentAt)) return null;
-      // The holder keeps a share for its region's other isolates.
-      const units = Math.min(Math.ceil(l.free / 2), msg.fromLog ? Math.ceil(l.free / 4) : msg.ask.units);
+      // The holder keeps the rest for its region's other isolates: an isolate gets what it spends in a few seconds at
+      // the rate its ask shows (asking again costs a regional round trip, in the background), at most half.
+      const perMs = msg.ask.units / Math.max(1, msg.ask.lifetimeMs - msg.ask.leadMs);
+      const wanted = msg.fromLog ? 1 : Math.ceil(perMs * SUB_SPEND_MS);
+      const units = Math.min(Math.ceil(l.free / 2), wanted);
       l.free -= units;
       l.outstanding += units;
       const { recordedAt, issuedAt } = l;
@@ -410,9 +427,11 @@ export function simulateKey(m: KeyModel): KeyOutcome {
       return;
     }
     holderCall(region, holder, at, msg.cost, (d, l, back) => {
-      // The object leases nothing near a limit (the holder always asks for units).
-      const near = !d.allowed || d.lease === null;
-      const answer = { allowed: d.allowed, aside: near, farBelow: holder.farBelow, blockedUntil: d.blockedUntil };
+      const near = nearLimit(d);
+      // With no lease to share (near a limit, or the object's share of headroom out in leases) the holder has nothing
+      // to offer for a while: its isolates ask the object themselves, one round trip instead of two.
+      const aside = near || d.lease === null;
+      const answer = { allowed: d.allowed, aside, farBelow: holder.farBelow, blockedUntil: d.blockedUntil };
       reply({ ...answer, lease: l ? sub(l, back) : null }, back);
       if (near) giveBackAll(region, holder, back);
       else refill(region, holder, back);
@@ -426,6 +445,15 @@ export function simulateKey(m: KeyModel): KeyOutcome {
     const left = live.reduce((n, l) => n + l.free, 0);
     const until = Math.max(...live.map((l) => l.endsAt));
     if (!refillDue(holder.counter, at, { left, until }, m.holderHomeMs(region))) return;
+    // A region too slow for a lease of its own rate renews nothing ahead of need: its next request asks.
+    const ask = leaseToAsk(holder.counter, at, {
+      lifetimeMs: m.lifetimeMs,
+      maxUnits: m.maxUnits,
+      youngMs,
+      rttMs: m.holderHomeMs(region),
+      farBelow: holder.farBelow,
+    });
+    if (ask.units === 0) return;
     holder.refilling = true;
     holderCall(region, holder, at, 0, () => {
       holder.refilling = false;
@@ -453,7 +481,7 @@ export function simulateKey(m: KeyModel): KeyOutcome {
     events.push(t, () => {
       for (const s of settle) {
         returned += s.unused;
-        log.settle(t, s);
+        rows += log.settle(t, s).length;
       }
     });
   };
@@ -540,7 +568,7 @@ export function simulateKey(m: KeyModel): KeyOutcome {
       events.push(at, () => {
         for (const x of settle) {
           returned += x.unused;
-          log.settle(at, x);
+          rows += log.settle(at, x).length;
         }
       });
     });
@@ -602,5 +630,5 @@ export function simulateKey(m: KeyModel): KeyOutcome {
     });
   }
   for (let e = events.pop(); e; e = events.pop()) e.run();
-  return { granted, addedMs, uses, homeCalls, holderCalls, leased, spent, returned, stranded };
+  return { granted, addedMs, uses, homeCalls, holderCalls, leased, spent, returned, stranded, rows };
 }
