@@ -21,7 +21,7 @@
  *   SIM_TRACE=/tmp/trace.json npm run bench:sim   # also every object call of the burst keys, to a file, and
  *                                       # the units their leases held at each burst's first refusal
  *   SIM_BOUND=1 npm run bench:sim       # no run: the fewest calls per grant any per-isolate lease could make
- *   SIM_REGIONS=3 npm run bench:sim     # no run: regions, the bound and a model of regional lease holders
+ *   SIM_REGIONS=3 npm run bench:sim     # no run: 3 regions, the bound and a model of regional lease holders
  *                                       # (bench/regions-report.ts); SIM_HOLDER_CHURN_MS sets how often one vanishes
 
  */
