@@ -13,6 +13,7 @@ import { quantile } from "./http/load.ts";
 import {
   type Arrival,
   type BoundDesign,
+  type BoundFigures,
   type BoundRequest,
   boundRequests,
   type Churn,
@@ -125,9 +126,15 @@ export function regionsReport(r: RegionsRun): void {
   const boundRuns = [...designs, persistent].map((d) =>
     boundRequests(limited, geo, d, r.isolateChurn, d === persistent ? [] : r.holderChurn),
   );
+  /** The bound's figures by class and design, for the targets below. */
+  const bound = new Map<string, BoundFigures[]>();
   for (const c of BOUND_ORDER) {
     const idx = limited.map((_, n) => n).filter((n) => boundClassesOf(n).includes(c));
     if (idx.length === 0) continue;
+    bound.set(
+      c,
+      boundRuns.map((run) => figures(idx.map((n) => run[n] as BoundRequest))),
+    );
     const cells = boundRuns.map((run) => {
       const f = figures(idx.map((n) => run[n] as BoundRequest));
       const excess =
@@ -259,6 +266,39 @@ export function regionsReport(r: RegionsRun): void {
     console.log(`| ${line.join(" | ")} |`);
   }
   const overAll = tallies.map((map) => [...map.values()].reduce((n, t) => n + t.overN, 0));
-  console.log(`\nwindows over N: holders off ${overAll[0]}, on ${overAll[1]}`);
-  console.log(`Reproduce: ${r.reproduce}`);
+
+  // The issue's targets with holders on, side by side: the bound (any design of the shape) and the model.
+  const [offT, onT] = tallies as [Map<string, Tally>, Map<string, Tally>];
+  const sorted = (xs: readonly number[]) => [...xs].sort((a, b) => a - b);
+  const p = (t: Tally | undefined, q: number) => (t ? quantile(sorted(t.added), q) : Number.NaN);
+  const per = (t: Tally | undefined, f: (t: Tally) => number) => (t ? f(t) : Number.NaN);
+  const floor = (c: string, d: number) => bound.get(c)?.[d]?.homePerGrant ?? Number.NaN;
+  const vanishing = designs.length - 1;
+  const never = designs.length;
+  console.log(
+    "\nTargets with holders on (bound: the fewest any holder of this shape could make; model: the one above):",
+  );
+  console.log(
+    `- ordinary keys ≤ 0.05 home calls / grant: bound ${fmt(floor(ORDINARY, vanishing), 3)} with holders vanishing as isolates do (${fmt(floor(warm(ORDINARY), vanishing), 3)} from ${WARM_MS / 1000} s), ${fmt(floor(ORDINARY, never), 3)} with holders that never vanish (${fmt(floor(warm(ORDINARY), never), 3)}); model ${fmt(
+      per(onT.get(ORDINARY), (t) => t.home / t.grants),
+      3,
+    )}. Added p50 ≤ 2 ms: model ${fmt(p(onT.get(ORDINARY), 0.5), 0)} ms`,
+  );
+  const lately = onT.get(RARE_AGAIN);
+  const boundAgain = bound.get(RARE_AGAIN)?.[2];
+  console.log(
+    `- rare keys away from home seen in the region < 1 min before, p50 ≤ regional round trip + 5 ms: bound p50 ${fmt(boundAgain?.p50 ?? Number.NaN, 0)} ms (holders, 30 s); model p50 ${fmt(p(lately, 0.5), 0)} ms, ${fmt(lately ? quantile(sorted(lately.excess), 0.5) : Number.NaN, 0)} ms over the request's own regional round trip`,
+  );
+  for (const c of [AT_LIMIT, BURST]) {
+    const util = (t: Tally | undefined) =>
+      fmt(
+        per(t, (x) => x.grants / x.exact),
+        3,
+      );
+    console.log(
+      `- ${c}: utilisation ≥ 0.97: model ${util(offT.get(c))} → ${util(onT.get(c))}; p99 no worse than holders off: ${fmt(p(offT.get(c), 0.99), 0)} → ${fmt(p(onT.get(c), 0.99), 0)} ms`,
+    );
+  }
+  console.log(`- windows over N: holders off ${overAll[0]}, on ${overAll[1]}`);
+  console.log(`\nReproduce: ${r.reproduce}`);
 }

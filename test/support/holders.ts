@@ -24,6 +24,7 @@ import {
   ringSlackMs,
   type Settlement,
 } from "../../src/core/index.ts";
+import { Events } from "./events.ts";
 
 /** One request of the key: when it arrives and at which isolate. */
 export interface KeyRequest {
@@ -142,43 +143,6 @@ interface Answer {
   /** Before this (ms) no request of cost 1 can pass: the isolate's deny cache (the object's `blockedUntil`). */
   readonly blockedUntil: number;
 }
-
-/** A minimal binary heap of timed events, in time then insertion order. */
-class Events {
-  #heap: { t: number; seq: number; run: () => void }[] = [];
-  #seq = 0;
-  push(t: number, run: () => void): void {
-    const h = this.#heap;
-    h.push({ t, seq: this.#seq++, run });
-    for (let i = h.length - 1; i > 0; ) {
-      const p = (i - 1) >> 1;
-      if (!before(h[i] as Ev, h[p] as Ev)) break;
-      [h[i], h[p]] = [h[p] as Ev, h[i] as Ev];
-      i = p;
-    }
-  }
-  pop(): Ev | undefined {
-    const h = this.#heap;
-    const top = h[0];
-    const last = h.pop();
-    if (h.length > 0 && last) {
-      h[0] = last;
-      for (let i = 0; ; ) {
-        const l = 2 * i + 1;
-        const r = l + 1;
-        let m = i;
-        if (l < h.length && before(h[l] as Ev, h[m] as Ev)) m = l;
-        if (r < h.length && before(h[r] as Ev, h[m] as Ev)) m = r;
-        if (m === i) break;
-        [h[i], h[m]] = [h[m] as Ev, h[i] as Ev];
-        i = m;
-      }
-    }
-    return top;
-  }
-}
-type Ev = { t: number; seq: number; run: () => void };
-const before = (a: Ev, b: Ev) => a.t < b.t || (a.t === b.t && a.seq < b.seq);
 
 /**
  * Counts `n` uses an isolate reports at `now` into a holder's rate: the region's rate, which its asks are sized by, is
@@ -629,6 +593,6 @@ export function simulateKey(m: KeyModel): KeyOutcome {
       holders.delete(v.index);
     });
   }
-  for (let e = events.pop(); e; e = events.pop()) e.run();
+  events.run();
   return { granted, addedMs, uses, homeCalls, holderCalls, leased, spent, returned, stranded, rows };
 }
