@@ -9,7 +9,11 @@ const LIMITS = [
   { limit: 100_000, windowMs: 60_000 },
 ];
 
-/** One region: 6 isolates at 2/s each for a minute, and from 30 s on two more at 150/s each (the key at its limit). */
+/**
+ * One region: 8 isolates sharing 3 requests a second for a minute, spending sub-leases slowly; from 25 s on two more
+ * at 150/s each, the key at its limit while its holder's first leases end. A sub-lease that outlives its holder's
+ * lease is spent uncounted in windows the object fills to N.
+ */
 function requests(seed: number): KeyRequest[] {
   let a = seed * 7919;
   const random = () => {
@@ -21,8 +25,8 @@ function requests(seed: number): KeyRequest[] {
     for (let t = from + 1; t < to; t += Math.ceil((-Math.log(1 - random()) * 1000) / rate))
       out.push({ at: t, isolate: isolate() });
   };
-  poisson(12, 0, 60_000, () => Math.floor(random() * 6));
-  poisson(300, 30_000, 60_000, () => 6 + Math.floor(random() * 2));
+  poisson(3, 0, 60_000, () => Math.floor(random() * 8));
+  poisson(300, 25_000, 60_000, () => 8 + Math.floor(random() * 2));
   return out.sort((x, y) => x.at - y.at);
 }
 
@@ -38,8 +42,7 @@ function most(seed: number, holders: "off" | "on" | "broken"): number[] {
     isolateChurn: [],
     holderChurn: [],
     holders,
-    // Short leases: most sub-leases are granted late in their holder's lease, so a wrong date shows often.
-    lifetimeMs: 3000,
+    lifetimeMs: 30_000,
     maxUnits: 1000,
   });
   return LIMITS.map((l) => maxInWindow(o.uses, l.windowMs));
@@ -61,6 +64,6 @@ describe("the holder model's sweep", () => {
 
   it("finds windows over N when a holder dates a sub-lease at itself (a fresh lifetime from the isolate's ask)", () => {
     const over = seeds.filter((seed) => (most(seed, "broken")[0] as number) > 100);
-    expect(over.length).toBeGreaterThan(0);
+    expect(over.length).toBeGreaterThanOrEqual(seeds.length / 2);
   });
 });
