@@ -21,6 +21,8 @@
  *   SIM_TRACE=/tmp/trace.json npm run bench:sim   # also every object call of the burst keys, to a file, and
  *                                       # the units their leases held at each burst's first refusal
  *   SIM_BOUND=1 npm run bench:sim       # no run: the fewest calls per grant any per-isolate lease could make
+ *   SIM_REGIONS=3 npm run bench:sim     # no run: 3 regions, the bound and a model of regional lease holders
+ *                                       # (bench/regions-report.ts); SIM_HOLDER_CHURN_MS sets how often one vanishes
 
  */
 
@@ -32,6 +34,8 @@ import { maxInWindow } from "../test/support/window.ts";
 import type { StorageCounts } from "./http/counts.ts";
 import { quantile } from "./http/load.ts";
 import { startRuntime } from "./http/runtime.ts";
+import { churnPlan, geography } from "./regions.ts";
+import { regionsReport } from "./regions-report.ts";
 
 const SECONDS = Number(process.env.SIM_SECONDS) || 90;
 /** Zipf arrivals per second over all keys (the bursts and probes come on top). */
@@ -349,6 +353,39 @@ function bound(plan: readonly Planned[], random: () => number): void {
 }
 
 async function main(): Promise<void> {
+  if (process.env.SIM_REGIONS) {
+    const regions = Number(process.env.SIM_REGIONS);
+    if (!Number.isInteger(regions) || regions < 3) throw new Error("SIM_REGIONS: expected a whole number ≥ 3");
+    const random = rng(20261124);
+    const plan = schedule(random);
+    const end = SECONDS * 1000;
+    // The same arrivals and isolate churn as a run and SIM_BOUND; the regions' own draws from streams of their own.
+    const isolateChurn = churnPlan(CHURN_MS, ISOLATES, end, random);
+    const homeIsolate = (key: string) => (Number(key.slice(2)) + (key.startsWith("b_") ? KEYS : 0)) * 7919;
+    const geo = geography(regions, ISOLATES, (key) => (homeIsolate(key) % ISOLATES) % regions, rng(20261125));
+    /** Holders vanish as isolates do: each lives as long on average (`SIM_HOLDER_CHURN_MS` overrides). */
+    const holderEvery =
+      process.env.SIM_HOLDER_CHURN_MS === undefined
+        ? (CHURN_MS * ISOLATES) / regions
+        : Number(process.env.SIM_HOLDER_CHURN_MS);
+    console.log(
+      `${SECONDS} s, ${RATE}/s Zipf(${ZIPF_S}) over ${KEYS} keys, ${BURST_KEYS} burst keys, ${AFFINITY * 100}% of a key's requests to its home isolate; one isolate vanishing every ${CHURN_MS / 1000} s, one holder every ${holderEvery / 1000} s`,
+    );
+    const env = Object.entries(process.env).filter(([k]) => k.startsWith("SIM_"));
+    regionsReport({
+      plan,
+      geo,
+      isolateChurn,
+      holderChurn: churnPlan(holderEvery, regions, end, rng(20261126)),
+      limits: LIMITS,
+      // The plan's lease lifetime in the model (the default plan's 30 s; at most the longest window, 60 s).
+      lifetimeMs: Number(process.env.SIM_LEASE_MS) || 30_000,
+      maxUnits: 1000,
+      seconds: SECONDS,
+      reproduce: `${env.map(([k, v]) => `${k}=${v} `).join("")}npm run bench:sim`,
+    });
+    return;
+  }
   if (process.env.SIM_BOUND) {
     const random = rng(20261124);
     bound(schedule(random), random);
