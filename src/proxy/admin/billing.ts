@@ -6,11 +6,11 @@
 import { keyId } from "../../base/log.ts";
 import { withDeadline } from "../../client/policy.ts";
 import type { Config, Plan } from "../../config/types.ts";
-import type { CreditSpec } from "../../core/credits.ts";
+import { type CreditSpec, MAX_CREDITS } from "../../core/credits.ts";
 import { usageCsv } from "../../core/usage.ts";
 import { MAX_TIME_MS } from "../../object/index.ts";
 import { HttpError } from "../../pipeline/http.ts";
-import type { LimiterStub } from "../../protocol.ts";
+import type { LimiterStub, TopUp } from "../../protocol.ts";
 import { type ObjectsEnv, objectsOf } from "../objects.ts";
 import { bad, instant, subjectOf } from "./body.ts";
 import { iso, json } from "./status.ts";
@@ -67,15 +67,27 @@ export async function usageOf(
   });
 }
 
-/** A top-up (`{"key", "add", "id"?}`) at the key's object: its new balance. */
-export function topUp(body: Record<string, unknown>, plan: Plan, stub: LimiterStub): Promise<number> {
+/**
+ * A top-up (`{"key", "add", "id"?}`) at the key's object: its new balance, and whether it added the credits (false: a
+ * top-up with its id was applied before). `400` for one that would take the balance past {@link MAX_CREDITS}: the
+ * object refuses it, and nothing changes.
+ */
+export async function topUp(body: Record<string, unknown>, plan: Plan, stub: LimiterStub): Promise<TopUp> {
   const spec = creditsOf(plan);
   const add = added(body.add);
   const id = body.id;
-  if (id === undefined) return stub.credit(spec, add);
-  if (typeof id !== "string" || id.length === 0 || id.length > 128)
+  if (id !== undefined && (typeof id !== "string" || id.length === 0 || id.length > 128))
     throw bad(`"id": expected the top-up's id, a string of 1 to 128 characters, got ${JSON.stringify(id)}`);
-  return stub.credit(spec, add, id);
+  try {
+    return await (id === undefined ? stub.topUp(spec, add) : stub.topUp(spec, add, id));
+  } catch (e) {
+    // The one refusal only the object can make, knowing the balance (src/core/credits.ts, `add`): RPC keeps a
+    // RangeError's type and message.
+    if (e instanceof RangeError && e.message.startsWith("add: ")) {
+      throw bad(`"add": ${e.message.slice("add: ".length)}; nothing was added`);
+    }
+    throw e;
+  }
 }
 
 /** The credits of a key's plan, for a top-up: `409` when it has none. */
@@ -90,10 +102,15 @@ function creditsOf(plan: Plan): CreditSpec {
   return plan.credits.spec;
 }
 
-/** The credits a top-up adds: a positive whole number, else `400`. */
+/** The credits a top-up adds: a positive whole number up to {@link MAX_CREDITS}, else `400`. */
 function added(value: unknown): number {
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
-    throw bad(`"add": expected a positive whole number of credits, got ${JSON.stringify(value) ?? "nothing"}`);
+    // JSON.parse reads a number too large for a double (`1e400`) as Infinity, which JSON.stringify spells `null`.
+    const got =
+      typeof value === "number" && !Number.isFinite(value)
+        ? "a number too large to hold"
+        : (JSON.stringify(value) ?? "nothing");
+    throw bad(`"add": expected a positive whole number of credits up to ${MAX_CREDITS}, got ${got}`);
   }
   return value;
 }

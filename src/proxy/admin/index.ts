@@ -169,6 +169,8 @@ async function run(
   const stub = () => objectsOf(env, config).getByName(name);
   const call = <T>(p: Promise<T>) => withDeadline(p, config.objectTimeoutMs);
   const fields: Record<string, unknown> = {};
+  /** What the answer adds to the key's status (a top-up: what it did). */
+  const answer: Record<string, unknown> = {};
   switch (action) {
     case "status":
       break;
@@ -203,10 +205,16 @@ async function run(
     case "override/delete":
       await call(stub().clearOverride());
       break;
-    case "credits":
-      fields.balance = await call(topUp(body, plan, stub()));
-      fields.added = body.add;
+    case "credits": {
+      const done = await call(topUp(body, plan, stub()));
+      // What happened, not what was asked: a top-up whose id was applied before adds nothing.
+      fields.added = done.applied ? body.add : 0;
+      if (!done.applied) fields.repeat = true;
+      fields.balance = done.balance;
+      answer.added = fields.added;
+      answer.applied = done.applied;
       break;
+    }
   }
   if (action !== "status") {
     ctx.forget(name);
@@ -215,5 +223,5 @@ async function run(
   const status = (await call(
     stub().status(limits, HISTORY_BUCKETS, plan.routes.map(routeBudget), plan.meters ?? {}),
   )) as KeyStatus;
-  return json(statusJson(id, plan, limits, status));
+  return json({ ...statusJson(id, plan, limits, status), ...answer });
 }
