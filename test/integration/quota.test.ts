@@ -323,6 +323,91 @@ describe("usage through the proxy, compared with what the origin saw", () => {
     expect((await usageCall(plain, { key, period: "day" })).status).toBe(409);
   });
 
+  it("CSV for an Accept naming text/csv in any case, with parameters, not at q=0; not for another type", async () => {
+    const e = envWith(CONFIG, { ADMIN_TOKEN: TOKEN });
+    const key = freshKey();
+    expect((await handle(request(key, "/v1/items"), e)).status).toBe(200);
+    const typeFor = async (accept: string) =>
+      (await usageCall(e, { key, period: "day" }, accept)).headers.get("content-type");
+    const CSV = "text/csv; charset=utf-8";
+    for (const accept of ["text/csv", "TEXT/CSV", "Text/Csv; charset=UTF-8", "application/json, text/csv;q=0.5"]) {
+      expect(await typeFor(accept), accept).toBe(CSV);
+    }
+    for (const accept of ["text/csvx", "text/csv;q=0", "text/csv; q=0.0", "application/json", "*/*", "text/*"]) {
+      expect(await typeFor(accept), accept).toBe("application/json");
+    }
+  });
+
+  it("from and to: ISO 8601 dates and times or ms; any other spelling is 400 naming the field", async () => {
+    const e = envWith(CONFIG, { ADMIN_TOKEN: TOKEN });
+    const key = freshKey();
+    for (const [field, value] of [
+      ["from", "Nov 1 2026"],
+      ["to", "Nov 1 2026"],
+      ["from", "2026-11-01 00:00:00"],
+      ["from", "2026-02-30"],
+      ["to", "1 November 2026"],
+      ["from", "2026-11-01T00:00:00ZZ"],
+    ]) {
+      const r = await usageCall(e, { key, period: "day", [field as string]: value });
+      expect(r.status, `${field}: ${value}`).toBe(400);
+      expect((await problemBody(r)).detail).toBe(
+        `"${field}": expected an ISO 8601 time like "2026-11-01T00:00:00Z" (or a date, "2026-11-01") or ms since the epoch, got ${JSON.stringify(value)}`,
+      );
+    }
+    for (const from of ["2026-11-01", "2026-11-01T00:00", "2026-11-01T05:45:00+05:45", "2026-11-01T00:00:00.5Z", 0]) {
+      expect((await usageCall(e, { key, period: "day", from })).status, String(from)).toBe(200);
+    }
+  });
+
+  it("a day whose every request was refunded is left out, as a day without use", async () => {
+    const e = envWith(CONFIG, { ADMIN_TOKEN: TOKEN });
+    const key = freshKey();
+    expect(
+      await Promise.all([0, 1].map(async () => (await handle(request(key, "/__special/status/500"), e)).status)),
+    ).toEqual([500, 500]);
+    for (const period of ["day", "month"]) {
+      expect(await (await usageCall(e, { key, period })).json(), period).toMatchObject({ periods: [] });
+    }
+    expect(await (await usageCall(e, { key, period: "day" }, "text/csv")).text()).toBe("start,end,requests,cost\n");
+    // One request that stays: the day is listed with it alone.
+    expect((await handle(request(key, "/v1/items"), e)).status).toBe(200);
+    expect(await (await usageCall(e, { key, period: "day" })).json()).toMatchObject({
+      periods: [{ requests: 1, cost: 1 }],
+    });
+  });
+
+  it("shows a time zone as configured, not as the runtime renames it (Asia/Kathmandu, Asia/Kolkata)", async () => {
+    const e = envWith(
+      {
+        limits: [
+          { limit: 100, window: "1m" },
+          { limit: 50, period: "day", time_zone: "Asia/Kolkata", name: "daily" },
+        ],
+        usage: { time_zone: "Asia/Kathmandu" },
+      },
+      { ADMIN_TOKEN: TOKEN },
+    );
+    const key = freshKey();
+    expect((await handle(request(key, "/v1/items"), e)).status).toBe(200);
+    expect(await (await usageCall(e, { key, period: "day" })).json()).toMatchObject({
+      time_zone: "Asia/Kathmandu",
+      periods: [{ requests: 1 }],
+    });
+    const status = await handle(
+      new Request("https://limiter.example/__limiter/status", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+        body: JSON.stringify({ key }),
+      }),
+      e,
+    );
+    expect(await status.json()).toMatchObject({
+      usage: { time_zone: "Asia/Kathmandu" },
+      quotas: [{ name: "daily", time_zone: "Asia/Kolkata", used: 1 }],
+    });
+  });
+
   it("the library's usage()", async () => {
     const limiter = createLimiter({ name: "metered", limits: [{ limit: 100, window: "1m" }], usage: true });
     const key = freshKey();
@@ -331,6 +416,9 @@ describe("usage through the proxy, compared with what the origin saw", () => {
     expect(await limiter.refund(envWith({}), granted[0] as (typeof granted)[number])).toBe(true);
     const days = await limiter.usage(envWith({}), key, { period: "day" });
     expect(days).toEqual([expect.objectContaining({ requests: 2, cost: 4 })]);
+    // Every request refunded: the day is left out.
+    for (const g of granted.slice(1)) expect(await limiter.refund(envWith({}), g)).toBe(true);
+    expect(await limiter.usage(envWith({}), key, { period: "day" })).toEqual([]);
     await expect(limiter.usage(envWith({}), key, { period: "year" as never })).rejects.toThrow(/^period: /);
     await expect(
       createLimiter({ limits: [{ limit: 100, window: "1m" }] }).usage(envWith({}), key, { period: "day" }),

@@ -46,7 +46,7 @@ export async function usageOf(
     objectsOf(env, config).getByName(name).usage(spec, { period, from, to }),
     config.objectTimeoutMs,
   );
-  if ((request.headers.get("accept") ?? "").includes("text/csv")) {
+  if (wantsCsv(request.headers.get("accept"))) {
     return new Response(usageCsv(periods), {
       headers: { "content-type": "text/csv; charset=utf-8", "cache-control": "no-store" },
     });
@@ -64,6 +64,20 @@ export async function usageOf(
       requests: p.requests,
       cost: p.cost,
     })),
+  });
+}
+
+/**
+ * Whether an `Accept` header asks for CSV: one of its media ranges is `text/csv` — compared without regard to case,
+ * parameters (`; charset=utf-8`, `; q=0.9`) allowed, but not `q=0`, which refuses it. `text/csvx` is another type.
+ */
+export function wantsCsv(accept: string | null): boolean {
+  if (accept === null) return false;
+  return accept.split(",").some((range) => {
+    const [type = "", ...params] = range.split(";").map((p) => p.trim().toLowerCase());
+    if (type !== "text/csv") return false;
+    const q = params.find((p) => /^q\s*=/.test(p));
+    return q === undefined || Number(q.slice(q.indexOf("=") + 1).trim()) > 0;
   });
 }
 
