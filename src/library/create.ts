@@ -98,6 +98,10 @@ export function createLimiter(options: LimiterOptions): Limiter {
     return seen.ns;
   };
 
+  const topUpTarget = (env: object, key: string) => {
+    const { name: object, plan } = pipeline.identify(keyOf(key));
+    return { stub: namespace(env).getByName(object), plan, timeoutMs: config.objectTimeoutMs };
+  };
   const decide = async (env: object, key: string, options: LimitCallOptions, inFlight: boolean) => {
     const { cost = 1, ctx, route, ip } = options;
     const asking = {
@@ -147,15 +151,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
       await callObject(() => ns.getByName(object).reset(limits, 1, routes) as Promise<unknown>, config.objectTimeoutMs);
       client.forget(ns, object);
     },
-    credit: async (env, key, add, { id } = {}) => {
-      const { name: object, plan } = pipeline.identify(keyOf(key));
-      return (await topUp({ stub: namespace(env).getByName(object), plan, timeoutMs: config.objectTimeoutMs }, add, id))
-        .balance;
-    },
-    topUp: async (env, key, add, { id } = {}) => {
-      const { name: object, plan } = pipeline.identify(keyOf(key));
-      return topUp({ stub: namespace(env).getByName(object), plan, timeoutMs: config.objectTimeoutMs }, add, id);
-    },
+    credit: async (env, key, add, { id } = {}) => (await topUp(topUpTarget(env, key), add, id)).balance,
+    topUp: async (env, key, add, { id } = {}) => topUp(topUpTarget(env, key), add, id),
     async usage(env, key, { period, from = 0, to = USAGE_END }) {
       const { name: object, plan } = pipeline.identify(keyOf(key));
       const spec = plan.usage;

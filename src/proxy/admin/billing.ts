@@ -104,6 +104,14 @@ export async function topUp(body: Record<string, unknown>, plan: Plan, stub: Lim
   }
 }
 
+/**
+ * What the `admin` log line says of a top-up: what happened, not what was asked — the credits `added` (0 for one whose
+ * id was applied before, which is a `repeat`) and the `balance` after it.
+ */
+export function topUpLog(done: TopUp, add: unknown): Record<string, unknown> {
+  return done.applied ? { added: add, balance: done.balance } : { added: 0, repeat: true, balance: done.balance };
+}
+
 /** The credits of a key's plan, for a top-up: `409` when it has none. */
 function creditsOf(plan: Plan): CreditSpec {
   if (!plan.credits) {

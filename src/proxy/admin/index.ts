@@ -13,7 +13,7 @@ import { type Config, ConfigError, type Limit } from "../../config/types.ts";
 import type { KeyStatus, RateLimiter } from "../../object/index.ts";
 import { HttpError, problem } from "../../pipeline/http.ts";
 import { objectsOf } from "../objects.ts";
-import { topUp, usageOf } from "./billing.ts";
+import { topUp, topUpLog, usageOf } from "./billing.ts";
 import { bad, notAllowed, readBody, subjectOf, unknownFields, when } from "./body.ts";
 import { page } from "./page.ts";
 import { iso, json, limitJson, statusJson } from "./status.ts";
@@ -169,8 +169,6 @@ async function run(
   const stub = () => objectsOf(env, config).getByName(name);
   const call = <T>(p: Promise<T>) => withDeadline(p, config.objectTimeoutMs);
   const fields: Record<string, unknown> = {};
-  /** What the answer adds to the key's status (a top-up: what it did). */
-  const answer: Record<string, unknown> = {};
   switch (action) {
     case "status":
       break;
@@ -205,16 +203,9 @@ async function run(
     case "override/delete":
       await call(stub().clearOverride());
       break;
-    case "credits": {
-      const done = await call(topUp(body, plan, stub()));
-      // What happened, not what was asked: a top-up whose id was applied before adds nothing.
-      fields.added = done.applied ? body.add : 0;
-      if (!done.applied) fields.repeat = true;
-      fields.balance = done.balance;
-      answer.added = fields.added;
-      answer.applied = done.applied;
+    case "credits":
+      Object.assign(fields, topUpLog(await call(topUp(body, plan, stub())), body.add));
       break;
-    }
   }
   if (action !== "status") {
     ctx.forget(name);
@@ -223,5 +214,6 @@ async function run(
   const status = (await call(
     stub().status(limits, HISTORY_BUCKETS, plan.routes.map(routeBudget), plan.meters ?? {}),
   )) as KeyStatus;
-  return json({ ...statusJson(id, plan, limits, status), ...answer });
+  const whatTopUpDid = action === "credits" ? { added: fields.added, applied: fields.repeat !== true } : {};
+  return json({ ...statusJson(id, plan, limits, status), ...whatTopUpDid });
 }
