@@ -265,7 +265,8 @@ describe("billing-grade counts under wrangler dev", () => {
       await page.fill("input[name=key]", k);
       await page.click("button[type=submit]");
       await page.waitForSelector("#result:not([hidden])");
-      await page.waitForFunction("document.getElementById('month').textContent.includes('requests')");
+      // A selector, not a string predicate: the page's Content-Security-Policy forbids the eval Playwright polls it with.
+      await page.waitForSelector("#month:has-text('requests')");
       expect(await page.textContent("#month")).toBe("2 requests, cost 2 (UTC)");
       expect(await page.textContent("#credits")).toBe("1 left");
       expect(await page.textContent(".limit[data-limit='monthly'] strong")).toBe(
