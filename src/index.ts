@@ -48,3 +48,4 @@ export { RateLimiter } from "./object/index.ts";
 export { problemFor, refusal } from "./pipeline/http.ts";
 export type { RequestOptions } from "./pipeline/index.ts";
 export type { Identity } from "./pipeline/key.ts";
+export type { TopUp } from "./protocol.ts";

@@ -74,6 +74,12 @@ export interface LimiterNamespace {
   getByName(name: string): LimiterStub;
 }
 
+/** What a top-up did: the key's balance after it, and whether it added the credits (false: its id was seen before). */
+export interface TopUp {
+  readonly balance: number;
+  readonly applied: boolean;
+}
+
 /** The object's RPC methods the client calls (see src/object/index.ts). */
 export interface LimiterStub {
   take(limits: readonly LimitSpec[], ask: TakeAsk, route?: RouteBudget): Promise<Decision>;
@@ -83,6 +89,7 @@ export interface LimiterStub {
   renew(id: string, timeoutMs: number): Promise<boolean>;
   peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget, meters?: MeterSpecs): Promise<Decision>;
   credit(credits: CreditSpec, add: number, id?: string): Promise<number>;
+  topUp(credits: CreditSpec, add: number, id?: string): Promise<TopUp>;
   usage(
     spec: UsageSpec,
     range: { readonly period: "day" | "month"; readonly from: number; readonly to: number },

@@ -60,8 +60,10 @@ function formatter(zone: string): Intl.DateTimeFormat {
 }
 
 /**
- * Checks an IANA time zone name (`"UTC"`, `"Europe/Berlin"`, …) against the runtime's, and returns its canonical
- * spelling.
+ * Checks an IANA time zone name (`"UTC"`, `"Europe/Berlin"`, …) against the runtime's, and returns it as configured:
+ * in the runtime's spelling when that differs only in case (`"utc"` → `"UTC"`), else as written — the runtime's ICU
+ * resolves some current names to older ones (`"Asia/Kathmandu"` → `"Asia/Katmandu"`, `"Asia/Kolkata"` →
+ * `"Asia/Calcutta"`), which keep the same rules but are not the name an operator gave.
  *
  * @throws RangeError for a zone the runtime does not know
  */
@@ -69,13 +71,15 @@ export function checkTimeZone(zone: unknown): string {
   if (typeof zone !== "string" || zone === "") {
     throw new RangeError(`time zone: expected an IANA name like "Europe/Berlin", got ${describe(zone)}`);
   }
+  let resolved: string;
   try {
-    return formatter(zone).resolvedOptions().timeZone;
+    resolved = formatter(zone).resolvedOptions().timeZone;
   } catch {
     throw new RangeError(
       `time zone: the runtime knows no zone ${JSON.stringify(zone)}; expected an IANA name like "Europe/Berlin"`,
     );
   }
+  return resolved.toLowerCase() === zone.toLowerCase() ? resolved : zone;
 }
 
 /** The wall clock in `zone` at instant `t` (whole seconds; the zone's offset never has a fraction of one). */

@@ -137,7 +137,9 @@ export class CreditAccount {
   add(now: number, units: number): CreditState {
     whole(units, "add", 1);
     const balance = this.balance(now);
-    if (balance > MAX_CREDITS - units) throw new RangeError(`add: the balance would pass ${MAX_CREDITS}`);
+    if (balance > MAX_CREDITS - units) {
+      throw new RangeError(`add: ${units} would take the balance of ${balance} past ${MAX_CREDITS}, the most it holds`);
+    }
     this.#balance = balance + units;
     return this.state();
   }

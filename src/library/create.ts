@@ -11,7 +11,7 @@ import { ConfigError, type LimiterConfig, type Plan } from "../config/types.ts";
 import { usageBy } from "../core/usage.ts";
 import { namespaceOf, Pipeline, routeNamed } from "../pipeline/index.ts";
 import { settingsName } from "../pipeline/key.ts";
-import type { LimiterStub } from "../protocol.ts";
+import type { LimiterStub, TopUp } from "../protocol.ts";
 import type { LimitCallOptions, Limiter } from "./limiter.ts";
 import type { LimiterOptions } from "./settings.ts";
 
@@ -98,6 +98,10 @@ export function createLimiter(options: LimiterOptions): Limiter {
     return seen.ns;
   };
 
+  const topUpTarget = (env: object, key: string) => {
+    const { name: object, plan } = pipeline.identify(keyOf(key));
+    return { stub: namespace(env).getByName(object), plan, timeoutMs: config.objectTimeoutMs };
+  };
   const decide = async (env: object, key: string, options: LimitCallOptions, inFlight: boolean) => {
     const { cost = 1, ctx, route, ip } = options;
     const asking = {
@@ -147,10 +151,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
       await callObject(() => ns.getByName(object).reset(limits, 1, routes) as Promise<unknown>, config.objectTimeoutMs);
       client.forget(ns, object);
     },
-    credit: async (env, key, add, { id } = {}) => {
-      const { name: object, plan } = pipeline.identify(keyOf(key));
-      return topUp({ stub: namespace(env).getByName(object), plan, timeoutMs: config.objectTimeoutMs }, add, id);
-    },
+    credit: async (env, key, add, { id } = {}) => (await topUp(topUpTarget(env, key), add, id)).balance,
+    topUp: async (env, key, add, { id } = {}) => topUp(topUpTarget(env, key), add, id),
     async usage(env, key, { period, from = 0, to = USAGE_END }) {
       const { name: object, plan } = pipeline.identify(keyOf(key));
       const spec = plan.usage;
@@ -164,20 +166,20 @@ export function createLimiter(options: LimiterOptions): Limiter {
 }
 
 /**
- * A top-up of `add` credits (with its `id`, once) at the key's object: its new balance. One try: a retry could add them
- * twice.
+ * A top-up of `add` credits (with its `id`, once) at the key's object: its new balance, and whether it added them. One
+ * try: a retry could add them twice.
  */
 async function topUp(
   at: { readonly stub: LimiterStub; readonly plan: Plan; readonly timeoutMs: number },
   add: number,
   id: string | undefined,
-): Promise<number> {
+): Promise<TopUp> {
   if (!Number.isSafeInteger(add) || add < 1) {
     throw new RangeError(`add: expected a positive whole number of credits, got ${String(add)}`);
   }
   const credits = at.plan.credits;
   if (!credits) throw new ConfigError(`credit(): the plan ${JSON.stringify(at.plan.name)} of this key has no credits`);
-  const call = id === undefined ? at.stub.credit(credits.spec, add) : at.stub.credit(credits.spec, add, id);
+  const call = id === undefined ? at.stub.topUp(credits.spec, add) : at.stub.topUp(credits.spec, add, id);
   return withDeadline(call, at.timeoutMs);
 }
 

@@ -11,6 +11,7 @@ import type { LimiterConfig } from "../config/types.ts";
 import type { UsagePeriod } from "../core/usage.ts";
 import type { Pipeline, RequestOptions } from "../pipeline/index.ts";
 import type { Identity } from "../pipeline/key.ts";
+import type { TopUp } from "../protocol.ts";
 
 /** The options of one `limit()` call. */
 export interface LimitCallOptions {
@@ -127,6 +128,14 @@ export interface Limiter {
    *   ConfigError when the key's plan has no credits
    */
   credit(env: object, key: string, add: number, options?: { readonly id?: string }): Promise<number>;
+  /**
+   * {@link credit}, answering what the top-up did: the new `balance`, and `applied` — false when a top-up with this
+   * `id` was applied before and this one added nothing (an audit trail records it as a repeat, not as credits added).
+   *
+   * @throws as {@link credit}; RangeError too for an `add` that would take the balance past `Number.MAX_SAFE_INTEGER`
+   *   (nothing is added)
+   */
+  topUp(env: object, key: string, add: number, options?: { readonly id?: string }): Promise<TopUp>;
   /**
    * The key's exact usage per calendar `period` (`"day"` or `"month"` in its plan's usage zone) overlapping
    * `[from, to)` (ms; default: all that is kept), oldest first, periods without use left out: requests granted and

@@ -12,7 +12,7 @@ import type { Decision, NamedLimit } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
 import { KeyLog, type Settlement } from "../core/log.ts";
 import type { UsagePeriod, UsageSpec } from "../core/usage.ts";
-import type { AloneReport, MeterSpecs, RefundedGrant, TakeAsk } from "../protocol.ts";
+import type { AloneReport, MeterSpecs, RefundedGrant, TakeAsk, TopUp } from "../protocol.ts";
 import { MAX_TIME_MS, type Override } from "./controls.ts";
 import { type Taken, take } from "./flow.ts";
 import { recordAlone, refund, settle } from "./give-back.ts";
@@ -68,21 +68,32 @@ export class RateLimiter extends DurableObject<unknown> {
 
   /**
    * Adds `add` credits to the key's balance (an operator's top-up): a key new to credits starts from the spec's
-   * `initial`. With an `id`, once: a top-up sent again with it adds nothing (its id is kept for good). The balance.
+   * `initial`. With an `id`, once: a top-up sent again with it adds nothing (its id is kept for good). The balance, and
+   * whether this call added the credits (false: the id was seen before, nothing changed).
+   *
+   * @throws RangeError for an `add` that is not a positive whole number, or one that would take the balance past
+   *   `MAX_CREDITS` (nothing changes then, and the id is not kept)
    */
-  credit(spec: CreditSpec, add: number, id?: string): number | Promise<number> {
+  topUp(spec: CreditSpec, add: number, id?: string): TopUp | Promise<TopUp> {
     return rejecting(() => {
       if (id !== undefined) checkId(id, "a top-up");
       const account = this.#key.meters.account(spec);
       const now = this.clock();
-      if (id !== undefined && this.#key.once.seen("topup", id)) return account.balance(now);
+      if (id !== undefined && this.#key.once.seen("topup", id))
+        return { balance: account.balance(now), applied: false };
       const state = account.add(now, add);
       this.#key.db.transaction(() => {
         this.#key.meters.writeCredits(state);
         if (id !== undefined) this.#key.once.remember("topup", id, null);
       });
-      return state.balance;
+      return { balance: state.balance, applied: true };
     });
+  }
+
+  /** {@link topUp}'s balance alone (the call of 0.3.0 and before). */
+  credit(spec: CreditSpec, add: number, id?: string): number | Promise<number> {
+    const out = this.topUp(spec, add, id);
+    return out instanceof Promise ? out.then((t) => t.balance) : out.balance;
   }
 
   /** Frees the concurrency slot of the request `id`; false when it held none (released, lapsed, never taken). */

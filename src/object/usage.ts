@@ -63,12 +63,16 @@ export class UsageStore {
     return true;
   }
 
-  /** The usage per day or month overlapping the range under `spec`, within its retention at `now`; nothing written. */
+  /**
+   * The usage per day or month overlapping the range under `spec`, within its retention at `now`, without days whose
+   * requests were all refunded; nothing written.
+   */
   query(spec: UsageSpec, range: UsageRange, now: number): UsagePeriod[] {
     const checked = checkUsage(spec);
     const rows = this.#db.has("usage")
       ? this.#db.all<{ day: number; requests: number; cost: number }>(
-          "SELECT day, requests, cost FROM usage WHERE day >= ?",
+          // A day whose every request was refunded (0 requests, cost 0) had no use: left out like a day without any.
+          "SELECT day, requests, cost FROM usage WHERE day >= ? AND (requests > 0 OR cost > 0)",
           keptFrom(checked, now),
         )
       : [];

@@ -151,13 +151,8 @@ async function limitAndForward(
     if (!result.allowed) return answer(refusal(result, config.headers), true);
     return forward(request, config, send, url, path.path);
   }
-  // Checked before anything is counted: fetch cannot send such a request on, and the origin would
-  // never see it (an empty body, `Content-Length: 0`, is no body).
-  if (
-    (request.method === "GET" || request.method === "HEAD") &&
-    request.body !== null &&
-    request.headers.get("content-length") !== "0"
-  ) {
+  // Checked before anything is counted: fetch cannot send such a request on, and the origin would never see it.
+  if (carriesBody(request)) {
     throw new HttpError(400, "Bad Request", `A ${request.method} request cannot carry a body; send it without one.`);
   }
   // The pipeline's one path, as the library and the middleware take it, with the path normalised above (the rules
@@ -183,4 +178,15 @@ async function limitAndForward(
     hooks.waitUntil?.(refund);
   }
   return answer(pipeline.sent(ns, result, response, hooks), false);
+}
+
+/**
+ * Whether a `GET` or `HEAD` carries a body: one framed by `Transfer-Encoding` (chunked, even an empty one: the framing
+ * says a body follows, whether or not the runtime hands the Worker a stream for it), or a body stream other than an
+ * empty one declared by `Content-Length: 0`.
+ */
+function carriesBody(request: Request): boolean {
+  if (request.method !== "GET" && request.method !== "HEAD") return false;
+  if (request.headers.has("transfer-encoding")) return true;
+  return request.body !== null && request.headers.get("content-length") !== "0";
 }

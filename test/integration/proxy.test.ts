@@ -4,7 +4,7 @@ import { env, exports } from "cloudflare:workers";
 import { beforeAll, describe, expect, inject, it } from "vitest";
 import type { RateLimitResult } from "../../src/client/result.ts";
 import { problemOf } from "../support/problem.ts";
-import { handle, type WorkerEnv } from "./helpers.ts";
+import { countingLimiter, handle, type WorkerEnv } from "./helpers.ts";
 
 const originUrl = inject("originUrl");
 const originHost = new URL(originUrl).host;
@@ -159,10 +159,14 @@ describe("what reaches the origin", () => {
         return new Response("ok");
       },
     } as unknown as Fetcher;
-    const res = await handle(new Request("https://w.example/hop", { headers: HOP_REQUEST }), {
-      ...free,
-      ORIGIN_SERVICE: service,
-    });
+    // A POST with a body: Transfer-Encoding on a GET is a body the proxy refuses ("a GET or HEAD with a body").
+    const res = await handle(
+      new Request("https://w.example/hop", { method: "POST", headers: HOP_REQUEST, body: "x" }),
+      {
+        ...free,
+        ORIGIN_SERVICE: service,
+      },
+    );
     expect(res.status).toBe(200);
     expect(seen).not.toBeNull();
     const headers = seen as unknown as Headers;
@@ -171,7 +175,10 @@ describe("what reaches the origin", () => {
   });
 
   it("hop-by-hop request headers do not reach the origin over the network", async () => {
-    const res = await handle(new Request("https://w.example/hop", keyed({ headers: HOP_REQUEST })), limited);
+    const res = await handle(
+      new Request("https://w.example/hop", keyed({ method: "POST", headers: HOP_REQUEST, body: "x" })),
+      limited,
+    );
     expect(res.status).toBe(200);
     const echo = (await res.json()) as Echo;
     for (const name of ["x-listed", "x-other", "te", "upgrade", "proxy-authorization", "proxy-connection", "trailer"]) {
@@ -528,5 +535,33 @@ describe("the path the origin receives", () => {
       expect((await problemOf(res, 400)).title, path).toBe("Bad Request");
       expect(res.headers.has("RateLimit"), path).toBe(false);
     }
+  });
+});
+
+describe("a GET or HEAD with a body", () => {
+  // workerd hands the Worker a chunked GET's body and its Transfer-Encoding (test/e2e/bad-input.test.ts, "GET and HEAD
+  // with a body"); the framing alone is enough to refuse it, whatever stream the runtime gives.
+  it("Transfer-Encoding on a GET or HEAD: 400 before anything is counted, with or without a body stream", async () => {
+    const counting = countingLimiter();
+    const e = { ...limited, LIMITER: counting.namespace };
+    for (const method of ["GET", "HEAD"]) {
+      for (const te of ["chunked", "gzip, chunked"]) {
+        const request = new Request(
+          "https://w.example/v1/items",
+          keyed({ method, headers: { "transfer-encoding": te } }),
+        );
+        expect(request.body).toBeNull();
+        const res = await handle(request, e);
+        expect(res.status, `${method} ${te}`).toBe(400);
+        if (method === "GET") {
+          expect((await problemOf(res, 400)).detail).toBe("A GET request cannot carry a body; send it without one.");
+        }
+        expect(res.headers.has("RateLimit")).toBe(false);
+      }
+    }
+    expect(counting.calls()).toBe(0);
+    // A GET without one is counted and proxied.
+    expect((await handle(new Request("https://w.example/v1/items", keyed()), e)).status).toBe(200);
+    expect(counting.calls()).toBe(1);
   });
 });

@@ -1,7 +1,7 @@
 // Calendar quotas through the proxy and the library, the real object and the real origin (docs/configuration.md,
 // "Quotas and credits"): the quota's limit reaches the origin in its period and not one request more, with leases on
 // and requests sent at once; the refusal waits for the next period's start and the headers name the quota.
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { createLimiter } from "../../src/index.ts";
 import { secondsToMidnight } from "../support/calendar.ts";
 import { arrivalsFor, envWith, freshKey, handle, problemBody, request } from "./helpers.ts";
@@ -144,6 +144,71 @@ describe("credits through the proxy and the operators' API", () => {
     expect(await (await admin(e, { key, add: 1 })).json()).toMatchObject({ credits: { balance: 5 } });
   });
 
+  it("a top-up past the largest safe integer is bad input: 400 naming add and the ceiling, nothing changed", async () => {
+    const e = envWith(CONFIG, { ADMIN_TOKEN: TOKEN });
+    const key = freshKey("pp_");
+    // initial 4 + (MAX − 4): exactly the most a balance holds.
+    const full = await admin(e, { key, add: Number.MAX_SAFE_INTEGER - 4, id: "big" });
+    expect(await full.json()).toMatchObject({ credits: { balance: Number.MAX_SAFE_INTEGER }, applied: true });
+    const log = vi.spyOn(console, "log").mockImplementation(() => {});
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    const over = await admin(e, { key, add: 1, id: "one-more" });
+    expect(over.status).toBe(400);
+    expect((await problemBody(over)).detail).toBe(
+      `"add": 1 would take the balance of ${Number.MAX_SAFE_INTEGER} past ${Number.MAX_SAFE_INTEGER}, the most it holds; nothing was added`,
+    );
+    // 1e400 reads as Infinity (JSON.stringify spells it null): said as what it is.
+    const huge = await handle(
+      new Request("https://limiter.example/__limiter/credits", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+        body: `{"key": ${JSON.stringify(key)}, "add": 1e400}`,
+      }),
+      e,
+    );
+    expect(huge.status).toBe(400);
+    expect((await problemBody(huge)).detail).toBe(
+      `"add": expected a positive whole number of credits up to ${Number.MAX_SAFE_INTEGER}, got a number too large to hold`,
+    );
+    expect(error).not.toHaveBeenCalled();
+    expect(log.mock.calls.map(([line]) => JSON.parse(String(line)).event)).toEqual([]);
+    log.mockRestore();
+    error.mockRestore();
+    // Nothing changed, and the refused top-up's id was not kept: with room again it applies.
+    const spend = await handle(request(key, "/v1/items"), e);
+    expect(spend.status).toBe(200);
+    const again = await admin(e, { key, add: 1, id: "one-more" });
+    expect(await again.json()).toMatchObject({
+      credits: { balance: Number.MAX_SAFE_INTEGER },
+      applied: true,
+      added: 1,
+    });
+  });
+
+  it("a top-up's id sent again changes nothing, and the answer and the audit log say so", async () => {
+    const e = envWith(CONFIG, { ADMIN_TOKEN: TOKEN });
+    const key = freshKey("pp_");
+    const log = vi.spyOn(console, "log").mockImplementation(() => {});
+    const answers = await Promise.all(
+      Array.from({ length: 50 }, async () => (await admin(e, { key, add: 7, id: "payment-50" })).json()),
+    );
+    const applied = answers.filter((a) => (a as { applied: boolean }).applied);
+    expect(applied).toHaveLength(1);
+    expect(applied[0]).toMatchObject({ added: 7, credits: { balance: 11 } });
+    // The 49 others saw the balance after the one top-up, or after it: never a second 7.
+    for (const a of answers) if (a !== applied[0]) expect(a).toMatchObject({ applied: false, added: 0 });
+    const repeat = await admin(e, { key, add: 500, id: "payment-50" });
+    expect(await repeat.json()).toMatchObject({ applied: false, added: 0, credits: { balance: 11 } });
+    const lines = log.mock.calls
+      .map(([line]) => JSON.parse(String(line)) as Record<string, unknown>)
+      .filter((l) => l.event === "admin");
+    expect(lines).toHaveLength(51);
+    expect(lines.filter((l) => l.added === 7)).toEqual([expect.objectContaining({ action: "credits", balance: 11 })]);
+    expect(lines.filter((l) => l.repeat === true && l.added === 0)).toHaveLength(50);
+    expect(lines.some((l) => l.added === 500)).toBe(false);
+    log.mockRestore();
+  });
+
   it("the library: credit() adds, peek() shows the balance, refund() gives it back", async () => {
     const limiter = createLimiter({ name: "prepaid", limits: [{ limit: 100, window: "1m" }], credits: { initial: 1 } });
     const key = freshKey();
@@ -155,6 +220,15 @@ describe("credits through the proxy and the operators' API", () => {
     expect(await limiter.credit(envWith({}), key, 2, { id: "payment-1" })).toBe(3);
     // Sent again (say after a timeout): added once.
     expect(await limiter.credit(envWith({}), key, 2, { id: "payment-1" })).toBe(3);
+    // topUp() says what the call did.
+    expect(await limiter.topUp(envWith({}), key, 2, { id: "payment-1" })).toEqual({ balance: 3, applied: false });
+    expect(await limiter.topUp(envWith({}), key, 2, { id: "payment-2" })).toEqual({ balance: 5, applied: true });
+    const past = limiter.topUp(envWith({}), key, Number.MAX_SAFE_INTEGER);
+    await expect(past).rejects.toBeInstanceOf(RangeError);
+    await expect(past).rejects.toThrow(
+      `add: ${Number.MAX_SAFE_INTEGER} would take the balance of 5 past ${Number.MAX_SAFE_INTEGER}, the most it holds`,
+    );
+    expect((await limiter.peek(envWith({}), key)).credits).toEqual({ balance: 5, refuseWith: 402 });
     await expect(limiter.credit(envWith({}), key, 0)).rejects.toThrow(/^add: /);
     const none = createLimiter({ limits: [{ limit: 100, window: "1m" }] });
     await expect(none.credit(envWith({}), key, 1)).rejects.toThrow(/has no credits/);
@@ -249,6 +323,91 @@ describe("usage through the proxy, compared with what the origin saw", () => {
     expect((await usageCall(plain, { key, period: "day" })).status).toBe(409);
   });
 
+  it("CSV for an Accept naming text/csv in any case, with parameters, not at q=0; not for another type", async () => {
+    const e = envWith(CONFIG, { ADMIN_TOKEN: TOKEN });
+    const key = freshKey();
+    expect((await handle(request(key, "/v1/items"), e)).status).toBe(200);
+    const typeFor = async (accept: string) =>
+      (await usageCall(e, { key, period: "day" }, accept)).headers.get("content-type");
+    const CSV = "text/csv; charset=utf-8";
+    for (const accept of ["text/csv", "TEXT/CSV", "Text/Csv; charset=UTF-8", "application/json, text/csv;q=0.5"]) {
+      expect(await typeFor(accept), accept).toBe(CSV);
+    }
+    for (const accept of ["text/csvx", "text/csv;q=0", "text/csv; q=0.0", "application/json", "*/*", "text/*"]) {
+      expect(await typeFor(accept), accept).toBe("application/json");
+    }
+  });
+
+  it("from and to: ISO 8601 dates and times or ms; any other spelling is 400 naming the field", async () => {
+    const e = envWith(CONFIG, { ADMIN_TOKEN: TOKEN });
+    const key = freshKey();
+    for (const [field, value] of [
+      ["from", "Nov 1 2026"],
+      ["to", "Nov 1 2026"],
+      ["from", "2026-11-01 00:00:00"],
+      ["from", "2026-02-30"],
+      ["to", "1 November 2026"],
+      ["from", "2026-11-01T00:00:00ZZ"],
+    ]) {
+      const r = await usageCall(e, { key, period: "day", [field as string]: value });
+      expect(r.status, `${field}: ${value}`).toBe(400);
+      expect((await problemBody(r)).detail).toBe(
+        `"${field}": expected an ISO 8601 time like "2026-11-01T00:00:00Z" (or a date, "2026-11-01") or ms since the epoch, got ${JSON.stringify(value)}`,
+      );
+    }
+    for (const from of ["2026-11-01", "2026-11-01T00:00", "2026-11-01T05:45:00+05:45", "2026-11-01T00:00:00.5Z", 0]) {
+      expect((await usageCall(e, { key, period: "day", from })).status, String(from)).toBe(200);
+    }
+  });
+
+  it("a day whose every request was refunded is left out, as a day without use", async () => {
+    const e = envWith(CONFIG, { ADMIN_TOKEN: TOKEN });
+    const key = freshKey();
+    expect(
+      await Promise.all([0, 1].map(async () => (await handle(request(key, "/__special/status/500"), e)).status)),
+    ).toEqual([500, 500]);
+    for (const period of ["day", "month"]) {
+      expect(await (await usageCall(e, { key, period })).json(), period).toMatchObject({ periods: [] });
+    }
+    expect(await (await usageCall(e, { key, period: "day" }, "text/csv")).text()).toBe("start,end,requests,cost\n");
+    // One request that stays: the day is listed with it alone.
+    expect((await handle(request(key, "/v1/items"), e)).status).toBe(200);
+    expect(await (await usageCall(e, { key, period: "day" })).json()).toMatchObject({
+      periods: [{ requests: 1, cost: 1 }],
+    });
+  });
+
+  it("shows a time zone as configured, not as the runtime renames it (Asia/Kathmandu, Asia/Kolkata)", async () => {
+    const e = envWith(
+      {
+        limits: [
+          { limit: 100, window: "1m" },
+          { limit: 50, period: "day", time_zone: "Asia/Kolkata", name: "daily" },
+        ],
+        usage: { time_zone: "Asia/Kathmandu" },
+      },
+      { ADMIN_TOKEN: TOKEN },
+    );
+    const key = freshKey();
+    expect((await handle(request(key, "/v1/items"), e)).status).toBe(200);
+    expect(await (await usageCall(e, { key, period: "day" })).json()).toMatchObject({
+      time_zone: "Asia/Kathmandu",
+      periods: [{ requests: 1 }],
+    });
+    const status = await handle(
+      new Request("https://limiter.example/__limiter/status", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+        body: JSON.stringify({ key }),
+      }),
+      e,
+    );
+    expect(await status.json()).toMatchObject({
+      usage: { time_zone: "Asia/Kathmandu" },
+      quotas: [{ name: "daily", time_zone: "Asia/Kolkata", used: 1 }],
+    });
+  });
+
   it("the library's usage()", async () => {
     const limiter = createLimiter({ name: "metered", limits: [{ limit: 100, window: "1m" }], usage: true });
     const key = freshKey();
@@ -257,6 +416,9 @@ describe("usage through the proxy, compared with what the origin saw", () => {
     expect(await limiter.refund(envWith({}), granted[0] as (typeof granted)[number])).toBe(true);
     const days = await limiter.usage(envWith({}), key, { period: "day" });
     expect(days).toEqual([expect.objectContaining({ requests: 2, cost: 4 })]);
+    // Every request refunded: the day is left out.
+    for (const g of granted.slice(1)) expect(await limiter.refund(envWith({}), g)).toBe(true);
+    expect(await limiter.usage(envWith({}), key, { period: "day" })).toEqual([]);
     await expect(limiter.usage(envWith({}), key, { period: "year" as never })).rejects.toThrow(/^period: /);
     await expect(
       createLimiter({ limits: [{ limit: 100, window: "1m" }] }).usage(envWith({}), key, { period: "day" }),

@@ -152,9 +152,18 @@ describe("periodAt", () => {
 });
 
 describe("checkTimeZone", () => {
-  it("accepts IANA names the runtime knows, in their canonical spelling; rejects anything else naming it", () => {
+  it("accepts IANA names the runtime knows, as configured (the runtime's case); rejects anything else naming it", () => {
     expect(checkTimeZone("Europe/Berlin")).toBe("Europe/Berlin");
     expect(checkTimeZone("utc")).toBe("UTC");
+    expect(checkTimeZone("asia/tokyo")).toBe("Asia/Tokyo");
+    // ICU resolves these to older names ("Asia/Katmandu", "Asia/Calcutta", "Europe/Kiev"): the name given is kept, and
+    // either spelling keeps its own.
+    for (const zone of ["Asia/Kathmandu", "Asia/Katmandu", "Asia/Kolkata", "Asia/Calcutta", "Europe/Kyiv"]) {
+      expect(checkTimeZone(zone)).toBe(zone);
+    }
+    expect(periodAt(at("2026-11-28T12:00:00Z"), "day", checkTimeZone("Asia/Kathmandu")).start).toBe(
+      at("2026-11-27T18:15:00Z"),
+    );
     expect(() => checkTimeZone("Mars/Olympus_Mons")).toThrow(/the runtime knows no zone "Mars\/Olympus_Mons"/);
     for (const bad of ["", 1, null]) expect(() => checkTimeZone(bad)).toThrow(/^time zone: expected an IANA name/);
   });

@@ -29,7 +29,9 @@ describe("CreditAccount", () => {
     expect(c.fitsAt(t, 200)).toBe(Number.POSITIVE_INFINITY);
     expect(() => c.add(t, 0)).toThrow(/^add: expected a whole number ≥ 1/);
     expect(() => c.add(t, 1.5)).toThrow(/^add: /);
-    expect(() => c.add(t, MAX_CREDITS)).toThrow(/^add: the balance would pass/);
+    expect(() => c.add(t, MAX_CREDITS)).toThrow(
+      new RangeError(`add: ${MAX_CREDITS} would take the balance of 105 past ${MAX_CREDITS}, the most it holds`),
+    );
     expect(() => c.giveBack(-1, t, t)).toThrow(/^units: /);
   });
 
@@ -250,6 +252,14 @@ describe("CreditAccount, at its edges", () => {
 
   it("adds up to the most a balance may hold; fits now, at a refill that covers the cost exactly, or never", () => {
     expect(new CreditAccount({ initial: 0 }).add(t, MAX_CREDITS).balance).toBe(MAX_CREDITS);
+    // The issue's case: 9007199254740986 then 6 fits exactly; then 1 more is refused and changes nothing.
+    const near = new CreditAccount({ initial: 0 });
+    near.add(t, MAX_CREDITS - 5);
+    expect(near.add(t, 5).balance).toBe(MAX_CREDITS);
+    expect(() => near.add(t, 1)).toThrow(
+      new RangeError(`add: 1 would take the balance of ${MAX_CREDITS} past ${MAX_CREDITS}, the most it holds`),
+    );
+    expect(near.state()).toEqual({ balance: MAX_CREDITS, refilledAt: null });
     const c = new CreditAccount({ initial: 10, refill: { amount: 10, period: "day", zone: "UTC" } });
     expect(c.fitsAt(t, 10)).toBe(t);
     c.take(t, 10);

@@ -6,11 +6,11 @@
 import { keyId } from "../../base/log.ts";
 import { withDeadline } from "../../client/policy.ts";
 import type { Config, Plan } from "../../config/types.ts";
-import type { CreditSpec } from "../../core/credits.ts";
+import { type CreditSpec, MAX_CREDITS } from "../../core/credits.ts";
 import { usageCsv } from "../../core/usage.ts";
 import { MAX_TIME_MS } from "../../object/index.ts";
 import { HttpError } from "../../pipeline/http.ts";
-import type { LimiterStub } from "../../protocol.ts";
+import type { LimiterStub, TopUp } from "../../protocol.ts";
 import { type ObjectsEnv, objectsOf } from "../objects.ts";
 import { bad, instant, subjectOf } from "./body.ts";
 import { iso, json } from "./status.ts";
@@ -46,7 +46,7 @@ export async function usageOf(
     objectsOf(env, config).getByName(name).usage(spec, { period, from, to }),
     config.objectTimeoutMs,
   );
-  if ((request.headers.get("accept") ?? "").includes("text/csv")) {
+  if (wantsCsv(request.headers.get("accept"))) {
     return new Response(usageCsv(periods), {
       headers: { "content-type": "text/csv; charset=utf-8", "cache-control": "no-store" },
     });
@@ -67,15 +67,49 @@ export async function usageOf(
   });
 }
 
-/** A top-up (`{"key", "add", "id"?}`) at the key's object: its new balance. */
-export function topUp(body: Record<string, unknown>, plan: Plan, stub: LimiterStub): Promise<number> {
+/**
+ * Whether an `Accept` header asks for CSV: one of its media ranges is `text/csv` — compared without regard to case,
+ * parameters (`; charset=utf-8`, `; q=0.9`) allowed, but not `q=0`, which refuses it. `text/csvx` is another type.
+ */
+export function wantsCsv(accept: string | null): boolean {
+  if (accept === null) return false;
+  return accept.split(",").some((range) => {
+    const [type = "", ...params] = range.split(";").map((p) => p.trim().toLowerCase());
+    if (type !== "text/csv") return false;
+    const q = params.find((p) => /^q\s*=/.test(p));
+    return q === undefined || Number(q.slice(q.indexOf("=") + 1).trim()) > 0;
+  });
+}
+
+/**
+ * A top-up (`{"key", "add", "id"?}`) at the key's object: its new balance, and whether it added the credits (false: a
+ * top-up with its id was applied before). `400` for one that would take the balance past {@link MAX_CREDITS}: the
+ * object refuses it, and nothing changes.
+ */
+export async function topUp(body: Record<string, unknown>, plan: Plan, stub: LimiterStub): Promise<TopUp> {
   const spec = creditsOf(plan);
   const add = added(body.add);
   const id = body.id;
-  if (id === undefined) return stub.credit(spec, add);
-  if (typeof id !== "string" || id.length === 0 || id.length > 128)
+  if (id !== undefined && (typeof id !== "string" || id.length === 0 || id.length > 128))
     throw bad(`"id": expected the top-up's id, a string of 1 to 128 characters, got ${JSON.stringify(id)}`);
-  return stub.credit(spec, add, id);
+  try {
+    return await (id === undefined ? stub.topUp(spec, add) : stub.topUp(spec, add, id));
+  } catch (e) {
+    // The one refusal only the object can make, knowing the balance (src/core/credits.ts, `add`): RPC keeps a
+    // RangeError's type and message.
+    if (e instanceof RangeError && e.message.startsWith("add: ")) {
+      throw bad(`"add": ${e.message.slice("add: ".length)}; nothing was added`);
+    }
+    throw e;
+  }
+}
+
+/**
+ * What the `admin` log line says of a top-up: what happened, not what was asked — the credits `added` (0 for one whose
+ * id was applied before, which is a `repeat`) and the `balance` after it.
+ */
+export function topUpLog(done: TopUp, add: unknown): Record<string, unknown> {
+  return done.applied ? { added: add, balance: done.balance } : { added: 0, repeat: true, balance: done.balance };
 }
 
 /** The credits of a key's plan, for a top-up: `409` when it has none. */
@@ -90,10 +124,15 @@ function creditsOf(plan: Plan): CreditSpec {
   return plan.credits.spec;
 }
 
-/** The credits a top-up adds: a positive whole number, else `400`. */
+/** The credits a top-up adds: a positive whole number up to {@link MAX_CREDITS}, else `400`. */
 function added(value: unknown): number {
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
-    throw bad(`"add": expected a positive whole number of credits, got ${JSON.stringify(value) ?? "nothing"}`);
+    // JSON.parse reads a number too large for a double (`1e400`) as Infinity, which JSON.stringify spells `null`.
+    const got =
+      typeof value === "number" && !Number.isFinite(value)
+        ? "a number too large to hold"
+        : (JSON.stringify(value) ?? "nothing");
+    throw bad(`"add": expected a positive whole number of credits up to ${MAX_CREDITS}, got ${got}`);
   }
   return value;
 }

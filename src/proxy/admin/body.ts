@@ -153,12 +153,29 @@ export function when(body: Record<string, unknown>, field: string, verb: string,
   return ms;
 }
 
-/** A time in a body: ms since the epoch, or an ISO 8601 string; `fallback` when missing; else `400`. */
+/**
+ * An ISO 8601 date (`2026-11-01`, its midnight UTC) or date and time (`2026-11-01T00:00:00Z`; seconds, fractions and
+ * the offset optional, a time without an offset read as UTC). `Date.parse` alone also takes `"Nov 1 2026"` and other
+ * spellings the docs never promised.
+ */
+const ISO_8601 = /^\d{4}-\d\d-\d\d(?:T\d\d:\d\d(?::\d\d(?:\.\d{1,9})?)?(?:Z|[+-]\d\d:\d\d)?)?$/;
+
+/** `value` as ms when it is an ISO 8601 date or time ({@link ISO_8601}) naming a real day (not February 30), else NaN. */
+function isoTime(value: string): number {
+  if (!ISO_8601.test(value)) return Number.NaN;
+  const [y = 0, m = 0, d = 0] = value.slice(0, 10).split("-").map(Number);
+  if (new Date(Date.UTC(y, m - 1, d)).getUTCDate() !== d) return Number.NaN;
+  return Date.parse(/T[^Z+-]*$/.test(value) ? `${value}Z` : value);
+}
+
+/** A time in a body: ms since the epoch, or an ISO 8601 date or time ({@link isoTime}); `fallback` when missing; else `400`. */
 export function instant(value: unknown, field: string, fallback: number): number {
   if (value === undefined) return fallback;
-  const t = typeof value === "number" ? value : typeof value === "string" ? Date.parse(value) : Number.NaN;
+  const t = typeof value === "number" ? value : typeof value === "string" ? isoTime(value) : Number.NaN;
   if (!Number.isSafeInteger(t) || t < 0 || t > MAX_TIME_MS) {
-    throw bad(`"${field}": expected an ISO time or ms since the epoch, got ${JSON.stringify(value)}`);
+    throw bad(
+      `"${field}": expected an ISO 8601 time like "2026-11-01T00:00:00Z" (or a date, "2026-11-01") or ms since the epoch, got ${JSON.stringify(value) ?? "nothing"}`,
+    );
   }
   return t;
 }

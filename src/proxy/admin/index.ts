@@ -13,7 +13,7 @@ import { type Config, ConfigError, type Limit } from "../../config/types.ts";
 import type { KeyStatus, RateLimiter } from "../../object/index.ts";
 import { HttpError, problem } from "../../pipeline/http.ts";
 import { objectsOf } from "../objects.ts";
-import { topUp, usageOf } from "./billing.ts";
+import { topUp, topUpLog, usageOf } from "./billing.ts";
 import { bad, notAllowed, readBody, subjectOf, unknownFields, when } from "./body.ts";
 import { page } from "./page.ts";
 import { iso, json, limitJson, statusJson } from "./status.ts";
@@ -204,8 +204,7 @@ async function run(
       await call(stub().clearOverride());
       break;
     case "credits":
-      fields.balance = await call(topUp(body, plan, stub()));
-      fields.added = body.add;
+      Object.assign(fields, topUpLog(await call(topUp(body, plan, stub())), body.add));
       break;
   }
   if (action !== "status") {
@@ -215,5 +214,6 @@ async function run(
   const status = (await call(
     stub().status(limits, HISTORY_BUCKETS, plan.routes.map(routeBudget), plan.meters ?? {}),
   )) as KeyStatus;
-  return json(statusJson(id, plan, limits, status));
+  const whatTopUpDid = action === "credits" ? { added: fields.added, applied: fields.repeat !== true } : {};
+  return json({ ...statusJson(id, plan, limits, status), ...whatTopUpDid });
 }

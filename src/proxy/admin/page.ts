@@ -143,7 +143,7 @@ async function call(action, body) {
     body: JSON.stringify(body),
   });
   const data = await res.json().catch(() => ({}));
-  if (!res.ok) throw new Error((data.title || res.status) + ": " + (data.detail || res.statusText));
+  if (!res.ok) throw Object.assign(new Error((data.title || res.status) + ": " + (data.detail || res.statusText)), { status: res.status });
   return data;
 }
 
@@ -231,9 +231,31 @@ async function act(action, extra, done) {
   if (!current) return;
   const key = form.elements.key.value.trim();
   try {
-    render(await call(action, Object.assign({ key }, extra)));
-    say(done, "ok");
-  } catch (e) { say(e.message, "error"); }
+    const s = await call(action, Object.assign({ key }, extra));
+    render(s);
+    say(typeof done === "function" ? done(s) : done, "ok");
+    return null;
+  } catch (e) { say(e.message, "error"); return e; }
+}
+
+// Each top-up carries an id of its own, so the API adds it once however often it arrives (docs/operating.md, "The
+// page"). The button is off while one is in flight; one that got no answer (a network error, 503) keeps its id, so
+// clicking again for the same key and amount retries it rather than adding twice.
+let topUp = null;
+function randomId() {
+  return "page-" + Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+async function addCredits() {
+  const button = $("do-credit");
+  if (button.disabled) return;
+  const key = form.elements.key.value.trim();
+  const add = Number($("credit-add").value.trim());
+  if (!topUp || topUp.key !== key || topUp.add !== add) topUp = { key, add, id: randomId() };
+  button.disabled = true;
+  const failed = await act("credits", { add, id: topUp.id }, (s) => s.applied === false ? "Already applied: nothing added." : "Credits added.");
+  // Answered (done, or refused as bad input): the next click is a new top-up.
+  if (!failed || (failed.status && failed.status !== 503)) topUp = null;
+  button.disabled = false;
 }
 
 form.addEventListener("submit", async (ev) => {
@@ -253,7 +275,7 @@ $("do-override").addEventListener("click", () => {
   act("override", f ? { limits, for: f } : { limits }, "Override set.");
 });
 $("remove-override").addEventListener("click", () => act("override/delete", {}, "Override removed."));
-$("do-credit").addEventListener("click", () => act("credits", { add: Number($("credit-add").value.trim()) }, "Credits added."));
+$("do-credit").addEventListener("click", addCredits);
 </script>
 </body>
 </html>
