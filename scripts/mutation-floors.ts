@@ -20,6 +20,11 @@ export const FLOORS: Readonly<Record<string, number>> = {
   // log.ts's survivors are mostly equivalent: guards before #leaseFor, which grants nothing for them anyway, and
   // boundaries where both sides give the same lifetime.
   "src/core/log.ts": 88,
+  // Split out of log.ts (issue 48); provisional, log.ts's own floor until their first run.
+  "src/core/log-types.ts": 88,
+  "src/core/log-lease.ts": 88,
+  "src/core/log-restore.ts": 88,
+  "src/core/log-settle.ts": 88,
   "src/core/budgets.ts": 96,
   "src/core/penalty.ts": 90,
   // Its two survivors: `typeof x === "number"` before `Number.isSafeInteger` (kept for the type).
