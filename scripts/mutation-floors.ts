@@ -48,6 +48,14 @@ export const FLOORS: Readonly<Record<string, number>> = {
   "src/client/settlement.ts": 80,
   // Most of the client's request path is tested through the Worker (test/integration/), outside the gate.
   "src/client/index.ts": 60,
+  // Split out of index.ts (issue 48); provisional, index.ts's own floor until their first run.
+  "src/client/acquire.ts": 60,
+  "src/client/answers.ts": 60,
+  "src/client/calls.ts": 60,
+  "src/client/outcomes.ts": 60,
+  "src/client/refusals.ts": 60,
+  "src/client/request.ts": 60,
+  "src/client/without.ts": 60,
   "src/client/headers.ts": 94,
   // The one survivor: `unref?.()` (a Node timer has it, workerd's timer is a number).
   "src/client/in-flight.ts": 96,
