@@ -25,6 +25,8 @@ export const FLOORS: Readonly<Record<string, number>> = {
   "src/core/log-lease.ts": 88,
   "src/core/log-restore.ts": 88,
   "src/core/log-settle.ts": 88,
+  "src/core/log-decision.ts": 88,
+  "src/core/log-history.ts": 88,
   "src/core/budgets.ts": 96,
   "src/core/penalty.ts": 90,
   // Its two survivors: `typeof x === "number"` before `Number.isSafeInteger` (kept for the type).

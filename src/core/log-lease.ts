@@ -15,13 +15,7 @@ import {
   MIN_SPEND_MS,
   NEAR_SPEND_DIVISOR,
 } from "./limits.ts";
-import type { Ring } from "./ring.ts";
-
-/** Where limit `i` lives: ring and member index within it. */
-export interface Place {
-  readonly ring: Ring;
-  readonly j: number;
-}
+import type { Place } from "./log-decision.ts";
 
 /** What a lease is sized from: a log's limits, where each lives, and the most units one lease may carry. */
 export interface Leasing {

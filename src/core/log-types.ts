@@ -1,6 +1,6 @@
 /**
- * @module What a key's log (log.ts) is asked and what it answers: a call's ask, a lease's settlement, units used
- * elsewhere, a chart's history — and the checks of what comes in. Pure.
+ * @module What a key's log (log.ts) is asked and what it answers: a call's ask and its outcome, a lease's settlement,
+ * units used elsewhere — and the checks of what comes in. Pure.
  */
 
 import type { Decision } from "./decision.ts";
@@ -68,14 +68,27 @@ export interface Use {
   readonly units: number;
 }
 
-/** Grants over one limit's window, per bucket: what an operator's chart shows. */
-export interface History {
-  /** The window's start (exclusive, ms): bucket `b` holds slots in `(startMs + b·bucketMs, startMs + (b+1)·bucketMs]`. */
-  readonly startMs: number;
-  readonly bucketMs: number;
-  readonly counts: readonly number[];
-  /** Units recorded after `now` (leased ahead, or rounded up to a tick): they count already. */
-  readonly ahead: number;
+/**
+ * Checks what {@link Ask} says: whole numbers in range, a lead within the lifetime, something asked for, and a list
+ * of settlements (not yet each one: `KeyLog.settle` checks those).
+ *
+ * @throws RangeError naming the first bad field
+ */
+export function checkAsk(ask: Ask): void {
+  const { cost, leaseUnits = 0, leaseMs = 0, leaseLeadMs = 0, settle = [] } = ask;
+  if (!Number.isSafeInteger(cost) || cost < 0)
+    throw new RangeError(`cost: expected a whole number ≥ 0, got ${describe(cost)}`);
+  if (!Number.isSafeInteger(leaseUnits) || leaseUnits < 0) {
+    throw new RangeError(`leaseUnits: expected a whole number ≥ 0, got ${describe(leaseUnits)}`);
+  }
+  if (!Number.isSafeInteger(leaseMs) || leaseMs < 0) {
+    throw new RangeError(`leaseMs: expected whole milliseconds ≥ 0, got ${describe(leaseMs)}`);
+  }
+  if (!Number.isSafeInteger(leaseLeadMs) || leaseLeadMs < 0 || leaseLeadMs > leaseMs) {
+    throw new RangeError(`leaseLeadMs: expected whole milliseconds from 0 to leaseMs, got ${describe(leaseLeadMs)}`);
+  }
+  if (cost === 0 && leaseUnits === 0) throw new RangeError("cost: 0 asks for nothing; ask for a cost or lease units");
+  if (!Array.isArray(settle)) throw new RangeError("settle: expected a list of lease settlements");
 }
 
 /**

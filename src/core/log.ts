@@ -10,24 +10,27 @@
  * ever holds more than `N` (docs/design.md, "Future-dated grants").
  */
 
-import type { Decision, LimitStatus } from "./decision.ts";
+import type { Decision } from "./decision.ts";
 import { describe } from "./duration.ts";
 import { type Limit, type LimitSpec, maxLeaseMs, maxLeaseUnits, normalizeLimits, ringLayout } from "./limits.ts";
-import { type Leasing, leaseFor, NO_LEASE, type Place } from "./log-lease.ts";
+import { decisionAt, freeAt, type Layout, type Place } from "./log-decision.ts";
+import { type History, historyOf } from "./log-history.ts";
+import { type Leasing, leaseFor, NO_LEASE } from "./log-lease.ts";
 import { loadRows } from "./log-restore.ts";
 import { longestWindow, recordUses, settleLease } from "./log-settle.ts";
 import {
   type Ask,
+  checkAsk,
   checkSettlement,
   checkUses,
-  type History,
   type Outcome,
   type Settlement,
   type Use,
 } from "./log-types.ts";
 import { Ring, type SlotRow } from "./ring.ts";
 
-export { type Ask, checkUses, type History, type Outcome, type Settlement, type Use } from "./log-types.ts";
+export type { History } from "./log-history.ts";
+export { type Ask, checkUses, type Outcome, type Settlement, type Use } from "./log-types.ts";
 
 /** Result of {@link KeyLog.restore}. */
 export interface Restored {
@@ -48,8 +51,8 @@ export class KeyLog {
   /** The most units one lease may carry under these limits. */
   readonly maxLeaseUnits: number;
   readonly #places: readonly Place[];
-  /** What a lease is sized from (log-lease.ts). */
-  readonly #leasing: Leasing;
+  /** What a decision (log-decision.ts) and a lease (log-lease.ts) are made from. */
+  readonly #layout: Layout & Leasing;
   readonly #minLimit: number;
   readonly #shortestWindow: number;
   /** The latest time decided at: decisions never go back in time. */
@@ -79,8 +82,8 @@ export class KeyLog {
       return ring;
     });
     this.#places = places;
-    this.#leasing = { limits: this.limits, places, maxLeaseUnits: this.maxLeaseUnits };
     this.#minLimit = Math.min(...this.limits.map((l) => l.limit));
+    this.#layout = { limits: this.limits, places, minLimit: this.#minLimit, maxLeaseUnits: this.maxLeaseUnits };
     this.#shortestWindow = Math.min(...this.limits.map((l) => l.windowMs));
   }
 
@@ -128,19 +131,7 @@ export class KeyLog {
    */
   take(now: number, ask: Ask): Outcome {
     const { cost, leaseUnits = 0, leaseMs = 0, leaseLeadMs = 0, settle = NOTHING } = ask;
-    if (!Number.isSafeInteger(cost) || cost < 0)
-      throw new RangeError(`cost: expected a whole number ≥ 0, got ${describe(cost)}`);
-    if (!Number.isSafeInteger(leaseUnits) || leaseUnits < 0) {
-      throw new RangeError(`leaseUnits: expected a whole number ≥ 0, got ${describe(leaseUnits)}`);
-    }
-    if (!Number.isSafeInteger(leaseMs) || leaseMs < 0) {
-      throw new RangeError(`leaseMs: expected whole milliseconds ≥ 0, got ${describe(leaseMs)}`);
-    }
-    if (!Number.isSafeInteger(leaseLeadMs) || leaseLeadMs < 0 || leaseLeadMs > leaseMs) {
-      throw new RangeError(`leaseLeadMs: expected whole milliseconds from 0 to leaseMs, got ${describe(leaseLeadMs)}`);
-    }
-    if (cost === 0 && leaseUnits === 0) throw new RangeError("cost: 0 asks for nothing; ask for a cost or lease units");
-    if (!Array.isArray(settle)) throw new RangeError("settle: expected a list of lease settlements");
+    checkAsk(ask);
     const t = this.#advance(now);
     // Settled first, so that the decision and the limits it reports see them.
     let given: readonly SlotRow[] = NOTHING;
@@ -151,14 +142,14 @@ export class KeyLog {
     const allowed = this.rings.every((r) => r.fits(cost));
     if (!allowed) {
       if (cost <= this.#minLimit) this.#refusedAt = t;
-      return { decision: this.#decision(t, cost, { allowed: false }), writes: given };
+      return { decision: decisionAt(this.#layout, t, cost, { allowed: false }), writes: given };
     }
 
     // A key refused within its shortest window is at its limit: leases there would hold units
     // others are waiting for, so it gets the per-request path until the pressure is gone.
     const { units: extra, lifetimeMs: lifetime } =
       leaseUnits > 0 && leaseMs > 0 && t - this.#refusedAt >= this.#shortestWindow
-        ? leaseFor(this.#leasing, t, cost, {
+        ? leaseFor(this.#layout, t, cost, {
             want: leaseUnits,
             lifetimeMs: Math.min(leaseMs, this.maxLeaseMs),
             leadMs: leaseLeadMs,
@@ -166,14 +157,18 @@ export class KeyLog {
           })
         : NO_LEASE;
     const units = cost + extra;
-    if (units === 0) return { decision: this.#decision(t, cost, { allowed: true }), writes: given };
+    if (units === 0) return { decision: decisionAt(this.#layout, t, cost, { allowed: true }), writes: given };
     const at = extra > 0 ? t + lifetime : t;
     const recorded = this.rings.map((r) => r.record(at, units));
     const writes = given.length > 0 ? [...given, ...recorded] : recorded;
     const recordedAt = recorded.map((w) => w.ts);
     const lease = extra > 0 ? { units: extra, lifetimeMs: lifetime, recordedAt } : null;
     return {
-      decision: this.#decision(t, cost, { allowed: true, lease, recordedAt: cost > 0 ? recordedAt : undefined }),
+      decision: decisionAt(this.#layout, t, cost, {
+        allowed: true,
+        lease,
+        recordedAt: cost > 0 ? recordedAt : undefined,
+      }),
       writes,
     };
   }
@@ -236,7 +231,7 @@ export class KeyLog {
   /** The key's state at `now` without recording anything (as a denial of cost 0 would see it). */
   peek(now: number): Decision {
     const t = this.#advance(now);
-    return this.#decision(t, 0, { allowed: true });
+    return decisionAt(this.#layout, t, 0, { allowed: true });
   }
 
   /**
@@ -250,7 +245,7 @@ export class KeyLog {
       throw new RangeError(`cost: expected a whole number ≥ 1, got ${describe(cost)}`);
     }
     const t = this.#advance(now);
-    return this.#decision(t, cost, { allowed: this.rings.every((r) => r.fits(cost)) });
+    return decisionAt(this.#layout, t, cost, { allowed: this.rings.every((r) => r.fits(cost)) });
   }
 
   /**
@@ -261,8 +256,8 @@ export class KeyLog {
   refuse(now: number, cost: number, until: number): Decision {
     const t = this.#advance(now);
     const end = Math.max(t, Math.floor(until));
-    const free = cost > this.#minLimit ? Number.POSITIVE_INFINITY : Math.max(end, this.#freeAt(t, cost));
-    const open = this.#decision(t, 0, { allowed: true });
+    const free = cost > this.#minLimit ? Number.POSITIVE_INFINITY : Math.max(end, freeAt(this.#places, t, cost));
+    const open = decisionAt(this.#layout, t, 0, { allowed: true });
     return {
       ...open,
       allowed: false,
@@ -276,30 +271,13 @@ export class KeyLog {
   }
 
   /**
-   * Units recorded under limit `i` per bucket of its window ending at `now`: `buckets` counts of
-   * `windowMs / buckets` ms each (oldest first), and `ahead`, the units recorded after `now`
-   * (leases and rounding up). Reads only.
+   * Units recorded under limit `i` per bucket of its window ending at `now` (log-history.ts, {@link historyOf}). Reads
+   * only.
    */
   history(i: number, now: number, buckets: number): History {
     const limit = this.limits[i];
     if (!limit) throw new RangeError(`limit: expected an index below ${this.limits.length}, got ${describe(i)}`);
-    if (!Number.isSafeInteger(buckets) || buckets < 1)
-      throw new RangeError(`buckets: expected a positive integer, got ${describe(buckets)}`);
-    const t = Math.floor(now);
-    const start = t - limit.windowMs;
-    const bucketMs = limit.windowMs / buckets;
-    const counts = new Array<number>(buckets).fill(0);
-    let ahead = 0;
-    const ring = (this.#places[i] as Place).ring;
-    for (const r of ring.rows()) {
-      if (r.ts <= start) continue;
-      if (r.ts > t) ahead += r.cost;
-      else {
-        const b = Math.min(buckets - 1, Math.floor((r.ts - start - 1) / bucketMs));
-        counts[b] = (counts[b] as number) + r.cost;
-      }
-    }
-    return { startMs: start, bucketMs, counts, ahead };
+    return historyOf((this.#places[i] as Place).ring, limit.windowMs, now, buckets);
   }
 
   /**
@@ -322,42 +300,6 @@ export class KeyLog {
     this.#clock = t;
     for (const r of this.rings) r.evict(t);
     return t;
-  }
-
-  /** Earliest time ≥ `t` at which `cost` fits every limit if nothing else is granted (∞ if never). */
-  #freeAt(t: number, cost: number): number {
-    let at = t;
-    for (const p of this.#places) at = Math.max(at, p.ring.freeAt(p.j, t, cost));
-    return at;
-  }
-
-  /** The decision at `t`; `recordedAt`, where a granted cost was recorded (left out when undefined). */
-  #decision(
-    t: number,
-    cost: number,
-    outcome: { allowed: boolean; lease?: Decision["lease"]; recordedAt?: readonly number[] | undefined },
-  ): Decision {
-    const { allowed, lease = null, recordedAt } = outcome;
-    const limits: LimitStatus[] = this.#places.map((p) => ({
-      remaining: p.ring.remaining(p.j),
-      resetMs: p.ring.resetMs(p.j, t),
-      exceeded: !allowed && p.ring.remaining(p.j) < cost,
-    }));
-    const neverAllowed = cost > this.#minLimit;
-    let blockedUntil = t;
-    for (const p of this.#places) blockedUntil = Math.max(blockedUntil, p.ring.freeAt(p.j, t, 1));
-    const decision: { -readonly [K in keyof Decision]: Decision[K] } = {
-      allowed,
-      neverAllowed,
-      cost,
-      now: t,
-      retryAfterMs: allowed ? 0 : neverAllowed ? Number.POSITIVE_INFINITY : this.#freeAt(t, cost) - t,
-      blockedUntil,
-      limits,
-      lease,
-    };
-    if (recordedAt !== undefined) decision.recordedAt = recordedAt;
-    return decision;
   }
 }
 
