@@ -17,9 +17,17 @@ export const FLOORS: Readonly<Record<string, number>> = {
   "src/config/types.ts": 90,
   "src/core/duration.ts": 99,
   "src/core/limits.ts": 98,
-  // log.ts's survivors are mostly equivalent: guards before #leaseFor, which grants nothing for them anyway, and
-  // boundaries where both sides give the same lifetime.
-  "src/core/log.ts": 88,
+  // log.ts's survivors are mostly equivalent: guards before leaseFor, which grants nothing for them anyway, boundaries
+  // where both sides give the same lifetime, and copies of empty lists. Since the split (issue 48) its well-tested
+  // parts live in the log-*.ts files below and these survivors remain here: the log's files together score 91.9 %
+  // (548 of 596), above the 89.5 % of log.ts before.
+  "src/core/log.ts": 84,
+  "src/core/log-types.ts": 94,
+  "src/core/log-lease.ts": 96,
+  "src/core/log-restore.ts": 92,
+  "src/core/log-settle.ts": 89,
+  "src/core/log-decision.ts": 94,
+  "src/core/log-history.ts": 95,
   "src/core/budgets.ts": 96,
   "src/core/penalty.ts": 90,
   // Its two survivors: `typeof x === "number"` before `Number.isSafeInteger` (kept for the type).
@@ -41,8 +49,23 @@ export const FLOORS: Readonly<Record<string, number>> = {
   // Split out of leases.ts: its survivors are the near-limit rule's boundaries (where re-dating or not gives the
   // same grants in every test's traffic), as they were inside leases.ts.
   "src/client/settlement.ts": 80,
-  // Most of the client's request path is tested through the Worker (test/integration/), outside the gate.
-  "src/client/index.ts": 60,
+  // Most of the client's request path is tested through the Worker (test/integration/), outside the gate. Since
+  // index.ts was split (issue 48) the client's paths are in the files below; they score 75.7 % together (578 of 764),
+  // index.ts alone 63.9 % before.
+  "src/client/index.ts": 76,
+  "src/client/acquire.ts": 88,
+  "src/client/answers.ts": 80,
+  "src/client/outcomes.ts": 78,
+  "src/client/without.ts": 74,
+  // Its survivors are log lines (limiter_up/down/retry/unavailable and their fields, which no unit test reads), and
+  // peek's, refund's, probe's and background settlements' calls, tested through the Worker in workerd
+  // (test/integration/), outside the gate.
+  "src/client/calls.ts": 53,
+  // Penalties are tested through the Worker and the object (test/integration/, test/durable/), outside the gate; the
+  // unit tests reach few of these counts, and the keys' bound (10,000) no result shows.
+  "src/client/refusals.ts": 48,
+  // Six mutants: routeEntry is used by route requests, tested through the Worker.
+  "src/client/request.ts": 49,
   "src/client/headers.ts": 94,
   // The one survivor: `unref?.()` (a Node timer has it, workerd's timer is a number).
   "src/client/in-flight.ts": 96,

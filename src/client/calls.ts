@@ -1,0 +1,191 @@
+/**
+ * @module A client's calls to its keys' objects, under the written failure policy (policy.ts: a deadline, one traced
+ * retry), and what their outcomes say: an object that answers is up, one that fails is known down (circuit.ts) and,
+ * with `failure_mode = "local"`, the grants this isolate made alone go with the next call until one is recorded. Every
+ * stub is made here, per call: workerd binds a stub to the request that made it.
+ */
+
+import { keyId, logEvent } from "../base/log.ts";
+import { routeBudget } from "../config/lookup.ts";
+import type { LimiterConfig } from "../config/types.ts";
+import type { Decision } from "../core/decision.ts";
+import type { AloneReport, Background, LimiterNamespace, TakeAsk } from "../protocol.ts";
+import type { AloneLogs } from "./alone.ts";
+import type { Circuit } from "./circuit.ts";
+import type { KeySettlements, LeaseTable } from "./leases.ts";
+import { callObject, errorName, isOverloaded, LimiterTimeout } from "./policy.ts";
+import type { LimitRequest, PeekRequest } from "./request.ts";
+import type { GrantRecord, Reason } from "./result.ts";
+
+/** What a client's object calls go on from. */
+export interface CallParts {
+  readonly config: LimiterConfig;
+  readonly now: () => number;
+  readonly leases: LeaseTable;
+  readonly circuit: Circuit;
+  readonly alone: AloneLogs | null;
+}
+
+/** The probe of a key with nothing decided alone: it records nothing. */
+const NO_REPORT: AloneReport = { uses: [], routes: [] };
+
+export class ObjectCalls {
+  readonly #p: CallParts;
+
+  constructor(parts: CallParts) {
+    this.#p = parts;
+  }
+
+  /**
+   * A request's call to its key's object (`take`). A retry carries no settlements: the first try may have applied
+   * them, and moving a lease's units twice would move units not yet used.
+   */
+  take(r: LimitRequest, ask: TakeAsk): Promise<Decision> {
+    const { ns, name } = r;
+    const limits = r.plan.limits ?? [];
+    const route = r.route ? routeBudget(r.route) : undefined;
+    const start = this.#p.now();
+    return this.#reporting(name, start, (report) => {
+      // Grants this isolate made alone go with it, a retry's too: recorded twice, they only count later.
+      const quoted = r.plan.meters ? { ...ask, ...r.plan.meters } : ask;
+      const first = report ? { ...quoted, alone: report } : quoted;
+      let tries = 0;
+      return callObject(
+        () => {
+          // A retry carries no settlements and no refusal count: the first try may have applied them.
+          const sent = tries++ === 0 ? first : { ...first, settle: [], refused: 0 };
+          const stub = ns.getByName(name);
+          return (route ? stub.take(limits, sent, route) : stub.take(limits, sent)).then((d) => {
+            this.#p.leases.observeRtt(this.#p.now() - start);
+            return d;
+          });
+        },
+        this.#p.config.objectTimeoutMs,
+        (e) => this.log("limiter_retry", name, e, "warn"),
+      );
+    });
+  }
+
+  /** `peek()`'s call to the key's object: its state for a request of `r.cost`, consuming nothing. */
+  peek(r: PeekRequest & { readonly cost: number }): Promise<Decision> {
+    const { ns, name, plan, cost } = r;
+    const limits = plan.limits ?? [];
+    const route = r.route ?? null;
+    return callObject(
+      () => {
+        const stub = ns.getByName(name);
+        if (plan.meters) return stub.peek(limits, cost, route ? routeBudget(route) : undefined, plan.meters);
+        return route ? stub.peek(limits, cost, routeBudget(route)) : stub.peek(limits, cost);
+      },
+      this.#p.config.objectTimeoutMs,
+      (e) => this.log("limiter_retry", name, e, "warn"),
+    ).then(
+      (d) => {
+        this.#up(name);
+        return d;
+      },
+      (e: unknown) => {
+        this.#down(name, e);
+        throw e;
+      },
+    );
+  }
+
+  /** Gives back `grant`'s units at its key's object (which gives back each grant id once): whether it did. */
+  refund(ns: LimiterNamespace, grant: GrantRecord): Promise<boolean> {
+    const { id, name, limits, recordedAt, units, route, at } = grant;
+    const refunded = at === undefined ? { id, recordedAt, units } : { id, recordedAt, units, at };
+    return callObject(
+      () => (route ? ns.getByName(name).refund(limits, refunded, route) : ns.getByName(name).refund(limits, refunded)),
+      this.#p.config.objectTimeoutMs,
+      (e) => this.log("limiter_retry", name, e, "warn"),
+    );
+  }
+
+  /**
+   * Probes the key's object of `r`, known down, in the background: the grants this isolate made alone go with it
+   * (the object records them); when it answers, the key is up and its requests call it again.
+   */
+  probe(r: Pick<LimitRequest, "ns" | "name" | "plan" | "bg">): void {
+    const { ns, name } = r;
+    const limits = r.plan.limits ?? [];
+    const probe = this.#reporting(name, this.#p.now(), (report) =>
+      callObject(() => ns.getByName(name).recover(limits, report ?? NO_REPORT), this.#p.config.objectTimeoutMs),
+    ).catch(() => {}); // a failed probe: #reporting has marked the key down again
+    r.bg?.waitUntil?.(probe);
+  }
+
+  /** Settles leases of keys a request is not about (dropped or idle ones) with their objects, in the background. */
+  settle(ns: LimiterNamespace, out: readonly KeySettlements[], bg: Background): void {
+    for (const k of out) {
+      const call = callObject(
+        () => ns.getByName(k.name).settle(k.limits, k.settle),
+        this.#p.config.objectTimeoutMs,
+      ).catch((e: unknown) => this.log("lease_return_failed", k.name, e));
+      bg.waitUntil?.(call);
+    }
+  }
+
+  /** Logs a request's call to its key's object that failed with `e` (`limiter_unavailable`). */
+  unavailable(e: unknown): void {
+    const reason: Reason = e instanceof LimiterTimeout ? "limiter_timeout" : "limiter_error";
+    const fields = {
+      reason,
+      failure_mode: this.#p.config.failureMode,
+      overloaded: isOverloaded(e),
+      message: errorName(e),
+    };
+    logEvent("limiter_unavailable", fields, "error");
+  }
+
+  /** A log line about a key's object call: the key only as its `key_id`. */
+  log(event: string, name: string, e: unknown, level: "warn" | "error" = "error"): void {
+    void keyId(name).then((id) => logEvent(event, { key_id: id, message: errorName(e) }, level));
+  }
+
+  /**
+   * Runs `call` to `name`'s object at `now` with the key's grants made alone (one report out per key at a time; null:
+   * none), and keeps what its outcome says: answered, the report is recorded and the object is up; failed, the report
+   * goes again and the object is known down.
+   */
+  #reporting<T>(name: string, now: number, call: (report: AloneReport | null) => Promise<T>): Promise<T> {
+    const report = this.#p.alone?.report(name, now) ?? null;
+    return call(report).then(
+      (out) => {
+        if (report) this.#p.alone?.answered(name, true);
+        this.#up(name);
+        return out;
+      },
+      (e: unknown) => {
+        if (report) this.#p.alone?.answered(name, false);
+        this.#down(name, e);
+        throw e;
+      },
+    );
+  }
+
+  /** A call to `name`'s object answered: when it was known down, it is up again (logged). */
+  #up(name: string): void {
+    if (!this.#p.circuit.answered(name)) return;
+    void keyId(name).then((id) => logEvent("limiter_up", { key_id: id, failure_mode: this.#p.config.failureMode }));
+  }
+
+  /**
+   * A call to `name`'s object failed with `e`: it is known down (logged when it was up). With `failure_mode =
+   * "local"`, this isolate's leases of the key are dropped, their units left counted at the object until they expire:
+   * from now on every request for the key is decided against this isolate's own log, which counts units only when
+   * used.
+   */
+  #down(name: string, e: unknown): void {
+    const late = e instanceof LimiterTimeout;
+    if (!this.#p.circuit.failed(name, this.#p.now(), late)) return;
+    if (this.#p.alone !== null) this.#p.leases.drop(name, []);
+    const fields = {
+      failure_mode: this.#p.config.failureMode,
+      late,
+      overloaded: isOverloaded(e),
+      message: errorName(e),
+    };
+    void keyId(name).then((id) => logEvent("limiter_down", { key_id: id, ...fields }, "error"));
+  }
+}
