@@ -101,10 +101,16 @@ export class Acquire {
       if (state === "probe") this.#p.calls.probe(r);
       return this.#without.decide(r, slot, NOT_CALLED);
     }
+    // Slots this isolate took alone while the object could not answer still run: they count with the object's, so a
+    // slot at the object and one held here never exceed `concurrency` together.
+    const heldAlone = slot ? this.#p.inFlight.heldAlone(name, now) : 0;
+    if (slot && heldAlone >= slot.limit) {
+      return this.#p.results.here(r, { reason: "concurrency", fits: false, retryAfterMs: 1_000, at: now });
+    }
     const want = entry && entry.call === null ? this.#answers.want(entry, plan, now) : undefined;
     const sentAt = now;
     const asked = this.#answers.ask(entry, want, cost, now);
-    const ask = slot ? { ...asked, slot } : asked;
+    const ask = slot ? { ...asked, slot: heldAlone > 0 ? { ...slot, limit: slot.limit - heldAlone } : slot } : asked;
     const call = entry && ask.leaseUnits ? leases.calling(entry, ask.leaseUnits, now, ask.leaseFromLog) : null;
     let d: Decision;
     try {

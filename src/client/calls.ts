@@ -26,11 +26,20 @@ export interface CallParts {
   readonly alone: AloneLogs | null;
 }
 
+/** What a call about a key reached: the key's object name, the namespace, and the runtime's `waitUntil`. */
+type Reached = Pick<LimitRequest, "ns" | "name" | "bg">;
+
 /** The probe of a key with nothing decided alone: it records nothing. */
 const NO_REPORT: AloneReport = { uses: [], routes: [] };
 
 export class ObjectCalls {
   readonly #p: CallParts;
+  /**
+   * Per key known down (`failure_mode = "local"`): the settlement of the leases dropped when its object stopped
+   * answering, given back when it answers again — their unused units would otherwise stay counted (in a quota, for the
+   * rest of its period).
+   */
+  readonly #stranded = new Map<string, KeySettlements>();
 
   constructor(parts: CallParts) {
     this.#p = parts;
@@ -45,7 +54,7 @@ export class ObjectCalls {
     const limits = r.plan.limits ?? [];
     const route = r.route ? routeBudget(r.route) : undefined;
     const start = this.#p.now();
-    return this.#reporting(name, start, (report) => {
+    return this.#reporting(r, start, (report) => {
       // Grants this isolate made alone go with it, a retry's too: recorded twice, they only count later.
       const quoted = r.plan.meters ? { ...ask, ...r.plan.meters } : ask;
       const first = report ? { ...quoted, alone: report } : quoted;
@@ -81,7 +90,7 @@ export class ObjectCalls {
       (e) => this.log("limiter_retry", name, e, "warn"),
     ).then(
       (d) => {
-        this.#up(name);
+        this.#up(r);
         return d;
       },
       (e: unknown) => {
@@ -109,7 +118,7 @@ export class ObjectCalls {
   probe(r: Pick<LimitRequest, "ns" | "name" | "plan" | "bg">): void {
     const { ns, name } = r;
     const limits = r.plan.limits ?? [];
-    const probe = this.#reporting(name, this.#p.now(), (report) =>
+    const probe = this.#reporting(r, this.#p.now(), (report) =>
       callObject(() => ns.getByName(name).recover(limits, report ?? NO_REPORT), this.#p.config.objectTimeoutMs),
     ).catch(() => {}); // a failed probe: #reporting has marked the key down again
     r.bg?.waitUntil?.(probe);
@@ -148,12 +157,13 @@ export class ObjectCalls {
    * none), and keeps what its outcome says: answered, the report is recorded and the object is up; failed, the report
    * goes again and the object is known down.
    */
-  #reporting<T>(name: string, now: number, call: (report: AloneReport | null) => Promise<T>): Promise<T> {
+  #reporting<T>(r: Reached, now: number, call: (report: AloneReport | null) => Promise<T>): Promise<T> {
+    const { name } = r;
     const report = this.#p.alone?.report(name, now) ?? null;
     return call(report).then(
       (out) => {
         if (report) this.#p.alone?.answered(name, true);
-        this.#up(name);
+        this.#up(r);
         return out;
       },
       (e: unknown) => {
@@ -164,22 +174,39 @@ export class ObjectCalls {
     );
   }
 
-  /** A call to `name`'s object answered: when it was known down, it is up again (logged). */
-  #up(name: string): void {
+  /**
+   * A call to `r.name`'s object answered: when it was known down, it is up again (logged), and the leases dropped when
+   * it went down are given back now (in the background).
+   */
+  #up(r: Reached): void {
+    const { name } = r;
+    const stranded = this.#stranded.get(name);
+    if (stranded !== undefined) {
+      this.#stranded.delete(name);
+      this.settle(r.ns, [stranded], r.bg ?? {});
+    }
     if (!this.#p.circuit.answered(name)) return;
     void keyId(name).then((id) => logEvent("limiter_up", { key_id: id, failure_mode: this.#p.config.failureMode }));
   }
 
   /**
    * A call to `name`'s object failed with `e`: it is known down (logged when it was up). With `failure_mode =
-   * "local"`, this isolate's leases of the key are dropped, their units left counted at the object until they expire:
-   * from now on every request for the key is decided against this isolate's own log, which counts units only when
-   * used.
+   * "local"`, this isolate's leases of the key are dropped — from now on every request for the key is decided against
+   * this isolate's own log, which counts units only when used — and their settlement waits for the object to answer
+   * again ({@link #up}): their used units re-dated to their uses, their unused ones given back (to a quota too).
    */
   #down(name: string, e: unknown): void {
     const late = e instanceof LimiterTimeout;
     if (!this.#p.circuit.failed(name, this.#p.now(), late)) return;
-    if (this.#p.alone !== null) this.#p.leases.drop(name, []);
+    if (this.#p.alone !== null) {
+      const out: KeySettlements[] = [];
+      this.#p.leases.drop(name, out);
+      const [dropped] = out;
+      const had = this.#stranded.get(name);
+      if (dropped !== undefined) {
+        this.#stranded.set(name, had ? { ...dropped, settle: [...had.settle, ...dropped.settle] } : dropped);
+      }
+    }
     const fields = {
       failure_mode: this.#p.config.failureMode,
       late,

@@ -42,9 +42,18 @@ export class InFlight {
   readonly #objectTimeoutMs: number;
   readonly #log: SlotLog;
 
-  constructor(objectTimeoutMs: number, log: SlotLog) {
+  /**
+   * Slots held here whose release the key's object did not answer: still counted as held at the object (by key's
+   * object name) until it frees them itself, a `concurrency_timeout` after the release at the latest (client's clock).
+   */
+  readonly #unreleased = new Map<string, { readonly name: string; readonly until: number }>();
+  readonly #clock: () => number;
+
+  /** @param clock the client's clock (ms) */
+  constructor(objectTimeoutMs: number, log: SlotLog, clock: () => number = Date.now) {
     this.#objectTimeoutMs = objectTimeoutMs;
     this.#log = log;
+    this.#clock = clock;
   }
 
   /** A new request's slot ask under `spec`. */
@@ -67,19 +76,44 @@ export class InFlight {
   }
 
   /**
-   * Whether the key of object `name` may take one more slot alone at `now`, holding at most `most` here at once. Slots
-   * taken alone that were never released lapse after the plan's `concurrency_timeout`, as at the object.
+   * Whether the key of object `name` may take one more slot alone at `now`, holding at most `most` here at once: its
+   * slots taken alone and those its object granted this isolate before it stopped answering (their requests still run).
+   * Slots taken alone that were never released lapse after the plan's `concurrency_timeout`, as at the object.
    */
   fitsAlone(name: string, most: number, now: number): boolean {
+    return this.heldAlone(name, now) + this.#heldAtObject(name) < most;
+  }
+
+  /**
+   * The key of object `name`'s slots taken alone here and still held at `now` (unreleased ones lapse after the plan's
+   * `concurrency_timeout`): its object, answering again, counts them with its own (docs/configuration.md, "When the
+   * object cannot answer").
+   */
+  heldAlone(name: string, now: number): number {
     const held = this.#aloneByKey.get(name);
-    if (held === undefined) return most > 0;
+    if (held === undefined) return 0;
     for (const [id, lapsesAt] of held) {
       if (lapsesAt > now) continue;
       held.delete(id);
       this.#alone.delete(id);
     }
     if (held.size === 0) this.#aloneByKey.delete(name);
-    return held.size < most;
+    return held.size;
+  }
+
+  /**
+   * The key of object `name`'s slots its object granted this isolate: held here, or released here while the object did
+   * not answer (it frees them itself after their timeout).
+   */
+  #heldAtObject(name: string): number {
+    let n = 0;
+    for (const h of this.#held.values()) if (h.name === name) n++;
+    const now = this.#clock();
+    for (const [id, u] of this.#unreleased) {
+      if (u.until <= now) this.#unreleased.delete(id);
+      else if (u.name === name) n++;
+    }
+    return n;
   }
 
   /**
@@ -126,6 +160,7 @@ export class InFlight {
       return held !== undefined || freed;
     } catch (e) {
       this.#log("slot_release_failed", slot.name, e, "error");
+      if (held) this.#unreleased.set(slot.id, { name: slot.name, until: this.#clock() + held.timeoutMs });
       return false;
     }
   }

@@ -62,7 +62,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       now,
       leases: this.leases,
       denyCache: this.denyCache,
-      inFlight: new InFlight(config.objectTimeoutMs, (event, name, e, level) => calls.log(event, name, e, level)),
+      inFlight: new InFlight(config.objectTimeoutMs, (event, name, e, level) => calls.log(event, name, e, level), now),
       circuit,
       alone,
       refusals: new Refusals(),

@@ -9,6 +9,7 @@ import { CreditAccount } from "../../src/core/credits.ts";
 import { type Decision, KeyLog, type LimitSpec, type NamedLimit, type Settlement } from "../../src/core/index.ts";
 import { fitOf, giveBackUnused, type Meters, takeMetered, withMeters } from "../../src/core/meters.ts";
 import { QuotaBook } from "../../src/core/quota.ts";
+import { Slots } from "../../src/core/slots.ts";
 import type { AloneReport, TakeAsk as Ask, MeterSpecs } from "../../src/protocol.ts";
 
 export const T0 = 1_800_000_000_000;
@@ -41,6 +42,8 @@ export class Store {
   /** Grant ids refunded (the object gives each back once). */
   readonly refunded = new Set<string>();
 
+  /** Each key's concurrency slots, as the object keeps them (src/core/slots.ts). */
+  readonly slots = new Map<string, Slots>();
   /** Each key's calendar quotas and credits, as the object keeps them (src/core/meters.ts). */
   readonly meters = new Map<string, Meters>();
 
@@ -111,9 +114,30 @@ export class Store {
         if (gate) await gate;
         this.#recover(name, limits, ask.alone);
         const book = this.book(name, ask);
+        const slots = this.slotsOf(name);
+        const slot = ask.slot;
+        // As the object: a request its limits would grant is refused for its concurrency alone when every slot is held.
+        if (slot !== undefined && !slots.fits(this.now(), slot.id, slot)) {
+          const fits = this.log(name, limits).check(this.now(), ask.cost);
+          if (fits.allowed) {
+            return { ...fits, allowed: false, retryAfterMs: 1000, blockedUntil: fits.now, concurrencyFull: true };
+          }
+        }
         const take = (log: KeyLog) =>
           book === null ? log.take(this.now(), ask).decision : takeMetered([log], book, this.now(), ask).decision;
-        return this.#decide(name, limits, take, ask.cost);
+        const d = this.#decide(name, limits, take, ask.cost);
+        if (d.allowed && slot !== undefined) slots.take(this.now(), slot.id, slot);
+        return d;
+      },
+      release: async (id: string): Promise<boolean> => {
+        this.calls.push({ name, method: "release" });
+        await this.#maybeFail();
+        return this.slotsOf(name).release(id);
+      },
+      renew: async (id: string, timeoutMs: number): Promise<boolean> => {
+        this.calls.push({ name, method: "renew" });
+        await this.#maybeFail();
+        return this.slotsOf(name).renew(this.now(), id, timeoutMs) !== null;
       },
       refund: async (
         limits: readonly LimitSpec[],
@@ -158,6 +182,16 @@ export class Store {
       },
     });
     return { getByName: stub } as unknown as LimiterNamespace;
+  }
+
+  /** The key's slots at the object (held until released or lapsed). */
+  slotsOf(name: string): Slots {
+    let slots = this.slots.get(name);
+    if (!slots) {
+      slots = new Slots();
+      this.slots.set(name, slots);
+    }
+    return slots;
   }
 
   count(method: string): number {

@@ -312,6 +312,126 @@ describe('failure_mode = "local": the isolate decides alone', () => {
     expect(t.store.count("release")).toBe(0);
   });
 
+  it("concurrency across an outage: the object's slots and those taken alone never exceed concurrency together", async () => {
+    const settings = { failure_mode: "local", leases: false, limits: [{ limit: 100, window: "1m" }], concurrency: 2 };
+    // Both slots held at the object, then it stops answering: no slot alone while those requests still run.
+    const t = setup(settings);
+    const acquire = () => t.client.limit({ ns: t.ns, name: "key:a", plan: t.plan, cost: 1, bg: t.bg, inFlight: true });
+    const [a, b] = [await acquire(), await acquire()];
+    expect([a.reason, b.reason]).toEqual(["granted", "granted"]);
+    down(t);
+    const c = await acquire();
+    expect(c).toMatchObject({ allowed: false, reason: "limiter_fallback" });
+    expect(await acquire()).toMatchObject({ allowed: false, reason: "limiter_fallback" });
+    // The other way round: two slots taken alone, then the object answers again while they still run.
+    const u = setup(settings);
+    const take = () => u.client.limit({ ns: u.ns, name: "key:a", plan: u.plan, cost: 1, bg: u.bg, inFlight: true });
+    down(u);
+    const [x, y] = [await take(), await take()];
+    expect([x.reason, y.reason, x.allowed, y.allowed]).toEqual(["limiter_fallback", "limiter_fallback", true, true]);
+    up(u);
+    u.advance(DOWN_FIRST_MS);
+    expect((await take()).allowed).toBe(false); // decided alone while the probe goes out: both slots are held here
+    await u.settle();
+    const takes = u.store.count("take");
+    const z = await take();
+    expect(z).toMatchObject({ allowed: false, reason: "concurrency", retryAfterMs: 1000 });
+    expect(u.store.count("take")).toBe(takes); // refused here: the object is not asked for a third slot
+    expect(await u.client.release(u.ns, x.handle?.slot ?? null)).toBe(true);
+    const w = await take();
+    expect(w).toMatchObject({ allowed: true, reason: "granted" });
+    // The object was asked with the slot this isolate still holds alone counted: one left of two.
+    expect(u.store.calls.at(-1)?.ask?.slot?.limit).toBe(1);
+    expect(await take()).toMatchObject({ allowed: false, reason: "concurrency" });
+  });
+
+  it("a quota's leased units dropped when its object stopped answering go back when it answers again: nothing lost", async () => {
+    const t = setup({
+      failure_mode: "local",
+      limits: [
+        { limit: 1000, window: "1s" },
+        { limit: 30, period: "hour" },
+      ],
+    });
+    const used = () => t.store.meters.get("key:a")?.quotas?.rows()[0]?.used ?? 0;
+    let served = 0;
+    const serve = async () => {
+      const r = await t.limit();
+      if (r.allowed) served++;
+      await t.settle();
+      return r;
+    };
+    for (let i = 0; i < 20; i++) await serve();
+    expect(served).toBe(20);
+    expect(used()).toBeGreaterThan(20); // a lease's units count in the quota when it is granted
+    // The object stops answering once the lease in hand is spent: the isolate drops its leases (a quota's key is
+    // never decided alone) and refuses.
+    down(t);
+    let refused = 0;
+    for (let i = 0; i < 40 && refused < 3; i++) if (!(await serve()).allowed) refused++;
+    expect(refused).toBe(3);
+    up(t);
+    t.advance(DOWN_FIRST_MS);
+    await serve(); // the probe goes out; when it answers, the dropped leases are settled
+    await t.settle();
+    expect(used()).toBe(served);
+    // And every unit of the quota is served in the end, none more.
+    for (let i = 0; i < 40; i++) await serve();
+    expect(served).toBe(30);
+    expect(used()).toBe(30);
+  });
+
+  it("property: slots held at the object and slots taken alone in the isolate never exceed concurrency together", async () => {
+    const op = fc.oneof(
+      fc.constant({ kind: "acquire" as const }),
+      fc.record({ kind: fc.constant("release" as const), which: fc.nat() }),
+      fc.constant({ kind: "down" as const }),
+      fc.constant({ kind: "up" as const }),
+      fc.record({ kind: fc.constant("advance" as const), ms: fc.integer({ min: 0, max: 1500 }) }),
+      fc.constant({ kind: "settle" as const }),
+    );
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 3 }),
+        fc.array(op, { minLength: 1, maxLength: 60 }),
+        async (n, ops) => {
+          const t = setup({
+            failure_mode: "local",
+            leases: false,
+            limits: [{ limit: 100, window: "1m" }],
+            concurrency: n,
+          });
+          const held: RateLimitResult[] = [];
+          for (const o of ops) {
+            if (o.kind === "acquire") {
+              const r = await t.client.limit({
+                ns: t.ns,
+                name: "key:a",
+                plan: t.plan,
+                cost: 1,
+                bg: t.bg,
+                inFlight: true,
+              });
+              if (r.allowed && r.handle?.slot) held.push(r);
+            } else if (o.kind === "release" && held.length > 0) {
+              const [r] = held.splice(o.which % held.length, 1);
+              await t.client.release(t.ns, r?.handle?.slot ?? null);
+            } else if (o.kind === "down") down(t);
+            else if (o.kind === "up") up(t);
+            else if (o.kind === "advance") t.advance(o.ms);
+            else if (o.kind === "settle") await t.settle();
+            // Every slot a request still holds is one at the object or one taken alone here, and together at most n.
+            const atObject = t.store.slotsOf("key:a").heldAt(t.client.now());
+            const alone = held.filter((r) => r.reason === "limiter_fallback").length;
+            expect(atObject + alone).toBeLessThanOrEqual(n);
+            expect(held.length).toBeLessThanOrEqual(n);
+          }
+        },
+      ),
+      { numRuns: 150 },
+    );
+  });
+
   it("property: one isolate, leases on or off, requests at once, errors retried or not, a slow call out — no window of use times over N", async () => {
     const steps = fc.array(
       fc.record({
