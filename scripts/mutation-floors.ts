@@ -13,6 +13,11 @@
 export const FLOORS: Readonly<Record<string, number>> = {
   "src/config/parse.ts": 92,
   "src/config/fields.ts": 92,
+  "src/config/inherited.ts": 90,
+  "src/config/limits.ts": 90,
+  "src/config/plans.ts": 90,
+  "src/config/proxy-settings.ts": 90,
+  "src/config/rules.ts": 90,
   "src/config/lookup.ts": 92,
   "src/config/types.ts": 90,
   "src/core/duration.ts": 99,

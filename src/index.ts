@@ -149,9 +149,9 @@ async function topUp(
   if (!Number.isSafeInteger(add) || add < 1) {
     throw new RangeError(`add: expected a positive whole number of credits, got ${String(add)}`);
   }
-  const credits = at.plan.credits;
+  const credits = at.plan.meters?.credits;
   if (!credits) throw new ConfigError(`credit(): the plan ${JSON.stringify(at.plan.name)} of this key has no credits`);
-  const call = id === undefined ? at.stub.credit(credits.spec, add) : at.stub.credit(credits.spec, add, id);
+  const call = id === undefined ? at.stub.credit(credits, add) : at.stub.credit(credits, add, id);
   return withDeadline(call, at.timeoutMs);
 }
 
@@ -515,7 +515,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
     },
     async usage(env, key, { period, from = 0, to = USAGE_END }) {
       const { name: object, plan } = pipeline.identify(keyOf(key));
-      const spec = plan.usage;
+      const spec = plan.meters?.usage;
       if (!spec) throw new ConfigError(`usage(): the plan ${JSON.stringify(plan.name)} of this key keeps no usage`);
       const range = { period, from, to };
       usageBy(spec, [], range); // throws a RangeError for a period or range that is not one

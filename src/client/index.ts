@@ -671,7 +671,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     let view = this.#views.get(id);
     if (!view) {
       if (this.#views.size >= 1000) this.#views.clear();
-      view = [...override, ...(route?.limits ?? []), ...(plan.quotas ?? [])];
+      view = [...override, ...(route?.limits ?? []), ...(plan.meters?.quotas ?? [])];
       this.#views.set(id, view);
     }
     return view;

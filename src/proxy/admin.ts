@@ -232,6 +232,7 @@ export function statusJson(
 ): Record<string, unknown> {
   const applied = s.override?.limits ?? planLimits;
   const longest = applied[s.history.limit];
+  const { meters } = plan;
   return {
     key_id: id,
     plan: plan.name,
@@ -256,8 +257,8 @@ export function statusJson(
     in_flight: s.inFlight ?? 0,
     override: s.override === null ? null : overrideJson(s.override),
     quotas: quotasJson(plan, s),
-    credits: plan.credits ? { balance: s.decision.credits?.balance ?? plan.credits.spec.initial } : null,
-    usage: plan.usage ? { time_zone: plan.usage.zone, keep_days: plan.usage.keepDays } : null,
+    credits: meters?.credits ? { balance: s.decision.credits?.balance ?? meters.credits.initial } : null,
+    usage: meters?.usage ? { time_zone: meters.usage.zone, keep_days: meters.usage.keepDays } : null,
     routes: plan.routes.map((r) => {
       const d = s.routes?.find((x) => x.name === r.name)?.decision;
       return {
@@ -290,7 +291,7 @@ async function usageOf(
   config: Config,
 ): Promise<Response> {
   const { name, plan } = subjectOf(body, config);
-  const spec = plan.usage;
+  const spec = plan.meters?.usage;
   if (!spec) {
     throw new HttpError(
       409,
@@ -353,14 +354,15 @@ function topUp(body: Record<string, unknown>, plan: Plan, stub: LimiterStub): Pr
 
 /** The credits of a key's plan, for a top-up: `409` when it has none. */
 function creditsOf(plan: Plan): CreditSpec {
-  if (!plan.credits) {
+  const credits = plan.meters?.credits;
+  if (!credits) {
     throw new HttpError(
       409,
       "Conflict",
       `The key's plan ${JSON.stringify(plan.name)} has no credits (docs/configuration.md, "Quotas and credits"); give it credits = { initial = … } first.`,
     );
   }
-  return plan.credits.spec;
+  return credits;
 }
 
 /** The credits a top-up adds: a positive whole number, else `400`. */
@@ -373,7 +375,7 @@ function added(value: unknown): number {
 
 /** A key's calendar quotas in its status: each one's settings, and what is used and left of it in this period. */
 function quotasJson(plan: Plan, s: KeyStatus): Record<string, unknown>[] {
-  return (plan.quotas ?? []).map((q, i) => {
+  return (plan.meters?.quotas ?? []).map((q, i) => {
     const st = s.decision.quotas?.[i];
     const remaining = st?.remaining ?? q.limit;
     const resetsAt = st && st.resetMs > 0 ? s.now + st.resetMs : null;

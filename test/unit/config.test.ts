@@ -2231,7 +2231,7 @@ describe('calendar quotas (docs/configuration.md, "Quotas and credits")', () => 
     });
     const plan = config.defaultPlan as Plan;
     expect(plan.limits?.map((l) => l.name)).toEqual(["per-minute"]);
-    expect(plan.quotas).toEqual([
+    expect(plan.meters?.quotas).toEqual([
       { name: "monthly", limit: 10_000, period: "month", zone: "America/New_York", windowMs: 2_592_000_000 },
       { name: "calls-today", limit: 500, period: "day", zone: "UTC", windowMs: 86_400_000 },
     ]);
@@ -2248,8 +2248,8 @@ describe('calendar quotas (docs/configuration.md, "Quotas and credits")', () => 
     });
     const free = config.plans[0] as Plan;
     expect(free).toMatchObject({ limits: [], leaseMs: 0 });
-    expect(free.quotas?.map((q) => q.name)).toEqual(["monthly"]);
-    expect(config.anonymous?.quotas?.map((q) => q.period)).toEqual(["hour"]);
+    expect(free.meters?.quotas?.map((q) => q.name)).toEqual(["monthly"]);
+    expect(config.anonymous?.meters?.quotas?.map((q) => q.period)).toEqual(["hour"]);
     // A route's limits are shown between the plan's and its quotas.
     const routed = parse({
       limits: [{ limit: 5, period: "week" }],
@@ -2365,13 +2365,18 @@ describe('credits (docs/configuration.md, "Quotas and credits")', () => {
       ],
     });
     const top = { initial: 100, refill: { amount: 100, period: "month", zone: "Europe/Paris" } };
-    expect(config.defaultPlan?.credits).toEqual({ spec: top, status: 402 });
     expect(config.defaultPlan?.meters).toEqual({ credits: top });
+    expect(config.defaultPlan?.creditStatus).toBe(402);
     const [own, none, heir] = config.plans;
-    expect(own?.credits).toEqual({ spec: { initial: 0, refill: null }, status: 429 });
-    expect(none?.credits).toBeUndefined();
+    expect(own?.meters).toEqual({ credits: { initial: 0, refill: null } });
+    expect(own?.creditStatus).toBe(429);
     expect(none?.meters).toBeUndefined();
-    expect(heir?.meters).toEqual({ quotas: heir?.quotas, credits: top });
+    expect(none?.creditStatus).toBeUndefined();
+    expect(heir?.meters).toEqual({
+      quotas: [{ name: "daily", limit: 9, period: "day", zone: "UTC", windowMs: 86_400_000 }],
+      credits: top,
+    });
+    expect(heir?.creditStatus).toBe(402);
   });
 
   it.each([
@@ -2450,10 +2455,10 @@ describe('usage (docs/configuration.md, "Usage")', () => {
         { name: "off", key_prefix: "off_", limits: [{ limit: 100, window: "1m" }], usage: false },
       ],
     });
-    expect(config.defaultPlan).toMatchObject({ usage: { zone: "UTC", keepDays: 400 }, leaseMs: 0 });
+    expect(config.defaultPlan).toMatchObject({ leaseMs: 0 });
     expect(config.defaultPlan?.meters).toEqual({ usage: { zone: "UTC", keepDays: 400 } });
-    expect(config.plans[0]).toMatchObject({ usage: { zone: "Europe/Berlin", keepDays: 90 }, leaseMs: 0 });
-    expect(config.plans[1]?.usage).toBeUndefined();
+    expect(config.plans[0]).toMatchObject({ meters: { usage: { zone: "Europe/Berlin", keepDays: 90 } }, leaseMs: 0 });
+    expect(config.plans[1]?.meters).toBeUndefined();
     expect(config.plans[1]?.leaseMs).toBe(30_000);
     // The bounds of keep, and a plan with usage false keeps no meters.
     for (const [keep, days] of [
@@ -2461,7 +2466,9 @@ describe('usage (docs/configuration.md, "Usage")', () => {
       ["3660d", 3660],
       ["12d", 12],
     ] as const) {
-      expect(parse({ limits: [{ limit: 1, window: "1s" }], usage: { keep } }).defaultPlan?.usage?.keepDays).toBe(days);
+      expect(
+        parse({ limits: [{ limit: 1, window: "1s" }], usage: { keep } }).defaultPlan?.meters?.usage?.keepDays,
+      ).toBe(days);
     }
     expect(config.plans[1]?.meters).toBeUndefined();
     // An unlimited plan's keys count nothing, whatever the top level keeps.
@@ -2472,8 +2479,8 @@ describe('usage (docs/configuration.md, "Usage")', () => {
       plans: [{ name: "u", key_prefix: "u_", unlimited: true }],
     });
     expect(unlimited.plans[0]).toMatchObject({ limits: null });
-    expect(unlimited.plans[0]?.usage).toBeUndefined();
-    expect(unlimited.plans[0]?.credits).toBeUndefined();
+    expect(unlimited.plans[0]?.meters).toBeUndefined();
+    expect(unlimited.plans[0]?.creditStatus).toBeUndefined();
   });
 
   it.each([
