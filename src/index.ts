@@ -453,7 +453,8 @@ function derivedName(config: LimiterConfig): string {
 export function createLimiter(options: LimiterOptions): Limiter {
   const { binding = "LIMITER", name: given, prefix, clock, ...settings } = options;
   checkNaming(binding, given, prefix);
-  const config = parseLimiterConfig(settings, "createLimiter");
+  // The limiter's own options, read above: a misspelt setting's error lists them too (not `prefix`, the old spelling).
+  const config = parseLimiterConfig(settings, "createLimiter", ["name", "binding", "clock"]);
   const name = given !== undefined ? given : (prefix ?? derivedName(config));
   const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name);
   const { client } = pipeline;

@@ -23,6 +23,9 @@ import { ConfigError, type Limit, type QuotaLimit } from "./types.ts";
 /** The fields of a sliding limit. */
 const SLIDING_FIELDS = ["limit", "window", "tick", "name"] as const;
 
+/** The fields of a limit in a plan's list, where a calendar quota may sit beside the sliding limits. */
+const PLAN_LIMIT_FIELDS = ["limit", "window", "tick", "period", "time_zone", "name"] as const;
+
 /** How {@link parseLimits} names and reads a list's limits. */
 export interface LimitsOptions {
   /** A limit's name when it gives none, from its window's (`per-minute`, `per-30s`). */
@@ -108,7 +111,7 @@ export function parsePlanLimits(value: unknown, field: string): { limits: Limit[
       quotas.push({ at: i, quota: parseQuota(item, `${field}[${i}]`) });
     } else sliding.push(i);
   });
-  const options = {};
+  const options = { fields: PLAN_LIMIT_FIELDS };
   if (quotas.length === 0) return { limits: parseLimits(value, field, options), quotas: [] };
   // The sliding limits alone, their errors naming their places in the whole list.
   const limits =

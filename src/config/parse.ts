@@ -104,17 +104,19 @@ export function parseConfig(vars: { ORIGIN?: unknown; RATE_LIMIT?: unknown }): C
 /**
  * Parses a limiter's settings as the library takes them: the shape of `RATE_LIMIT` without the
  * proxy's own settings. Errors name the field from `root` (e.g. `createLimiter.limits[0].window`).
+ * `readElsewhere`: the caller's own settings beside these (`name`, `binding`, …): passed over here,
+ * and listed with the others when a setting is unknown.
  *
  * @throws ConfigError naming the first bad field
  */
-export function parseLimiterConfig(value: unknown, root: string): LimiterConfig {
+export function parseLimiterConfig(value: unknown, root: string, readElsewhere: readonly string[] = []): LimiterConfig {
   const rl = object(value, root);
   for (const k of Object.keys(rl)) {
     if ((PROXY_FIELDS as readonly string[]).includes(k)) {
       throw new ConfigError(`${root}.${k}: only the proxy reads this setting (RATE_LIMIT in its wrangler.toml)`);
     }
   }
-  unknownFields(rl, LIMITER_FIELDS, root);
+  unknownFields(rl, [...LIMITER_FIELDS, ...readElsewhere], root);
   return limiterSettings(rl, root, false);
 }
 

@@ -1830,6 +1830,46 @@ describe("parseConfig: settings at their edges", () => {
     );
   });
 
+  it("an unknown setting's error lists every valid one: a plan's limits name a quota's fields, createLimiter its own", () => {
+    const planLimit = "unknown setting; expected one of limit, window, tick, period, time_zone, name";
+    expect(configError(() => parse({ limits: [{ limit: 5, perod: "day" }] })).message).toBe(
+      `RATE_LIMIT.limits[0].perod: ${planLimit}`,
+    );
+    expect(
+      configError(() =>
+        parse({ ...MINIMUM, plans: [{ name: "p", key_prefix: "p_", limits: [{ limit: 5, windw: "1s" }] }] }),
+      ).message,
+    ).toBe(`RATE_LIMIT.plans[0].limits[0].windw: ${planLimit}`);
+    expect(configError(() => parse({ ...MINIMUM, anonymous: { limits: [{ limit: 5, zone: "UTC" }] } })).message).toBe(
+      `RATE_LIMIT.anonymous.limits[0].zone: ${planLimit}`,
+    );
+    // Beside a quota, a sliding limit's place is still its own.
+    expect(
+      configError(() =>
+        parse({
+          limits: [
+            { limit: 5, period: "day" },
+            { limit: 5, window: "1s", tik: "1s" },
+          ],
+        }),
+      ).message,
+    ).toBe(`RATE_LIMIT.limits[1].tik: ${planLimit}`);
+    // Where no quota may stand (a route's limits, an address's), the hint names none of its fields.
+    expect(
+      configError(() => parse({ ...MINIMUM, ip: { limits: [{ limit: 5, window: "1s", nam: "x" }] } })).message,
+    ).toBe("RATE_LIMIT.ip.limits[0].nam: unknown setting; expected one of limit, window, tick, name");
+    // The library's own options (read by createLimiter itself) are listed, and passed over here.
+    const lib = configError(() =>
+      parseLimiterConfig({ ...MINIMUM, nmae: "api" }, "createLimiter", ["name", "binding", "clock"]),
+    ).message;
+    expect(lib).toBe(
+      `createLimiter.nmae: unknown setting; expected one of ${[...LIMITER_FIELDS, "name", "binding", "clock"].join(", ")}`,
+    );
+    expect(parseLimiterConfig({ ...MINIMUM, name: "api" }, "createLimiter", ["name"]).defaultPlan?.name).toBe(
+      "default",
+    );
+  });
+
   it("paths: the default is reject, also for an empty table; refund takes 200 and 599", () => {
     expect(parse(MINIMUM).paths).toEqual({ escapedSlashes: "reject" });
     expect(parse({ ...MINIMUM, paths: {} }).paths).toEqual({ escapedSlashes: "reject" });
