@@ -106,7 +106,7 @@ export function parsePlans(rl: Obj, ctx: PlanContext, inherited: Inherited): Pla
     const earlier = plans.findIndex((q, j) => j < i && p.keyPrefix.startsWith(q.keyPrefix));
     if (earlier !== -1) {
       throw new ConfigError(
-        `${root}.plans[${i}].key_prefix: ${JSON.stringify(p.keyPrefix)} can never match, every such key already matches ${root}.plans[${earlier}] (key_prefix ${JSON.stringify(plans[earlier]?.keyPrefix)}) and the first match wins; put the longer prefix first`,
+        `${root}.plans[${i}].key_prefix: ${JSON.stringify(p.keyPrefix)} can never match, every such key already matches ${root}.plans[${earlier}] (key_prefix ${JSON.stringify((plans[earlier] as Plan).keyPrefix)}) and the first match wins; put the longer prefix first`,
       );
     }
   }
@@ -205,17 +205,17 @@ function parsePlan(value: unknown, field: string, ctx: PlanContext): Plan {
   if (unlimited) {
     // Refuses an unlimited plan's own ip.
     ownOrInherited(p, field, address, { inherited: null, unlimited });
-    return makePlan({ name, keyPrefix, limits: null }, leases, { settings: [], field }, { budget: null, field });
+    return { name, keyPrefix, limits: null, leaseMs: 0, routes: [], ip: null };
   }
   const own = p.routes === undefined ? null : parseRoutes(p.routes, `${field}.routes`, routePaths);
   const { limits, quotas } = parsePlanLimits(p.limits, `${field}.limits`);
   const ip = ownOrInherited(p, field, address, { inherited: ctx.ip, unlimited });
-  const ownIp = p.ip !== undefined && p.ip !== false;
   return makePlan(
     { name, keyPrefix, limits, quotas },
     leases,
     { settings: own ?? routes, field: own ? `${field}.routes` : `${root}.routes` },
-    { budget: ip, field: ownIp ? `${field}.ip` : `${root}.ip` },
+    // With `ip = false` there is no budget, so no field to name.
+    { budget: ip, field: p.ip === undefined ? `${root}.ip` : `${field}.ip` },
   );
 }
 

@@ -2547,3 +2547,126 @@ describe('usage (docs/configuration.md, "Usage")', () => {
     expect(() => parse({ limits: [{ limit: 1, window: "1s" }], ...(rl as Obj) })).toThrow(new ConfigError(message));
   });
 });
+
+describe("plans joined to their routes, addresses and inherited settings (src/config/plans.ts)", () => {
+  const parse = (rl: Obj) => parseConfig({ ORIGIN, RATE_LIMIT: rl });
+  const L = [{ limit: 5, window: "1m" }];
+  const route = (name: string, limitName?: string) => ({
+    name,
+    path: `/${name}`,
+    limits: [{ limit: 1, window: "1s", ...(limitName ? { name: limitName } : {}) }],
+  });
+  const ownRoutes = { name: "t", key_prefix: "t_", limits: L, routes: [route("own")] };
+  const notUsed =
+    "RATE_LIMIT.routes: no plan uses them (every plan with limits has its own routes, and there is no RATE_LIMIT.limits); remove them or move them into a plan";
+
+  it("top-level routes must be taken: by a plan without its own, or by anonymous; an unlimited plan takes none", () => {
+    const taken = parse({ routes: [route("search")], plans: [{ name: "t", key_prefix: "t_", limits: L }] });
+    expect(taken.plans[0]?.routes.map((r) => r.name)).toEqual(["search"]);
+    const byAnonymous = parse({ routes: [route("search")], plans: [ownRoutes], anonymous: { limits: L } });
+    expect(byAnonymous.anonymous?.routes.map((r) => r.name)).toEqual(["search"]);
+    expect(parse({ routes: [], plans: [ownRoutes] }).plans[0]?.routes.map((r) => r.name)).toEqual(["own"]);
+    expect(
+      configError(() =>
+        parse({ routes: [route("search")], plans: [{ name: "u", key_prefix: "u_", unlimited: true }, ownRoutes] }),
+      ).message,
+    ).toBe(notUsed);
+    expect(
+      configError(() =>
+        parse({ routes: [route("search")], plans: [ownRoutes], anonymous: { limits: L, routes: [route("own")] } }),
+      ).message,
+    ).toBe(notUsed);
+  });
+
+  it("anonymous: its own routes replace the top-level ones; errors name where each route was given", () => {
+    const own = parse({ ...MINIMUM, routes: [route("search")], anonymous: { limits: L, routes: [route("anon")] } });
+    expect(own.anonymous?.routes.map((r) => r.name)).toEqual(["anon"]);
+    expect(configError(() => parse({ ...MINIMUM, anonymous: { limits: L, extra: 1 } })).message).toBe(
+      "RATE_LIMIT.anonymous.extra: unknown setting; expected one of limits, routes",
+    );
+    expect(
+      configError(() => parse({ ...MINIMUM, anonymous: { limits: L, routes: [{ ...route("a"), name: "A" }] } }))
+        .message,
+    ).toMatch(/^RATE_LIMIT\.anonymous\.routes\[0\]\.name: /);
+    expect(
+      configError(() => parse({ ...MINIMUM, anonymous: { limits: L, routes: [route("a", "per-minute")] } })).message,
+    ).toBe(
+      'RATE_LIMIT.anonymous.routes[0].limits[0].name: "per-minute" is also a limit of plan "anonymous"; the headers show both, so give the route\'s limit another name',
+    );
+    expect(
+      configError(() => parse({ routes: [route("a", "per-minute")], plans: [ownRoutes], anonymous: { limits: L } }))
+        .message,
+    ).toBe(
+      'RATE_LIMIT.routes[0].limits[0].name: "per-minute" is also a limit of plan "anonymous"; the headers show both, so give the route\'s limit another name',
+    );
+  });
+
+  it("a plan's routes and ip: a clash of names names the plan's own setting, or the top-level one it inherits", () => {
+    const plan = { name: "t", key_prefix: "t_", limits: MINIMUM.limits };
+    // The plan's second limit: any of its limits clashes.
+    expect(
+      configError(() => parse({ ...MINIMUM, plans: [{ ...plan, routes: [route("a", "per-minute")] }] })).message,
+    ).toBe(
+      'RATE_LIMIT.plans[0].routes[0].limits[0].name: "per-minute" is also a limit of plan "t"; the headers show both, so give the route\'s limit another name',
+    );
+    const ip = { limits: [{ limit: 9, window: "1m", name: "per-minute" }] };
+    expect(configError(() => parse({ ...MINIMUM, plans: [{ ...plan, ip }] })).message).toBe(
+      'RATE_LIMIT.plans[0].ip.limits[0].name: "per-minute" is also a limit of plan "t" or its routes; the headers show both, so give the address\'s limit another name',
+    );
+    expect(
+      configError(() =>
+        parse({
+          plans: [
+            { name: "t", key_prefix: "t_", limits: [{ limit: 1, window: "1h" }] },
+            { ...plan, key_prefix: "u_", name: "u" },
+          ],
+          ip,
+        }),
+      ).message,
+    ).toBe(
+      'RATE_LIMIT.ip.limits[0].name: "per-minute" is also a limit of plan "u" or its routes; the headers show both, so give the address\'s limit another name',
+    );
+    const addr = { limits: [{ limit: 9, window: "1m", name: "addr" }] };
+    const off = parse({ ...MINIMUM, ip: addr, plans: [{ ...plan, ip: false }] });
+    expect(off.plans[0]?.ip).toBeNull();
+    expect(off.defaultPlan?.ip?.plan.limits?.map((l) => l.name)).toEqual(["addr"]);
+    // A route's limit clashes too.
+    expect(
+      configError(() =>
+        parse({
+          limits: [{ limit: 100, window: "1s" }],
+          routes: [route("a", "shared")],
+          ip: { limits: [{ limit: 9, window: "1m", name: "shared" }] },
+        }),
+      ).message,
+    ).toBe(
+      'RATE_LIMIT.ip.limits[0].name: "shared" is also a limit of plan "default" or its routes; the headers show both, so give the address\'s limit another name',
+    );
+  });
+
+  it("an unlimited plan: concurrency = false is allowed, a limit or its timeout is not; it has no leases, routes or ip", () => {
+    const u = { name: "u", key_prefix: "u_", unlimited: true };
+    expect(parse({ ...MINIMUM, plans: [{ ...u, concurrency: false }] }).plans[0]).toEqual({
+      name: "u",
+      keyPrefix: "u_",
+      limits: null,
+      leaseMs: 0,
+      routes: [],
+      ip: null,
+      penalty: null,
+      concurrency: null,
+    });
+    const refused =
+      "RATE_LIMIT.plans[0].concurrency: an unlimited plan's keys never consult the limiter; remove concurrency or unlimited = true";
+    expect(configError(() => parse({ ...MINIMUM, plans: [{ ...u, concurrency: 3 }] })).message).toBe(refused);
+    expect(configError(() => parse({ ...MINIMUM, plans: [{ ...u, concurrency_timeout: "5s" }] })).message).toBe(
+      refused,
+    );
+    expect(configError(() => parse({ ...MINIMUM, plans: [{ ...u, ip: L }] })).message).toBe(
+      "RATE_LIMIT.plans[0].ip: an unlimited plan's keys never consult the limiter; remove ip or unlimited = true",
+    );
+    expect(
+      parse({ ...MINIMUM, plans: [{ ...u, ip: false, penalty: false, credits: false, usage: false }] }).plans[0]?.ip,
+    ).toBeNull();
+  });
+});
