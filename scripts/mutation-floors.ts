@@ -11,8 +11,14 @@
  * (CONTRIBUTING.md, "Mutation testing", says why).
  */
 export const FLOORS: Readonly<Record<string, number>> = {
-  "src/config/parse.ts": 92,
-  "src/config/fields.ts": 92,
+  // parse.ts split by what it parses (issue 48): each file's floor from its own run.
+  "src/config/parse.ts": 97,
+  "src/config/fields.ts": 97,
+  "src/config/inherited.ts": 97,
+  "src/config/limits.ts": 95,
+  "src/config/plans.ts": 97,
+  "src/config/proxy-settings.ts": 97,
+  "src/config/rules.ts": 93,
   "src/config/lookup.ts": 92,
   "src/config/types.ts": 90,
   "src/core/duration.ts": 99,

@@ -83,7 +83,7 @@ export class Outcomes {
     let view = this.#views.get(id);
     if (!view) {
       if (this.#views.size >= 1000) this.#views.clear();
-      view = [...override, ...(route?.limits ?? []), ...(plan.quotas ?? [])];
+      view = [...override, ...(route?.limits ?? []), ...(plan.meters?.quotas ?? [])];
       this.#views.set(id, view);
     }
     return view;

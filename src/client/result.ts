@@ -263,8 +263,8 @@ export function resultOf(settings: Pick<LimiterConfig, "failureMode" | "shadow">
     at: o.at,
     handle: o.handle ?? null,
   };
-  const credits = o.plan.credits;
-  return credits ? { ...out, credits: { balance: o.credits ?? null, refuseWith: credits.status } } : out;
+  const status = o.plan.creditStatus;
+  return status ? { ...out, credits: { balance: o.credits ?? null, refuseWith: status } } : out;
 }
 
 /**

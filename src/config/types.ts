@@ -40,7 +40,7 @@ export interface QuotaLimit extends QuotaSpec {
   readonly windowMs: number;
 }
 
-/** A plan's credits (docs/configuration.md, "Quotas and credits"): the balance's rules, and the status of a refusal. */
+/** A plan's `credits` as parsed (docs/configuration.md, "Quotas and credits"): the balance's rules, and the status of a refusal. */
 export interface CreditsSetting {
   readonly spec: CreditSpec;
   /** What a request the balance cannot cover is answered: 402 (Payment Required), or 429. */
@@ -56,32 +56,37 @@ export interface ShownLimit {
   readonly zone?: string;
 }
 
+/**
+ * What a plan's keys count beside the limits (docs/configuration.md, "Quotas and credits", "Usage"), decided with the
+ * limits all or nothing at the key's object; each is missing when the plan has none.
+ */
+export interface PlanMeters {
+  /** Its calendar quotas (limits with a `period`). */
+  readonly quotas?: readonly QuotaLimit[];
+  /** Prepaid credits its keys spend (`credits`: the plan's own, else the top-level one). */
+  readonly credits?: CreditSpec;
+  /**
+   * Exact usage kept per key and day (`usage`: the plan's own, else the top-level one; docs/configuration.md,
+   * "Usage"). Its keys get no leases: every grant is counted at their object.
+   */
+  readonly usage?: UsageSpec;
+}
+
 /** A set of limits chosen for a key. `limits: null` means unlimited (the object is never called). */
 export interface Plan {
   readonly name: string;
   /** Keys starting with this prefix use this plan (`""` for the default plan). */
   readonly keyPrefix: string;
   readonly limits: readonly Limit[] | null;
-  /**
-   * Its calendar quotas (limits with a `period`), decided with `limits` all or nothing at the key's object; none when
-   * missing. A plan with quotas has `limits` (maybe empty), never null.
-   */
-  readonly quotas?: readonly QuotaLimit[];
-  /** `limits` then `quotas`, as results and headers show them (one list, built once); `limits` when missing. */
+  /** `limits` then its calendar quotas, as results and headers show them (one list, built once); `limits` when missing. */
   readonly shown?: readonly ShownLimit[];
-  /** Prepaid credits its keys spend (`credits`: the plan's own, else the top-level one); none when missing. */
-  readonly credits?: CreditsSetting;
   /**
-   * Exact usage kept per key and day (`usage`: the plan's own, else the top-level one; docs/configuration.md,
-   * "Usage"); none when missing. Its keys get no leases: every grant is counted at their object.
+   * What its keys count beside the limits (its quotas, credits, usage), as their calls carry it to their object;
+   * none when missing. A plan with quotas has `limits` (maybe empty), never null.
    */
-  readonly usage?: UsageSpec;
-  /** What its keys' calls carry to their object beside the limits (its quotas, credits, usage); none when missing. */
-  readonly meters?: {
-    readonly quotas?: readonly QuotaLimit[];
-    readonly credits?: CreditSpec;
-    readonly usage?: UsageSpec;
-  };
+  readonly meters?: PlanMeters;
+  /** With `meters.credits`: what a request the balance cannot cover is answered, 402 (Payment Required) or 429. */
+  readonly creditStatus?: 402 | 429;
   /** Lease lifetime asked for this plan's keys (ms): `leases.max_lifetime`, at most the longest window and a minute; 0: no leases. The object shortens it near a limit. */
   readonly leaseMs: number;
   /** Routes with their own budgets for this plan's keys (the plan's own `routes`, else the top-level ones). */

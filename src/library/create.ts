@@ -87,7 +87,8 @@ function derivedName(config: LimiterConfig): string {
 export function createLimiter(options: LimiterOptions): Limiter {
   const { binding = "LIMITER", name: given, prefix, clock, ...settings } = options;
   checkNaming(binding, given, prefix);
-  const config = parseLimiterConfig(settings, "createLimiter");
+  // The limiter's own options, read above: a misspelt setting's error lists them too (not `prefix`, the old spelling).
+  const config = parseLimiterConfig(settings, "createLimiter", ["name", "binding", "clock"]);
   const name = given !== undefined ? given : (prefix ?? derivedName(config));
   const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name);
   const { client } = pipeline;
@@ -155,7 +156,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
     topUp: async (env, key, add, { id } = {}) => topUp(topUpTarget(env, key), add, id),
     async usage(env, key, { period, from = 0, to = USAGE_END }) {
       const { name: object, plan } = pipeline.identify(keyOf(key));
-      const spec = plan.usage;
+      const spec = plan.meters?.usage;
       if (!spec) throw new ConfigError(`usage(): the plan ${JSON.stringify(plan.name)} of this key keeps no usage`);
       const range = { period, from, to };
       usageBy(spec, [], range); // throws a RangeError for a period or range that is not one
@@ -177,9 +178,9 @@ async function topUp(
   if (!Number.isSafeInteger(add) || add < 1) {
     throw new RangeError(`add: expected a positive whole number of credits, got ${String(add)}`);
   }
-  const credits = at.plan.credits;
+  const credits = at.plan.meters?.credits;
   if (!credits) throw new ConfigError(`credit(): the plan ${JSON.stringify(at.plan.name)} of this key has no credits`);
-  const call = id === undefined ? at.stub.topUp(credits.spec, add) : at.stub.topUp(credits.spec, add, id);
+  const call = id === undefined ? at.stub.topUp(credits, add) : at.stub.topUp(credits, add, id);
   return withDeadline(call, at.timeoutMs);
 }
 

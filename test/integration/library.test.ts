@@ -242,6 +242,10 @@ describe("settings", () => {
       /^createLimiter\.origin_timeout: only the proxy reads this setting/,
     );
     expect(() => createLimiter({ ...perMinute(1), headers: "draft-5" as never })).toThrow(/^createLimiter\.headers: /);
+    // A misspelt setting's error lists the limiter's own options too.
+    expect(() => createLimiter({ ...perMinute(1), nmae: "api" } as never)).toThrow(
+      /^createLimiter\.nmae: unknown setting; expected one of limits, .*, usage, name, binding, clock$/,
+    );
   });
 
   it("headers: the legacy form and none", async () => {

@@ -1830,6 +1830,46 @@ describe("parseConfig: settings at their edges", () => {
     );
   });
 
+  it("an unknown setting's error lists every valid one: a plan's limits name a quota's fields, createLimiter its own", () => {
+    const planLimit = "unknown setting; expected one of limit, window, tick, period, time_zone, name";
+    expect(configError(() => parse({ limits: [{ limit: 5, perod: "day" }] })).message).toBe(
+      `RATE_LIMIT.limits[0].perod: ${planLimit}`,
+    );
+    expect(
+      configError(() =>
+        parse({ ...MINIMUM, plans: [{ name: "p", key_prefix: "p_", limits: [{ limit: 5, windw: "1s" }] }] }),
+      ).message,
+    ).toBe(`RATE_LIMIT.plans[0].limits[0].windw: ${planLimit}`);
+    expect(configError(() => parse({ ...MINIMUM, anonymous: { limits: [{ limit: 5, zone: "UTC" }] } })).message).toBe(
+      `RATE_LIMIT.anonymous.limits[0].zone: ${planLimit}`,
+    );
+    // Beside a quota, a sliding limit's place is still its own.
+    expect(
+      configError(() =>
+        parse({
+          limits: [
+            { limit: 5, period: "day" },
+            { limit: 5, window: "1s", tik: "1s" },
+          ],
+        }),
+      ).message,
+    ).toBe(`RATE_LIMIT.limits[1].tik: ${planLimit}`);
+    // Where no quota may stand (a route's limits, an address's), the hint names none of its fields.
+    expect(
+      configError(() => parse({ ...MINIMUM, ip: { limits: [{ limit: 5, window: "1s", nam: "x" }] } })).message,
+    ).toBe("RATE_LIMIT.ip.limits[0].nam: unknown setting; expected one of limit, window, tick, name");
+    // The library's own options (read by createLimiter itself) are listed, and passed over here.
+    const lib = configError(() =>
+      parseLimiterConfig({ ...MINIMUM, nmae: "api" }, "createLimiter", ["name", "binding", "clock"]),
+    ).message;
+    expect(lib).toBe(
+      `createLimiter.nmae: unknown setting; expected one of ${[...LIMITER_FIELDS, "name", "binding", "clock"].join(", ")}`,
+    );
+    expect(parseLimiterConfig({ ...MINIMUM, name: "api" }, "createLimiter", ["name"]).defaultPlan?.name).toBe(
+      "default",
+    );
+  });
+
   it("paths: the default is reject, also for an empty table; refund takes 200 and 599", () => {
     expect(parse(MINIMUM).paths).toEqual({ escapedSlashes: "reject" });
     expect(parse({ ...MINIMUM, paths: {} }).paths).toEqual({ escapedSlashes: "reject" });
@@ -2231,7 +2271,7 @@ describe('calendar quotas (docs/configuration.md, "Quotas and credits")', () => 
     });
     const plan = config.defaultPlan as Plan;
     expect(plan.limits?.map((l) => l.name)).toEqual(["per-minute"]);
-    expect(plan.quotas).toEqual([
+    expect(plan.meters?.quotas).toEqual([
       { name: "monthly", limit: 10_000, period: "month", zone: "America/New_York", windowMs: 2_592_000_000 },
       { name: "calls-today", limit: 500, period: "day", zone: "UTC", windowMs: 86_400_000 },
     ]);
@@ -2248,8 +2288,8 @@ describe('calendar quotas (docs/configuration.md, "Quotas and credits")', () => 
     });
     const free = config.plans[0] as Plan;
     expect(free).toMatchObject({ limits: [], leaseMs: 0 });
-    expect(free.quotas?.map((q) => q.name)).toEqual(["monthly"]);
-    expect(config.anonymous?.quotas?.map((q) => q.period)).toEqual(["hour"]);
+    expect(free.meters?.quotas?.map((q) => q.name)).toEqual(["monthly"]);
+    expect(config.anonymous?.meters?.quotas?.map((q) => q.period)).toEqual(["hour"]);
     // A route's limits are shown between the plan's and its quotas.
     const routed = parse({
       limits: [{ limit: 5, period: "week" }],
@@ -2365,13 +2405,18 @@ describe('credits (docs/configuration.md, "Quotas and credits")', () => {
       ],
     });
     const top = { initial: 100, refill: { amount: 100, period: "month", zone: "Europe/Paris" } };
-    expect(config.defaultPlan?.credits).toEqual({ spec: top, status: 402 });
     expect(config.defaultPlan?.meters).toEqual({ credits: top });
+    expect(config.defaultPlan?.creditStatus).toBe(402);
     const [own, none, heir] = config.plans;
-    expect(own?.credits).toEqual({ spec: { initial: 0, refill: null }, status: 429 });
-    expect(none?.credits).toBeUndefined();
+    expect(own?.meters).toEqual({ credits: { initial: 0, refill: null } });
+    expect(own?.creditStatus).toBe(429);
     expect(none?.meters).toBeUndefined();
-    expect(heir?.meters).toEqual({ quotas: heir?.quotas, credits: top });
+    expect(none?.creditStatus).toBeUndefined();
+    expect(heir?.meters).toEqual({
+      quotas: [{ name: "daily", limit: 9, period: "day", zone: "UTC", windowMs: 86_400_000 }],
+      credits: top,
+    });
+    expect(heir?.creditStatus).toBe(402);
   });
 
   it.each([
@@ -2450,10 +2495,10 @@ describe('usage (docs/configuration.md, "Usage")', () => {
         { name: "off", key_prefix: "off_", limits: [{ limit: 100, window: "1m" }], usage: false },
       ],
     });
-    expect(config.defaultPlan).toMatchObject({ usage: { zone: "UTC", keepDays: 400 }, leaseMs: 0 });
+    expect(config.defaultPlan).toMatchObject({ leaseMs: 0 });
     expect(config.defaultPlan?.meters).toEqual({ usage: { zone: "UTC", keepDays: 400 } });
-    expect(config.plans[0]).toMatchObject({ usage: { zone: "Europe/Berlin", keepDays: 90 }, leaseMs: 0 });
-    expect(config.plans[1]?.usage).toBeUndefined();
+    expect(config.plans[0]).toMatchObject({ meters: { usage: { zone: "Europe/Berlin", keepDays: 90 } }, leaseMs: 0 });
+    expect(config.plans[1]?.meters).toBeUndefined();
     expect(config.plans[1]?.leaseMs).toBe(30_000);
     // The bounds of keep, and a plan with usage false keeps no meters.
     for (const [keep, days] of [
@@ -2461,7 +2506,9 @@ describe('usage (docs/configuration.md, "Usage")', () => {
       ["3660d", 3660],
       ["12d", 12],
     ] as const) {
-      expect(parse({ limits: [{ limit: 1, window: "1s" }], usage: { keep } }).defaultPlan?.usage?.keepDays).toBe(days);
+      expect(
+        parse({ limits: [{ limit: 1, window: "1s" }], usage: { keep } }).defaultPlan?.meters?.usage?.keepDays,
+      ).toBe(days);
     }
     expect(config.plans[1]?.meters).toBeUndefined();
     // An unlimited plan's keys count nothing, whatever the top level keeps.
@@ -2472,8 +2519,8 @@ describe('usage (docs/configuration.md, "Usage")', () => {
       plans: [{ name: "u", key_prefix: "u_", unlimited: true }],
     });
     expect(unlimited.plans[0]).toMatchObject({ limits: null });
-    expect(unlimited.plans[0]?.usage).toBeUndefined();
-    expect(unlimited.plans[0]?.credits).toBeUndefined();
+    expect(unlimited.plans[0]?.meters).toBeUndefined();
+    expect(unlimited.plans[0]?.creditStatus).toBeUndefined();
   });
 
   it.each([
@@ -2498,5 +2545,128 @@ describe('usage (docs/configuration.md, "Usage")', () => {
     ],
   ])("%j: %s", (rl, message) => {
     expect(() => parse({ limits: [{ limit: 1, window: "1s" }], ...(rl as Obj) })).toThrow(new ConfigError(message));
+  });
+});
+
+describe("plans joined to their routes, addresses and inherited settings (src/config/plans.ts)", () => {
+  const parse = (rl: Obj) => parseConfig({ ORIGIN, RATE_LIMIT: rl });
+  const L = [{ limit: 5, window: "1m" }];
+  const route = (name: string, limitName?: string) => ({
+    name,
+    path: `/${name}`,
+    limits: [{ limit: 1, window: "1s", ...(limitName ? { name: limitName } : {}) }],
+  });
+  const ownRoutes = { name: "t", key_prefix: "t_", limits: L, routes: [route("own")] };
+  const notUsed =
+    "RATE_LIMIT.routes: no plan uses them (every plan with limits has its own routes, and there is no RATE_LIMIT.limits); remove them or move them into a plan";
+
+  it("top-level routes must be taken: by a plan without its own, or by anonymous; an unlimited plan takes none", () => {
+    const taken = parse({ routes: [route("search")], plans: [{ name: "t", key_prefix: "t_", limits: L }] });
+    expect(taken.plans[0]?.routes.map((r) => r.name)).toEqual(["search"]);
+    const byAnonymous = parse({ routes: [route("search")], plans: [ownRoutes], anonymous: { limits: L } });
+    expect(byAnonymous.anonymous?.routes.map((r) => r.name)).toEqual(["search"]);
+    expect(parse({ routes: [], plans: [ownRoutes] }).plans[0]?.routes.map((r) => r.name)).toEqual(["own"]);
+    expect(
+      configError(() =>
+        parse({ routes: [route("search")], plans: [{ name: "u", key_prefix: "u_", unlimited: true }, ownRoutes] }),
+      ).message,
+    ).toBe(notUsed);
+    expect(
+      configError(() =>
+        parse({ routes: [route("search")], plans: [ownRoutes], anonymous: { limits: L, routes: [route("own")] } }),
+      ).message,
+    ).toBe(notUsed);
+  });
+
+  it("anonymous: its own routes replace the top-level ones; errors name where each route was given", () => {
+    const own = parse({ ...MINIMUM, routes: [route("search")], anonymous: { limits: L, routes: [route("anon")] } });
+    expect(own.anonymous?.routes.map((r) => r.name)).toEqual(["anon"]);
+    expect(configError(() => parse({ ...MINIMUM, anonymous: { limits: L, extra: 1 } })).message).toBe(
+      "RATE_LIMIT.anonymous.extra: unknown setting; expected one of limits, routes",
+    );
+    expect(
+      configError(() => parse({ ...MINIMUM, anonymous: { limits: L, routes: [{ ...route("a"), name: "A" }] } }))
+        .message,
+    ).toMatch(/^RATE_LIMIT\.anonymous\.routes\[0\]\.name: /);
+    expect(
+      configError(() => parse({ ...MINIMUM, anonymous: { limits: L, routes: [route("a", "per-minute")] } })).message,
+    ).toBe(
+      'RATE_LIMIT.anonymous.routes[0].limits[0].name: "per-minute" is also a limit of plan "anonymous"; the headers show both, so give the route\'s limit another name',
+    );
+    expect(
+      configError(() => parse({ routes: [route("a", "per-minute")], plans: [ownRoutes], anonymous: { limits: L } }))
+        .message,
+    ).toBe(
+      'RATE_LIMIT.routes[0].limits[0].name: "per-minute" is also a limit of plan "anonymous"; the headers show both, so give the route\'s limit another name',
+    );
+  });
+
+  it("a plan's routes and ip: a clash of names names the plan's own setting, or the top-level one it inherits", () => {
+    const plan = { name: "t", key_prefix: "t_", limits: MINIMUM.limits };
+    // The plan's second limit: any of its limits clashes.
+    expect(
+      configError(() => parse({ ...MINIMUM, plans: [{ ...plan, routes: [route("a", "per-minute")] }] })).message,
+    ).toBe(
+      'RATE_LIMIT.plans[0].routes[0].limits[0].name: "per-minute" is also a limit of plan "t"; the headers show both, so give the route\'s limit another name',
+    );
+    const ip = { limits: [{ limit: 9, window: "1m", name: "per-minute" }] };
+    expect(configError(() => parse({ ...MINIMUM, plans: [{ ...plan, ip }] })).message).toBe(
+      'RATE_LIMIT.plans[0].ip.limits[0].name: "per-minute" is also a limit of plan "t" or its routes; the headers show both, so give the address\'s limit another name',
+    );
+    expect(
+      configError(() =>
+        parse({
+          plans: [
+            { name: "t", key_prefix: "t_", limits: [{ limit: 1, window: "1h" }] },
+            { ...plan, key_prefix: "u_", name: "u" },
+          ],
+          ip,
+        }),
+      ).message,
+    ).toBe(
+      'RATE_LIMIT.ip.limits[0].name: "per-minute" is also a limit of plan "u" or its routes; the headers show both, so give the address\'s limit another name',
+    );
+    const addr = { limits: [{ limit: 9, window: "1m", name: "addr" }] };
+    const off = parse({ ...MINIMUM, ip: addr, plans: [{ ...plan, ip: false }] });
+    expect(off.plans[0]?.ip).toBeNull();
+    expect(off.defaultPlan?.ip?.plan.limits?.map((l) => l.name)).toEqual(["addr"]);
+    // A route's limit clashes too.
+    expect(
+      configError(() =>
+        parse({
+          limits: [{ limit: 100, window: "1s" }],
+          routes: [route("a", "shared")],
+          ip: { limits: [{ limit: 9, window: "1m", name: "shared" }] },
+        }),
+      ).message,
+    ).toBe(
+      'RATE_LIMIT.ip.limits[0].name: "shared" is also a limit of plan "default" or its routes; the headers show both, so give the address\'s limit another name',
+    );
+  });
+
+  it("an unlimited plan: concurrency = false is allowed, a limit or its timeout is not; it has no leases, routes or ip", () => {
+    const u = { name: "u", key_prefix: "u_", unlimited: true };
+    expect(parse({ ...MINIMUM, plans: [{ ...u, concurrency: false }] }).plans[0]).toEqual({
+      name: "u",
+      keyPrefix: "u_",
+      limits: null,
+      leaseMs: 0,
+      routes: [],
+      ip: null,
+      penalty: null,
+      concurrency: null,
+    });
+    const refused =
+      "RATE_LIMIT.plans[0].concurrency: an unlimited plan's keys never consult the limiter; remove concurrency or unlimited = true";
+    expect(configError(() => parse({ ...MINIMUM, plans: [{ ...u, concurrency: 3 }] })).message).toBe(refused);
+    expect(configError(() => parse({ ...MINIMUM, plans: [{ ...u, concurrency_timeout: "5s" }] })).message).toBe(
+      refused,
+    );
+    expect(configError(() => parse({ ...MINIMUM, plans: [{ ...u, ip: L }] })).message).toBe(
+      "RATE_LIMIT.plans[0].ip: an unlimited plan's keys never consult the limiter; remove ip or unlimited = true",
+    );
+    expect(
+      parse({ ...MINIMUM, plans: [{ ...u, ip: false, penalty: false, credits: false, usage: false }] }).plans[0]?.ip,
+    ).toBeNull();
   });
 });

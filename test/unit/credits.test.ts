@@ -171,7 +171,7 @@ describe("credits through the client", () => {
             if (s.kind === "wait") t.advance(s.ms);
             else if (s.kind === "add") {
               // As an operator's top-up at the object.
-              const meters = t.store.book("key:a", { credits: t.plan.credits?.spec as never });
+              const meters = t.store.book("key:a", { credits: t.plan.meters?.credits as never });
               meters?.credits?.add(t.client.now(), s.units);
               bought += s.units;
             } else if (s.kind === "burst") {

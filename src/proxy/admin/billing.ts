@@ -27,7 +27,7 @@ export async function usageOf(
   config: Config,
 ): Promise<Response> {
   const { name, plan } = subjectOf(body, config);
-  const spec = plan.usage;
+  const spec = plan.meters?.usage;
   if (!spec) {
     throw new HttpError(
       409,
@@ -114,14 +114,15 @@ export function topUpLog(done: TopUp, add: unknown): Record<string, unknown> {
 
 /** The credits of a key's plan, for a top-up: `409` when it has none. */
 function creditsOf(plan: Plan): CreditSpec {
-  if (!plan.credits) {
+  const credits = plan.meters?.credits;
+  if (!credits) {
     throw new HttpError(
       409,
       "Conflict",
       `The key's plan ${JSON.stringify(plan.name)} has no credits (docs/configuration.md, "Quotas and credits"); give it credits = { initial = … } first.`,
     );
   }
-  return plan.credits.spec;
+  return credits;
 }
 
 /** The credits a top-up adds: a positive whole number up to {@link MAX_CREDITS}, else `400`. */

@@ -15,6 +15,7 @@ export function statusJson(
   s: KeyStatus,
 ): Record<string, unknown> {
   const applied = s.override?.limits ?? planLimits;
+  const { meters } = plan;
   const longest = applied[s.history.limit];
   return {
     key_id: id,
@@ -40,8 +41,8 @@ export function statusJson(
     in_flight: s.inFlight ?? 0,
     override: s.override === null ? null : overrideJson(s.override),
     quotas: quotasJson(plan, s),
-    credits: plan.credits ? { balance: s.decision.credits?.balance ?? plan.credits.spec.initial } : null,
-    usage: plan.usage ? { time_zone: plan.usage.zone, keep_days: plan.usage.keepDays } : null,
+    credits: meters?.credits ? { balance: s.decision.credits?.balance ?? meters.credits.initial } : null,
+    usage: meters?.usage ? { time_zone: meters.usage.zone, keep_days: meters.usage.keepDays } : null,
     routes: plan.routes.map((r) => {
       const d = s.routes?.find((x) => x.name === r.name)?.decision;
       return {
@@ -64,7 +65,7 @@ export function statusJson(
 
 /** A key's calendar quotas in its status: each one's settings, and what is used and left of it in this period. */
 function quotasJson(plan: Plan, s: KeyStatus): Record<string, unknown>[] {
-  return (plan.quotas ?? []).map((q, i) => {
+  return (plan.meters?.quotas ?? []).map((q, i) => {
     const st = s.decision.quotas?.[i];
     const remaining = st?.remaining ?? q.limit;
     const resetsAt = st && st.resetMs > 0 ? s.now + st.resetMs : null;
