@@ -77,6 +77,9 @@ function derivedName(config: LimiterConfig): string {
   return settingsName(config);
 }
 
+/** createLimiter's own options beside the settings: a misspelt setting's error lists them too (not `prefix`, the old spelling). */
+const OWN_OPTIONS = ["name", "binding", "clock"];
+
 /**
  * A limiter for these settings, validated now: a bad setting throws a {@link ConfigError} that
  * names it (`createLimiter.limits[0].window: …`). Create it once, at module level: its leases and
@@ -87,8 +90,7 @@ function derivedName(config: LimiterConfig): string {
 export function createLimiter(options: LimiterOptions): Limiter {
   const { binding = "LIMITER", name: given, prefix, clock, ...settings } = options;
   checkNaming(binding, given, prefix);
-  // The limiter's own options, read above: a misspelt setting's error lists them too (not `prefix`, the old spelling).
-  const config = parseLimiterConfig(settings, "createLimiter", ["name", "binding", "clock"]);
+  const config = parseLimiterConfig(settings, "createLimiter", OWN_OPTIONS);
   const name = given !== undefined ? given : (prefix ?? derivedName(config));
   const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name);
   const { client } = pipeline;

@@ -19,6 +19,18 @@ export const KNOWN_RUNTIME_TRACES: readonly RegExp[] = [
   /^A header value for "x-api-key" contains non-ASCII characters: "clé" /,
 ];
 
+/**
+ * A rejected call to a Durable Object's RPC method that its caller handled: `@cloudflare/vitest-plugin` wraps every
+ * object of the test Worker (for `runInDurableObject`), and its wrapper reports each rejection it passes on as an
+ * uncaught one, with a JavaScript stack through the wrapper. In production the caller alone sees it (a top-up past
+ * the ceiling, for one, is a `RangeError` the admin API answers with `400`).
+ */
+const REJECTED_RPC = /^uncaught exception; source = Uncaught \(in promise\); stack = \w*Error: /;
+/** A JavaScript stack frame. */
+const FRAME = /^\s+at /;
+/** The test pool's wrapper of a Durable Object's RPC methods. */
+const POOL_WRAPPER = "@cloudflare/vitest-plugin/dist/worker/lib/cloudflare/test-internal.mjs";
+
 /** workerd's stack line: code addresses in its binary (`…/bin/workerd@2b5edc0 …`). */
 const STACK = /^stack:(?: \S+@[0-9a-f]+)+$/;
 
@@ -36,9 +48,17 @@ export function isKnownRuntimeTrace(line: string): boolean {
  * that follow one. It remembers across chunks whether the last line it saw was dropped, since workerd's message
  * and its stack may arrive in separate writes.
  */
-export function runtimeTraceFilter(): (chunk: string) => string {
+export function runtimeTraceFilter(): ((chunk: string) => string) & { flush(): string } {
   let dropping = false;
-  return (chunk) => {
+  /** A rejected RPC's trace being read, held back until its stack shows whether the test pool's wrapper reported it. */
+  let held: string[] | null = null;
+  /** What is held back, as it would have been written (the stream is being restored: nothing more comes). */
+  const flush = (): string => {
+    const out = held === null || held.some((l) => l.includes(POOL_WRAPPER)) ? "" : `${held.join("\n")}\n`;
+    held = null;
+    return out;
+  };
+  const filter = (chunk: string): string => {
     const lines = chunk.split("\n");
     const kept: string[] = [];
     lines.forEach((line, i) => {
@@ -48,14 +68,27 @@ export function runtimeTraceFilter(): (chunk: string) => string {
         kept.push(line);
         return;
       }
-      if (isKnownRuntimeTrace(line)) dropping = true;
-      else if (!(dropping && STACK.test(line.replace(ANSI, "")))) {
+      const plain = line.replace(ANSI, "");
+      if (held !== null) {
+        if (FRAME.test(plain)) {
+          held.push(line);
+          return;
+        }
+        if (!held.some((l) => l.includes(POOL_WRAPPER))) kept.push(...held);
+        held = null;
+      }
+      if (REJECTED_RPC.test(plain) && !isKnownRuntimeTrace(line)) {
+        held = [line];
+        dropping = false;
+      } else if (isKnownRuntimeTrace(line)) dropping = true;
+      else if (!(dropping && STACK.test(plain))) {
         dropping = false;
         kept.push(line);
       }
     });
     return kept.join("\n");
   };
+  return Object.assign(filter, { flush });
 }
 
 type Write = NodeJS.WriteStream["write"];
@@ -81,5 +114,7 @@ export function quietRuntimeTraces(stream: NodeJS.WriteStream): () => void {
   stream.write = write as Write;
   return () => {
     stream.write = original;
+    const rest = filter.flush();
+    if (rest !== "") stream.write(rest);
   };
 }

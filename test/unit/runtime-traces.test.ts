@@ -59,6 +59,25 @@ describe("runtimeTraceFilter", () => {
     expect(filter(`${STACK}\n`)).toBe(`${STACK}\n`);
   });
 
+  it("drops a rejected RPC call the test pool's wrapper reports as uncaught, keeps any other uncaught rejection", () => {
+    const wrapper =
+      "file:///x/node_modules/@cloudflare/vitest-plugin/dist/worker/lib/cloudflare/test-internal.mjs:369:47";
+    const rejected = [
+      "uncaught exception; source = Uncaught (in promise); stack = RangeError: add: 1 would take the balance past 9",
+      "    at CreditAccount.add (/x/src/core/credits.ts:141:13)",
+      `    at ${wrapper}`,
+    ];
+    const filter = runtimeTraceFilter();
+    // Across chunks: the trace is held until its stack ends.
+    expect(filter(`${rejected[0]}\n${rejected[1]}\n`)).toBe("");
+    expect(filter(`${rejected[2]}\nnext line\n`)).toBe("next line\n");
+    const ours = [
+      "uncaught exception; source = Uncaught (in promise); stack = TypeError: x is undefined",
+      "    at handle (/x/src/proxy/app.ts:10:1)",
+    ];
+    expect(runtimeTraceFilter()(`${ours.join("\n")}\nafter\n`)).toBe(`${ours.join("\n")}\nafter\n`);
+  });
+
   it("keeps text without a final newline as it is", () => {
     expect(runtimeTraceFilter()("partial")).toBe("partial");
   });
