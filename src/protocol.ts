@@ -63,6 +63,12 @@ export interface RefundedGrant {
    * that period lasts (and to its credits, whenever).
    */
   readonly at?: number;
+  /**
+   * Give back to the key's calendar quotas only (the period of `at`), not to its windows: a unit spent from a lease
+   * whose uses were settled since — its record was moved to its use and stays counted until it leaves the window, but
+   * its quota unit, counted when the lease was granted, goes back (`recordedAt` is then empty).
+   */
+  readonly quotasOnly?: boolean;
 }
 
 /**

@@ -209,6 +209,8 @@ export class Acquire {
       limits: entry.limits,
       recordedAt: held.recordedAt,
       units: cost,
+      // A quota counted the lease's units when its object granted it: a refund after its uses were settled goes there.
+      ...(plan.meters?.quotas ? { at: held.issuedAt } : {}),
     };
     const handle = { grants: [grant], slot: null };
     const shown = this.#p.results.shown(plan, held.applied);

@@ -101,9 +101,10 @@ export class ObjectCalls {
   }
 
   /** Gives back `grant`'s units at its key's object (which gives back each grant id once): whether it did. */
-  refund(ns: LimiterNamespace, grant: GrantRecord): Promise<boolean> {
+  refund(ns: LimiterNamespace, grant: GrantRecord & { readonly quotasOnly?: boolean }): Promise<boolean> {
     const { id, name, limits, recordedAt, units, route, at } = grant;
-    const refunded = at === undefined ? { id, recordedAt, units } : { id, recordedAt, units, at };
+    const dated = at === undefined ? { id, recordedAt, units } : { id, recordedAt, units, at };
+    const refunded = grant.quotasOnly ? { ...dated, quotasOnly: true } : dated;
     return callObject(
       () => (route ? ns.getByName(name).refund(limits, refunded, route) : ns.getByName(name).refund(limits, refunded)),
       this.#p.config.objectTimeoutMs,

@@ -179,7 +179,12 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    */
   async refund(ns: LimiterNamespace, grant: GrantRecord): Promise<boolean> {
     checkGrant(grant);
-    if (grant.lease !== undefined) return this.leases.refund(grant.name, grant.lease, grant.id, grant.units);
+    if (grant.lease !== undefined) {
+      if (this.leases.refund(grant.name, grant.lease, grant.id, grant.units)) return true;
+      // Settled since, in this isolate: its record stays where its use put it, its quota units go back (once).
+      if (grant.at === undefined || !this.leases.refundSettled(grant.name, grant.lease, grant.id)) return false;
+      return this.#p.calls.refund(ns, { ...grant, recordedAt: [], quotasOnly: true });
+    }
     const done = await this.#p.calls.refund(ns, grant);
     // The units are free again: this isolate's cached refusals of the key no longer hold.
     if (done) this.denyCache.deleteKey(grant.name);

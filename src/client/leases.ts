@@ -215,6 +215,23 @@ export class LeaseTable {
     return true;
   }
 
+  /**
+   * Marks the grant `grantId` of the lease `leaseId` of the key `name` refunded when its uses were settled since (its
+   * units cannot go back into the lease): true when it was such a grant and not refunded before. Its quota units, not
+   * its record, may then go back at the object.
+   */
+  refundSettled(name: string, leaseId: string, grantId: string): boolean {
+    const h =
+      this.#entries.get(name)?.held.find((l) => l.id === leaseId) ??
+      this.#entries.get(name)?.expired.find((l) => l.id === leaseId);
+    if (!h || !grantId.startsWith(`${leaseId}.`)) return false;
+    const n = Number(grantId.slice(leaseId.length + 1));
+    if (!Number.isSafeInteger(n) || n < 1 || n > (h.settledGrants ?? 0) || h.refunded?.has(grantId)) return false;
+    h.refunded ??= new Set();
+    h.refunded.add(grantId);
+    return true;
+  }
+
   /** The units of the key's leases valid at `now` under `applied` limits: what this isolate may still grant. */
   holding(e: KeyLeases, now: number, applied: readonly NamedLimit[] | null): number {
     return unitsHeld(e, now, applied);

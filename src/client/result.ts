@@ -131,7 +131,8 @@ export interface GrantRecord {
   readonly at?: number;
   /**
    * Spent from a lease of the isolate that granted it: the lease's id. It is refunded to that lease, in that isolate,
-   * while its use is not settled; elsewhere or later it stays counted (its record was moved to its use).
+   * while its use is not settled; later, there, its units go back to the key's quotas only (its record was moved to its
+   * use and stays counted in its windows); elsewhere it stays counted.
    */
   readonly lease?: string;
 }

@@ -47,6 +47,7 @@ export function refund(
   checkGrant(grant, route);
   const { id, recordedAt, units } = grant;
   if (k.db.empty || k.once.seen("refund", id)) return false;
+  if (grant.quotasOnly === true) return refundQuotas(k, now, grant);
   const own = k.budgets.log(KEY_BUDGET, k.controls.override(now)?.limits ?? limits, "refund");
   const routed = route === undefined ? null : k.budgets.log(route.name, route.limits, "refund");
   const rings = (own?.rings.length ?? 0) + (routed?.rings.length ?? 0);
@@ -61,6 +62,20 @@ export function refund(
   let longest = metered ? METER_REFUND_MS : 0;
   for (const l of [...own.limits, ...(routed?.limits ?? [])]) longest = Math.max(longest, l.windowMs);
   k.once.remember("refund", id, Math.max(now, ...recordedAt) + longest);
+  return true;
+}
+
+/**
+ * A settled leased grant's refund (`quotasOnly`): its units back to the quotas of the period of `at` (the lease's
+ * grant), once per id, within {@link METER_REFUND_MS}; its windows keep their record (at its use, as any grant's).
+ * False when the key keeps no quotas or the refund is too late.
+ */
+function refundQuotas(k: KeyStores, now: number, grant: RefundedGrant): boolean {
+  const { id, at, units } = grant;
+  const quotas = k.meters.stored().quotas;
+  if (quotas === null || at === undefined || !Number.isSafeInteger(at) || now - at > METER_REFUND_MS) return false;
+  k.meters.write({ quotaRows: quotas.giveBack(now, at, units), credits: null });
+  k.once.remember("refund", id, now + METER_REFUND_MS);
   return true;
 }
 

@@ -96,6 +96,29 @@ describe("quotas at the key's object", () => {
     expect(p.quotas?.[0]?.remaining).toBe(3);
   });
 
+  it("a settled leased grant's refund (quotasOnly) gives its units to the quota, not the windows, once", async () => {
+    const o = await object();
+    const d = await o.take(wide, 1, { quotas: monthly, leaseUnits: 100, leaseMs: 30_000 });
+    const lease = d.lease;
+    // The lease's 2 units both used and settled at their use: they stay in the window, and in the quota.
+    const settle = [{ recordedAt: lease?.recordedAt ?? [], issuedAt: d.now, used: 2, lastUseMs: 10, unused: 0 }];
+    await o.settle(wide, settle);
+    const quota = async () =>
+      ((await o.stub.peek(wide, 1, undefined, { quotas: monthly })) as Awaited<ReturnType<typeof o.peek>>).quotas?.[0];
+    expect((await quota())?.remaining).toBe(2);
+    const window = (await o.peek(wide)).limits[0]?.remaining;
+    const grant = { id: "lease-1.2", recordedAt: [], units: 1, at: d.now, quotasOnly: true };
+    expect(await o.stub.refund(wide, grant)).toBe(true);
+    expect((await quota())?.remaining).toBe(3);
+    expect((await o.peek(wide)).limits[0]?.remaining).toBe(window); // the window keeps the use's record
+    expect(await o.stub.refund(wide, grant)).toBe(false);
+    expect((await quota())?.remaining).toBe(3);
+    // A key without quotas gives nothing back this way.
+    const plain = await object();
+    const e = await plain.take(wide, 1);
+    expect(await plain.stub.refund(wide, { ...grant, at: e.now })).toBe(false);
+  });
+
   it("a refund gives a grant's units back to the period it was granted in, once", async () => {
     const o = await object();
     const d = await o.take(wide, 2, { quotas: monthly });

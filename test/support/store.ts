@@ -147,8 +147,14 @@ export class Store {
         this.calls.push({ name, method: "refund", units });
         if (this.refunded.has(id)) return false;
         this.refunded.add(id);
-        this.log(name, limits).giveBack(recordedAt, units);
         const meters = this.book(name, undefined);
+        // A settled leased grant: its quota units only (src/object/give-back.ts, refundQuotas).
+        if ((grant as { quotasOnly?: boolean }).quotasOnly) {
+          if (at === undefined || !meters?.quotas) return false;
+          meters.quotas.giveBack(this.now(), at, units);
+          return true;
+        }
+        this.log(name, limits).giveBack(recordedAt, units);
         if (at !== undefined) meters?.quotas?.giveBack(this.now(), at, units);
         if (at !== undefined) meters?.credits?.giveBack(units, at, this.now());
         return true;

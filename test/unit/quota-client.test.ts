@@ -8,7 +8,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { headersOf, type RateLimitResult } from "../../src/client/result.ts";
 import { type Period, periodAt } from "../../src/core/calendar.ts";
-import { setup } from "../support/store.ts";
+import { grantOf, setup } from "../support/store.ts";
 
 const HOUR = 3_600_000;
 
@@ -138,6 +138,40 @@ describe("a quota beside sliding limits, leases on", () => {
     expect(t.client.now()).toBeLessThan(Date.UTC(2026, 6, 1, 11));
     expect(granted).toBe(40);
     expect(t.store.calls.some((c) => c.ask?.settle?.some((x) => x.unused > 0))).toBe(true);
+  });
+});
+
+describe("refunds of leased grants (issue 53.2)", () => {
+  const limits = [
+    { limit: 1000, window: "1s" },
+    { limit: 50, period: "hour" },
+  ];
+
+  it("refunded in parallel after their leases' uses were settled: their quota units come back, none lost", async () => {
+    const t = at(Date.UTC(2026, 6, 1, 10), { limits });
+    const used = () => t.store.meters.get("key:a")?.quotas?.rows()[0]?.used ?? 0;
+    const burst = async (n: number) => {
+      const rs = await Promise.all(Array.from({ length: n }, () => t.limit()));
+      await t.settle();
+      return rs.filter((r) => r.allowed);
+    };
+    // 40 at once, served; then 20 at once, of which the quota grants the 10 it has left, all answered 500 by the origin.
+    let kept = (await burst(40)).length;
+    expect(kept).toBe(40);
+    t.advance(5);
+    const failed = await burst(20);
+    expect(failed).toHaveLength(10);
+    expect(used()).toBe(50);
+    // The refunds arrive after the calls that refilled the leases settled their uses (most of them).
+    const refunded = await Promise.all(failed.map((r) => t.client.refund(t.ns, grantOf(r))));
+    expect(refunded).toEqual(new Array(10).fill(true));
+    expect(t.store.count("refund")).toBeGreaterThan(0); // settled ones: their quota units, at the object
+    // Every unit a refund gave back is served again: the hour's 50 are served and counted once, none lost.
+    for (let i = 0; i < 60; i++, t.advance(5)) kept += (await burst(1)).length;
+    expect(kept).toBe(50);
+    expect(used()).toBe(50);
+    // And a second refund of the same grant gives nothing back.
+    expect(await t.client.refund(t.ns, grantOf(failed[0] as RateLimitResult))).toBe(false);
   });
 });
 
