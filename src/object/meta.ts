@@ -1,12 +1,21 @@
 /**
  * @module The `meta` table: one row per fact the key keeps beside its tables, as text under a key. Which keys exist and
- * what they mean belongs to the store that writes them (controls.ts, meters.ts, usage.ts, budgets.ts, schema.ts); this
- * module only reads and writes rows.
+ * what they mean belongs to the store that writes them (controls.ts, meters.ts, usage.ts, budgets.ts); this module only
+ * reads and writes rows. The statement that makes the table carries the schema's version (schema.ts) in a comment,
+ * which SQLite keeps in `sqlite_master`: a key's storage knows its version without a row of its own.
  */
 
 import type { Db } from "./sql.ts";
 
-const DDL = "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID";
+/** The table, made under schema version `version`. */
+function ddlOf(version: number): string {
+  return `CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL /* schema ${version} */) WITHOUT ROWID`;
+}
+
+/** The schema version a `meta` table was made under (0: before versions, or no table). */
+export function versionOf(ddl: string | undefined): number {
+  return Number(/\/\* schema (\d+) \*\//.exec(ddl ?? "")?.[1] ?? 0);
+}
 
 /** The first string after every string that starts with `prefix`. */
 function after(prefix: string): string {
@@ -15,9 +24,25 @@ function after(prefix: string): string {
 
 export class Meta {
   readonly #db: Db;
+  readonly #ddl: string;
 
-  constructor(db: Db) {
+  /** @param version the schema version a table made now is stamped with */
+  constructor(db: Db, version: number) {
     this.#db = db;
+    this.#ddl = ddlOf(version);
+  }
+
+  /** The schema version the table was made under (0: none, or made before versions). */
+  get version(): number {
+    return versionOf(this.#db.ddl("meta"));
+  }
+
+  /** Makes the table anew under this code's version (a migration's last step), its rows kept. */
+  restamp(): void {
+    const rows = this.exists ? this.#db.all<{ k: string; v: string }>("SELECT k, v FROM meta") : [];
+    this.#db.drop("meta");
+    this.#db.ensure("meta", this.#ddl);
+    for (const { k, v } of rows) this.#db.run("INSERT INTO meta (k, v) VALUES (?, ?)", k, v);
   }
 
   /** Whether the table exists (a key that never wrote a row has none). */
@@ -57,7 +82,7 @@ export class Meta {
 
   /** Writes a row (the table is made by the first). */
   set(k: string, v: string): void {
-    this.#db.ensure("meta", DDL);
+    this.#db.ensure("meta", this.#ddl);
     this.#db.run("INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)", k, v);
   }
 

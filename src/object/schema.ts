@@ -1,8 +1,9 @@
 /**
- * @module The schema's version and its ordered migrations. A key's storage carries the version it was written under
- * (the `meta` row `schema`, stamped with the key's first table); an object that loads older storage runs each later
- * migration once, in one transaction with the new version. Storage from before versions (0.1.0 to 0.3.0) is version 0.
- * SQLite's `user_version` would be the natural place, but workerd refuses the pragma (SQLITE_AUTH).
+ * @module The schema's version and its ordered migrations. A key's storage carries the version it was written under in
+ * the statement that made its `meta` table (a comment SQLite keeps in `sqlite_master`: no row of its own, so a new key
+ * writes nothing more for it); an object that loads older storage runs each later migration once, in one transaction
+ * with the new version. Storage from before versions (0.1.0 to 0.3.0) is version 0. SQLite's `user_version` would be
+ * the natural place, but workerd refuses the pragma (SQLITE_AUTH).
  */
 
 import { Budgets } from "./budgets.ts";
@@ -30,33 +31,31 @@ export const MIGRATIONS: readonly Migration[] = [
 /** The version this code writes. */
 export const SCHEMA_VERSION = (MIGRATIONS.at(-1) as Migration).version;
 
-const VERSION = "schema";
-
 /**
- * Opens the key's storage: a new key stores nothing until its first write (which stamps the current version); stored
- * state of an older version is migrated first.
+ * Opens the key's storage: a new key stores nothing until its first write (its `meta` table is then made under the
+ * current version); stored state of an older version is migrated first.
  *
  * @throws Error for storage written by a newer version than this code knows (a rollback): nothing is changed
  */
 export function openStorage(storage: DurableObjectStorage): { db: Db; meta: Meta } {
-  let meta: Meta | null = null;
-  const db = new Db(storage, () => (meta as Meta).set(VERSION, String(SCHEMA_VERSION)));
-  meta = new Meta(db);
+  const db = new Db(storage);
+  const meta = new Meta(db, SCHEMA_VERSION);
   if (!db.empty) migrate(db, meta);
   return { db, meta };
 }
 
-/** Runs the migrations the stored version has not had, each with its new version in one transaction. */
+/**
+ * Runs the migrations the stored version has not had, then stamps the current version (the `meta` table made anew,
+ * its rows kept), all in one transaction: a key is migrated once, on its first load after an upgrade.
+ */
 function migrate(db: Db, meta: Meta): void {
-  const stored = Number(meta.get(VERSION) ?? 0);
+  const stored = meta.version;
   if (stored > SCHEMA_VERSION) {
     throw new Error(`storage is at schema version ${stored}, newer than this code's ${SCHEMA_VERSION}`);
   }
-  for (const m of MIGRATIONS) {
-    if (m.version <= stored) continue;
-    db.transaction(() => {
-      m.up(db, meta);
-      meta.set(VERSION, String(m.version));
-    });
-  }
+  if (stored === SCHEMA_VERSION) return;
+  db.transaction(() => {
+    for (const m of MIGRATIONS) if (m.version > stored) m.up(db, meta);
+    meta.restamp();
+  });
 }

@@ -10,20 +10,16 @@ type Binding = string | number | null;
 export class Db {
   readonly #storage: DurableObjectStorage;
   readonly #sql: SqlStorage;
-  readonly #tables = new Set<string>();
-  readonly #onFirstTable: (db: Db) => void;
+  /** The tables that exist, each with the statement that made it (as SQLite keeps it in `sqlite_master`). */
+  readonly #tables = new Map<string, string>();
 
-  /**
-   * @param onFirstTable called once the first table of an empty database exists (the schema stamps its version)
-   */
-  constructor(storage: DurableObjectStorage, onFirstTable: (db: Db) => void) {
+  constructor(storage: DurableObjectStorage) {
     this.#storage = storage;
     this.#sql = storage.sql;
-    this.#onFirstTable = onFirstTable;
-    const names = this.all<{ name: string }>(
-      "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_cf\\_%' ESCAPE '\\'",
+    const tables = this.all<{ name: string; sql: string }>(
+      "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_cf\\_%' ESCAPE '\\'",
     );
-    for (const { name } of names) this.#tables.add(name);
+    for (const { name, sql } of tables) this.#tables.set(name, sql);
   }
 
   /** Whether the key stores anything at all. */
@@ -36,13 +32,16 @@ export class Db {
     return this.#tables.has(table);
   }
 
+  /** The statement `table` was made with, if it exists. */
+  ddl(table: string): string | undefined {
+    return this.#tables.get(table);
+  }
+
   /** Creates `table` with `ddl` unless it exists (a store's first write). */
   ensure(table: string, ddl: string): void {
     if (this.#tables.has(table)) return;
-    const first = this.#tables.size === 0;
     this.#sql.exec(ddl);
-    this.#tables.add(table);
-    if (first) this.#onFirstTable(this);
+    this.#tables.set(table, ddl);
   }
 
   /** Drops `table` if it exists. */

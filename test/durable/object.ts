@@ -6,6 +6,7 @@ import { expect } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
 import type { Settlement } from "../../src/core/log.ts";
 import type { KeyStatus, RateLimiter } from "../../src/object/index.ts";
+import { versionOf } from "../../src/object/meta.ts";
 import type { TakeAsk as Ask } from "../../src/protocol.ts";
 
 /** The time every test object starts at (ms). */
@@ -118,7 +119,9 @@ export async function object(name = crypto.randomUUID()) {
     stored: () =>
       runInDurableObject(stub, async (_: RateLimiter, state) => {
         const sql = state.storage.sql;
-        const tables = sql.exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table'").toArray();
+        const tables = sql
+          .exec<{ name: string; sql: string }>("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
+          .toArray();
         const has = (name: string) => tables.some((t) => t.name === name);
         const meta = has("meta")
           ? sql.exec<{ k: string; v: string }>("SELECT k, v FROM meta ORDER BY k").toArray()
@@ -128,10 +131,9 @@ export async function object(name = crypto.randomUUID()) {
           : [];
         return {
           tables: tables.map((t) => t.name),
-          /** The `meta` rows but the schema's version. */
-          meta: meta.filter((r) => r.k !== "schema"),
-          /** The schema version stamped with the key's first table (null: no tables). */
-          schema: meta.find((r) => r.k === "schema")?.v ?? null,
+          meta,
+          /** The schema version the `meta` table was made under (src/object/meta.ts; null: no such table). */
+          schema: has("meta") ? versionOf(tables.find((t) => t.name === "meta")?.sql) : null,
           /** Ids of refunds and top-ups kept (once.ts). */
           once,
           alarm: await state.storage.getAlarm(),
