@@ -48,7 +48,8 @@ function most(seed: number, holders: "off" | "on" | "broken"): number[] {
   return LIMITS.map((l) => maxInWindow(o.uses, l.windowMs));
 }
 
-describe("the holder model's sweep", () => {
+// Whole simulations, 36 of them: seconds each on a loaded machine (a bound on time, not a claim about speed).
+describe("the holder model's sweep", { timeout: 120_000 }, () => {
   const seeds = Array.from({ length: 12 }, (_, i) => i + 1);
 
   it("finds no window over N without holders, or with holders that date sub-leases at the object", () => {
