@@ -60,8 +60,16 @@ export interface LeaseGrant {
   readonly used?: number;
 }
 
+/** How many of its latest leases an isolate remembers by id for refunds of grants settled since (a few hundred KB). */
+const RETIRED_MAX = 10_000;
+
 export class LeaseTable {
   readonly #entries = new Map<string, KeyLeases>();
+  /**
+   * This isolate's latest leases by id, also once they have left their key's entry (given up, expired, dropped): a
+   * refund of a grant spent from one, its uses settled since, finds it here (at most {@link RETIRED_MAX}).
+   */
+  readonly #byId = new Map<string, { readonly name: string; readonly lease: HeldLease }>();
   /**
    * Prefixes this table's lease ids: unique to the isolate. Made with the first lease, not with the table: a limiter
    * is made at module level, where workerd allows no random values.
@@ -221,9 +229,8 @@ export class LeaseTable {
    * its record, may then go back at the object.
    */
   refundSettled(name: string, leaseId: string, grantId: string): boolean {
-    const h =
-      this.#entries.get(name)?.held.find((l) => l.id === leaseId) ??
-      this.#entries.get(name)?.expired.find((l) => l.id === leaseId);
+    const known = this.#byId.get(leaseId);
+    const h = known?.name === name ? known.lease : undefined;
     if (!h || !grantId.startsWith(`${leaseId}.`)) return false;
     const n = Number(grantId.slice(leaseId.length + 1));
     if (!Number.isSafeInteger(n) || n < 1 || n > (h.settledGrants ?? 0) || h.refunded?.has(grantId)) return false;
@@ -370,6 +377,8 @@ export class LeaseTable {
     let i = e.held.length;
     while (i > 0 && (e.held[i - 1] as HeldLease).expiresAt > expiresAt) i--;
     e.held.splice(i, 0, held);
+    if (this.#byId.size >= RETIRED_MAX) this.#byId.delete(this.#byId.keys().next().value as string);
+    this.#byId.set(held.id, { name: e.name, lease: held });
     return held;
   }
 
