@@ -428,7 +428,7 @@ describe('failure_mode = "local": the isolate decides alone', () => {
           }
         },
       ),
-      { numRuns: 150 },
+      { numRuns: 80 },
     );
   });
 

@@ -250,7 +250,7 @@ describe("a quota counts exactly the grants not refunded (property, issue 53)", 
           expect(used).toBe(kept);
         },
       ),
-      { numRuns: 100 },
+      { numRuns: 40 },
     );
   });
 
@@ -265,7 +265,7 @@ describe("a quota counts exactly the grants not refunded (property, issue 53)", 
           expect(used).toBeLessThanOrEqual(n);
         },
       ),
-      { numRuns: 60 },
+      { numRuns: 30 },
     );
   });
 });
