@@ -27,14 +27,22 @@ export class Refusals {
     // Net of refusals the object counted that this isolate then granted from a lease (they may make it negative).
     const refused = Math.max(0, this.#here.get(name) ?? 0);
     this.#here.delete(name);
+    // Counted at the object before this call's answer: until it comes (saw), a refusal sent together with this call
+    // counts them as the object's, so one that completes the penalty goes there too and learns of the block.
+    if (refused > 0) this.#count(this.#atObject, name, refused);
     return { ...ask, penalty: plan.penalty, refused };
   }
 
   /** Counts a refusal answered here by the rate limits (not by a block: refusals while blocked never count). */
   refusedHere(name: string, plan: Plan, blocked: Blocked, now: number): void {
     if (!plan.penalty || (blocked.blockedBy !== undefined && now < blocked.blockedBy)) return;
-    if (this.#here.size >= KEYS_MAX && !this.#here.has(name)) this.#here.clear();
-    this.#here.set(name, (this.#here.get(name) ?? 0) + 1);
+    this.#count(this.#here, name, 1);
+  }
+
+  /** Adds `n` to the key's count in `counts`, which starts afresh past {@link KEYS_MAX} keys. */
+  #count(counts: Map<string, number>, name: string, n: number): void {
+    if (counts.size >= KEYS_MAX && !counts.has(name)) counts.clear();
+    counts.set(name, (counts.get(name) ?? 0) + n);
   }
 
   /**

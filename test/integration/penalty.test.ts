@@ -89,6 +89,24 @@ describe("penalty", () => {
     expect(await six(async () => await get())).toEqual(expected);
   });
 
+  it("refusals sent together: those after the one that completes the count learn of the block, as one at a time", async () => {
+    const now = Date.now();
+    const proxy = createProxy({ clock: () => now });
+    const e = envWith({ limits: [{ limit: 1, window: "1m" }], penalty: { after: 5, within: "1m", block: "10m" } });
+    const key = freshKey();
+    expect((await proxy.handle(request(key), e)).status).toBe(200);
+    // Ten refusals at once: four answered from the deny cache, the fifth completes the count at the object — and the
+    // five after it, sent while that call is out, must not be answered from the cache with the window's shorter wait
+    // (a client obeying it would come back into the block).
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, async () => {
+        const res = await proxy.handle(request(key), e);
+        return `${(await problemOf(res, 429)).reason} ${Number(res.headers.get("Retry-After")) > 590 ? "block" : "window"}`;
+      }),
+    );
+    expect(answers).toEqual([...Array(4).fill("cached_denial window"), ...Array(6).fill("penalty block")]);
+  });
+
   it("a plan with penalty = false is never penalised", async () => {
     let now = Date.now();
     const proxy = createProxy({ clock: () => now });
