@@ -269,6 +269,19 @@ export function resultOf(settings: Pick<LimiterConfig, "failureMode" | "shadow">
 }
 
 /**
+ * `result` once its grant has been given back: each limit's `remaining` up by its cost (at most the limit; nothing
+ * left in the window then: `resetMs` 0). A limit not known stays so.
+ */
+export function givenBack(result: RateLimitResult): RateLimitResult {
+  const limits = result.limits.map((l) => {
+    if (l.remaining === null) return l;
+    const remaining = Math.min(l.limit, l.remaining + result.cost);
+    return { ...l, remaining, resetMs: remaining === l.limit ? 0 : l.resetMs };
+  });
+  return { ...result, limits };
+}
+
+/**
  * One result for a request decided by two budgets, its key's and its client address's: allowed
  * when both allowed it; the limits of both (the key's, its route's, then the address's); when refused, the refusing
  * budget's reason and the longest wait of those that refused. Granted, its handle holds both grants and the key's

@@ -10,7 +10,7 @@ import { keyId, logEvent } from "../base/log.ts";
 import type { HeaderSink } from "../client/headers.ts";
 import type { Background, LimiterClient, LimiterNamespace, LimitRequest } from "../client/index.ts";
 import { errorName } from "../client/policy.ts";
-import { bothOf, headersOf, type RateLimitResult, setHeadersOf } from "../client/result.ts";
+import { bothOf, givenBack, headersOf, type RateLimitResult, setHeadersOf } from "../client/result.ts";
 import { costFor, routeFor } from "../config/lookup.ts";
 import {
   type AddressBudget,
@@ -227,10 +227,12 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
       this.client.limit(request),
       this.client.limit({ ns, name: address, plan: budget.plan, cost, ...(bg ? { bg } : {}) }),
     ]);
-    if (byKey.allowed !== byAddress.allowed) {
-      await Promise.all([this.refund(ns, byKey.allowed ? byKey : byAddress), this.release(ns, byKey)]);
-    }
-    return bothOf(byKey, byAddress);
+    if (byKey.allowed === byAddress.allowed) return bothOf(byKey, byAddress);
+    const granted = byKey.allowed ? byKey : byAddress;
+    const [back] = await Promise.all([this.refund(ns, granted), this.release(ns, byKey)]);
+    // What the refusal shows of the budget that granted is what it has once the grant is back (docs/http.md, `r`).
+    const shown = back ? givenBack(granted) : granted;
+    return byKey.allowed ? bothOf(shown, byAddress) : bothOf(byKey, shown);
   }
 
   /** The rate-limit header fields of `result` in this limiter's form, for the response the adapter sends. */

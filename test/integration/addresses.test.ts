@@ -56,7 +56,11 @@ describe("ip: every request with a key also fits its client address's limits", (
     for (let i = 0; i < 2; i++) expect((await handle(from(ip, k1), e)).status).toBe(200);
     const byKey = await handle(from(ip, k1), e);
     expect((await problemOf(byKey, 429)).violated_policies).toEqual(["per-minute"]);
-    // The address granted that request, then gave it back: 5 − 2 used, so 2 left after the next grant.
+    // The address granted that request, then gave it back before the answer, which shows it back: 5 − 2 used.
+    expect(byKey.headers.get("RateLimit")).toMatch(/^"per-minute";r=0;t=\d+, "ip-per-minute";r=3;t=60$/);
+    // The next refusal of the key is answered from the deny cache and shows the address as it is too.
+    expect((await handle(from(ip, k1), e)).headers.get("RateLimit")).toMatch(/"ip-per-minute";r=3;/);
+    // 2 left after the next grant.
     const other = await handle(from(ip, freshKey()), e);
     expect(other.headers.get("RateLimit")).toMatch(/"ip-per-minute";r=2;/);
 
@@ -66,6 +70,7 @@ describe("ip: every request with a key also fits its client address's limits", (
     for (let i = 0; i < 2; i++) expect((await handle(from(ip2, k2), e2)).status).toBe(200);
     const byAddress = await handle(from(ip2, k2), e2);
     expect((await problemOf(byAddress, 429)).violated_policies).toEqual(["ip-per-minute"]);
+    expect(byAddress.headers.get("RateLimit")).toMatch(/^"per-minute";r=3;t=60, "ip-per-minute";r=0;t=\d+$/);
     // The key granted it, then gave it back before the 429: 5 − 2 used, 2 left after a grant from elsewhere.
     const elsewhere = await handle(from(freshIp(), k2), e2);
     expect(elsewhere.headers.get("RateLimit")).toMatch(/^"per-minute";r=2;/);

@@ -3,6 +3,7 @@
 import { describe, expect, it } from "vitest";
 import {
   bothOf,
+  givenBack,
   checkGrant,
   type GrantRecord,
   type Handle,
@@ -280,5 +281,41 @@ describe("handles", () => {
     expect(headersOf(half, "draft-11").get("RateLimit")).toBeNull();
     const never = { ...r, retryAfterMs: Number.POSITIVE_INFINITY };
     expect(headersOf(never, "draft-11").has("Retry-After")).toBe(false);
+  });
+});
+
+describe("givenBack", () => {
+  const c = config({ limits: [{ limit: 10, window: "1m" }, { limit: 3, window: "1s" }] });
+  const granted = (states: ({ remaining: number; resetMs: number } | null)[], cost = 2) =>
+    resultOf(c, {
+      plan: plan(c),
+      shown: plan(c).limits ?? [],
+      cost,
+      reason: "granted",
+      fits: true,
+      states,
+      at: AT,
+    });
+
+  it("shows each limit as it is once the grant's cost is back: up by the cost, at most the limit, then nothing to reset", () => {
+    const r = givenBack(
+      granted([
+        { remaining: 5, resetMs: 30_000 },
+        { remaining: 1, resetMs: 900 },
+      ]),
+    );
+    expect(r.limits.map((l) => [l.remaining, l.resetMs])).toEqual([
+      [7, 30_000],
+      [3, 0],
+    ]);
+    expect(r).toMatchObject({ allowed: true, cost: 2, reason: "granted" });
+  });
+
+  it("keeps a limit whose state is not known as it is", () => {
+    const r = givenBack(granted([null, { remaining: 2, resetMs: 500 }], 1));
+    expect(r.limits.map((l) => [l.remaining, l.resetMs])).toEqual([
+      [null, null],
+      [3, 0],
+    ]);
   });
 });
