@@ -3,9 +3,9 @@
 import { describe, expect, it } from "vitest";
 import {
   bothOf,
-  givenBack,
   checkGrant,
   type GrantRecord,
+  givenBack,
   type Handle,
   headersOf,
   joinHandles,
@@ -285,7 +285,12 @@ describe("handles", () => {
 });
 
 describe("givenBack", () => {
-  const c = config({ limits: [{ limit: 10, window: "1m" }, { limit: 3, window: "1s" }] });
+  const c = config({
+    limits: [
+      { limit: 10, window: "1m" },
+      { limit: 3, window: "1s" },
+    ],
+  });
   const granted = (states: ({ remaining: number; resetMs: number } | null)[], cost = 2) =>
     resultOf(c, {
       plan: plan(c),
