@@ -12,6 +12,9 @@ export default defineConfig({
           name: "unit",
           environment: "node",
           include: ["test/unit/**/*.test.ts"],
+          // The property tests take seconds; on a loaded machine the default 5 s timed three of them out. No test
+          // measures time: this only tells a hang from a slow machine.
+          testTimeout: 30_000,
         },
       },
       {
