@@ -100,7 +100,9 @@ export class KeyVerifier {
     try {
       answer = await this.#hook(key, env);
     } catch (e) {
-      logEvent("verify_failed", { key_id: await keyId(name), message: errorName(e) }, "error");
+      // The hook's message may quote the key: never in a log line.
+      const message = errorName(e).replaceAll(key, "<key>");
+      logEvent("verify_failed", { key_id: await keyId(name), message }, "error");
       throw verifyFailed();
     }
     const verified = this.#verified(answer);
