@@ -7,7 +7,7 @@ import { env } from "cloudflare:workers";
 import { Hono } from "hono";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { type RateLimitVariables, rateLimit } from "../../src/hono.ts";
-import { createLimiter, type RateLimitResult } from "../../src/index.ts";
+import { createLimiter, type RateLimitResult, type VerifyAnswer } from "../../src/index.ts";
 import { problemOf } from "../support/problem.ts";
 import { freshKey, spyLimiter } from "./helpers.ts";
 
@@ -156,7 +156,7 @@ function store(entries: Record<string, { plan: string; account?: string }>) {
 type AppEnv = { Bindings: { LIMITER: typeof env.LIMITER }; Variables: RateLimitVariables };
 
 describe("the verify hook through the hono middleware", () => {
-  const app = (verify: (key: string) => Promise<unknown>, clock?: () => number) => {
+  const app = (verify: (key: string, env: AppEnv["Bindings"]) => Promise<VerifyAnswer>, clock?: () => number) => {
     const a = new Hono<AppEnv>();
     a.use(
       "/api/*",
@@ -166,7 +166,7 @@ describe("the verify hook through the hono middleware", () => {
           ...settings({ key: 5, account: 3 }).plans,
           { name: "free", key_prefix: "f_", limits: [{ limit: 1, window: "1m" }] },
         ],
-        verify: verify as never,
+        verify,
         verifyCache: { hit: "5m", miss: "30s" },
         ...(clock ? { clock } : {}),
       }),
