@@ -27,6 +27,7 @@ function example(): Record<string, unknown> {
 const stored: Record<string, unknown> = {
   tk_1: { plan: "team", account: "acme" },
   sk_2: { plan: "team" },
+  "legacy-0042": { plan: "free" },
 };
 
 describe("the verify hook's example", () => {
@@ -36,6 +37,9 @@ describe("the verify hook's example", () => {
   it("over KV: a stored key's plan (not its prefix's) and account; a key not stored is unknown_key", async () => {
     expect(await limiter.pipeline.identifyFor(kv, "tk_1")).toMatchObject({ plan: { name: "team" }, account: "acme" });
     expect(await limiter.pipeline.identifyFor(kv, "sk_2")).toMatchObject({ plan: { name: "team" }, account: null });
+    // A key that matches no key_prefix (this limiter has no default plan) has the plan its store names.
+    expect(limiter.identify.bind(limiter, "legacy-0042")).toThrow(LimiterError);
+    expect(await limiter.pipeline.identifyFor(kv, "legacy-0042")).toMatchObject({ plan: { name: "free" } });
     await expect(limiter.pipeline.identifyFor(kv, "tk_forged")).rejects.toThrow(
       new LimiterError("unknown_key", "This API key is not known."),
     );
