@@ -236,6 +236,18 @@ describe("the verify hook through the hono middleware", () => {
     expect(s.lookups).toEqual([key, key]);
   });
 
+  it("a hook that names a plan the limiter does not have: a ConfigError the app sees (500), no object called", async () => {
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    const a = app(async () => "platinum");
+    const spy = spyLimiter();
+    const res = await get(a, `t_${crypto.randomUUID()}`, { LIMITER: spy.namespace });
+    expect(res.status).toBe(500);
+    expect(String(error.mock.calls[0]?.[0])).toContain(
+      'verify: the hook answered the plan "platinum", which this limiter does not have (its plans: "team", "free")',
+    );
+    expect(spy.calls).toEqual([]);
+  });
+
   it("a hook that throws: 503 with Retry-After: 1 and no object called; the next request asks again", async () => {
     const error = vi.spyOn(console, "error").mockImplementation(() => {});
     let down = true;
