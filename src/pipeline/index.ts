@@ -19,11 +19,10 @@ import { clientSignal, isWebSocketUpgrade, normalizedPath, pathnameOf } from "./
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { untilEnd } from "./response-end.ts";
 import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
+import type { KeyVerifier } from "./verify-hook.ts";
 
 export type { AdapterOptions, AddressAsking, Asking, Decided, DecisionObserver, RequestOptions } from "./asking.ts";
 export { inJurisdiction, namespaceOf } from "./namespace.ts";
-
-import type { KeyVerifier } from "./verify-hook.ts";
 
 /** One limiter's pipeline: its configuration, its client, and the scope its objects are named in. */
 export class Pipeline<C extends LimiterConfig = LimiterConfig> {
