@@ -22,6 +22,7 @@ import {
   problemFor,
   type RateLimitResult,
   refusal,
+  type VerifyAnswer,
 } from "./index.ts";
 
 export type { RateLimitResult } from "./index.ts";
@@ -34,7 +35,7 @@ export type RateLimitVariables = {
 type Maybe<T> = T | Promise<T>;
 
 /** The middleware's options: a limiter's settings (or a `limiter` to share), and how to read each request. */
-export interface RateLimitOptions<E extends Env = Env> extends Omit<LimiterOptions, "key"> {
+export interface RateLimitOptions<E extends Env = Env> extends Omit<LimiterOptions, "key" | "verify"> {
   /**
    * The request's key: a function (`undefined`, `null` or `""`: the request has none — `401`, or
    * the `anonymous` limits per client IP), or where to read it (`RATE_LIMIT.key`'s table; by
@@ -52,6 +53,12 @@ export interface RateLimitOptions<E extends Env = Env> extends Omit<LimiterOptio
   readonly refund?: (c: Context<E>) => Maybe<boolean>;
   /** The answer to a refused request; by default a `429` (or, limiter unavailable and failing closed, `503`) problem+json. */
   readonly handler?: (c: Context<E>, result: RateLimitResult) => Maybe<Response>;
+  /**
+   * Keys kept elsewhere: the key's plan (or `{ plan, account }`) from your store, or null for a key it does not know
+   * (`401`), called with the app's bindings; cached as `verifyCache` says (docs/configuration.md, "Keys kept
+   * elsewhere: the verify hook").
+   */
+  readonly verify?: (key: string, env: E["Bindings"]) => VerifyAnswer | Promise<VerifyAnswer>;
   /** A limiter to use instead of one built from the settings (to share its leases between several `use`s). */
   readonly limiter?: Limiter;
 }

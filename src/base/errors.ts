@@ -14,6 +14,10 @@ export type LimiterErrorCode =
   | "invalid_key"
   /** The key matches no plan (no default plan, and no plan's `key_prefix`). */
   | "no_plan"
+  /** The limiter's `verify` hook does not know the key (it answered null). */
+  | "unknown_key"
+  /** The limiter's `verify` hook failed (threw or rejected): the key's plan cannot be known. */
+  | "verify_failed"
   /** The client address (`CF-Connecting-IP`) is needed (the `anonymous` or `ip` limits) and missing or malformed. */
   | "no_client_address"
   /** The request's path holds what the path normaliser refuses (an encoded slash under `paths.escaped_slashes`, …). */

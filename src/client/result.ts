@@ -79,9 +79,10 @@ export interface RateLimitResult {
   readonly route: string | null;
   /**
    * Which budget refused it: `"key"` (the key's limits or its route's; the `anonymous` limits for a
-   * request without a key), `"ip"` (its client address's `ip` limits), null when it was allowed.
+   * request without a key), `"ip"` (its client address's `ip` limits), `"account"` (its account's limits), null
+   * when it was allowed.
    */
-  readonly refusedBy: "key" | "ip" | null;
+  readonly refusedBy: "key" | "ip" | "account" | null;
   /** The units the request asked for. */
   readonly cost: number;
   /**
@@ -109,7 +110,7 @@ export interface RateLimitResult {
 
 /** A grant's units and slot, as data (see {@link RateLimitResult.handle}). */
 export interface Handle {
-  /** Where the request's units were recorded: the key's budget, and its client address's when both decided it. */
+  /** Where the request's units were recorded: the key's budget, and its address's and account's when they decided it too. */
   readonly grants: readonly GrantRecord[];
   /** The concurrency slot the request holds (docs/configuration.md, "Concurrency"), or null. */
   readonly slot: SlotRecord | null;
@@ -279,33 +280,4 @@ export function givenBack(result: RateLimitResult): RateLimitResult {
     return { ...l, remaining, resetMs: remaining === l.limit ? 0 : l.resetMs };
   });
   return { ...result, limits };
-}
-
-/**
- * One result for a request decided by two budgets, its key's and its client address's: allowed
- * when both allowed it; the limits of both (the key's, its route's, then the address's); when refused, the refusing
- * budget's reason and the longest wait of those that refused. Granted, its handle holds both grants and the key's
- * slot.
- */
-export function bothOf(key: RateLimitResult, address: RateLimitResult): RateLimitResult {
-  const allowed = key.allowed && address.allowed;
-  const refusing = [key, address].filter((r) => !r.allowed);
-  const first = refusing[0] ?? (address.reason === "shadow" ? address : key);
-  const unavailable = [key, address].find((r) => r.reason === "limiter_timeout" || r.reason === "limiter_error");
-  // Shadow mode reports the wait the limits would have imposed, as for one budget.
-  const waiting = [key, address].filter((r) => !r.allowed || r.reason === "shadow");
-  const wait = waiting.length > 0 ? Math.max(...waiting.map((r) => r.retryAfterMs)) : 0;
-  return {
-    allowed,
-    // An unavailable budget's reason keeps the headers out (nothing is known), as for one budget.
-    reason: allowed && unavailable ? unavailable.reason : first.reason,
-    plan: key.plan,
-    route: key.route,
-    refusedBy: allowed ? null : first === key ? "key" : "ip",
-    cost: key.cost,
-    retryAfterMs: wait,
-    limits: [...key.limits, ...address.limits],
-    at: key.at,
-    handle: allowed ? joinHandles(key.handle, address.handle) : null,
-  };
 }

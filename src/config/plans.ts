@@ -6,6 +6,7 @@
 
 import { maxLeaseMs } from "../core/limits.ts";
 import type { UsageSpec } from "../core/usage.ts";
+import { parseAccount } from "./accounts.ts";
 import {
   type Inheritable,
   nonEmptyString,
@@ -97,7 +98,9 @@ export function parsePlans(rl: Obj, ctx: PlanContext, inherited: Inherited): Pla
     const credits = ownOrInherited(raw, field, CREDITS, { inherited: inherited.credits, unlimited });
     const usage = ownOrInherited(raw, field, USAGE, { inherited: inherited.usage, unlimited });
     const concurrency = unlimited ? null : parseConcurrency(raw, field, inherited.concurrency, true);
-    return withMeterSettings({ ...plan, penalty, concurrency }, credits, usage);
+    const metered = withMeterSettings({ ...plan, penalty, concurrency }, credits, usage);
+    const account = parseAccount(raw, field, metered, ctx.leases);
+    return account ? { ...metered, account } : metered;
   });
   const names = new Set<string>();
   for (const [i, p] of plans.entries()) {
@@ -232,6 +235,7 @@ const PLAN_FIELDS = [
   "concurrency_timeout",
   "credits",
   "usage",
+  "account",
 ] as const;
 
 /**

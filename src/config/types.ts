@@ -96,6 +96,11 @@ export interface Plan {
    * own, else the top-level one); null: none (`ip = false`, an unlimited plan, or none configured).
    */
   readonly ip?: AddressBudget | null;
+  /**
+   * The budget every request of this plan's keys that name an account must also fit, per account across its keys
+   * (`account`, docs/configuration.md, "Accounts"); null or missing: none.
+   */
+  readonly account?: AccountBudget | null;
   /** Blocks for repeat offenders (`penalty`: the plan's own, else the top-level one); null: none. */
   readonly penalty?: PenaltySpec | null;
   /** Requests in flight at once per key (`concurrency`: the plan's own, else the top-level one); null: no limit. */
@@ -109,9 +114,12 @@ export interface Plan {
 export interface AddressBudget {
   /** Its limits as a plan (named `ip` or `preflight`, no routes): what the client decides with. */
   readonly plan: Plan;
-  /** The kind of its objects' names: `addr` (the top-level `ip`), `addr.<plan>` (a plan's own), `preflight`. */
+  /** The kind of its objects' names: `addr` (the top-level `ip`), `addr.<plan>` (a plan's own), `preflight`; `acct.<plan>` for an account. */
   readonly kind: string;
 }
+
+/** A plan's `account` limits: a budget as an address's is, its objects named `acct.<plan>:<account>`. */
+export type AccountBudget = AddressBudget;
 
 /** Browsers calling the proxy from other origins (docs/configuration.md, "Browsers (CORS)"). */
 export interface CorsSettings {

@@ -5,12 +5,14 @@
 
 import { type Background, LimiterClient, type LimiterNamespace } from "../client/index.ts";
 import { callObject, withDeadline } from "../client/policy.ts";
+import { checkAccount } from "../config/accounts.ts";
 import { routeBudget } from "../config/lookup.ts";
 import { parseLimiterConfig } from "../config/parse.ts";
 import { ConfigError, type LimiterConfig, type Plan } from "../config/types.ts";
 import { usageBy } from "../core/usage.ts";
-import { namespaceOf, Pipeline, routeNamed } from "../pipeline/index.ts";
+import { type Asking, namespaceOf, Pipeline, routeNamed } from "../pipeline/index.ts";
 import { settingsName } from "../pipeline/key.ts";
+import { verifierOf } from "../pipeline/verify-hook.ts";
 import type { LimiterStub, TopUp } from "../protocol.ts";
 import type { LimitCallOptions, Limiter } from "./limiter.ts";
 import type { LimiterOptions } from "./settings.ts";
@@ -77,8 +79,26 @@ function derivedName(config: LimiterConfig): string {
   return settingsName(config);
 }
 
+/**
+ * What a `limit()` or `acquire()` call asks the pipeline, checked.
+ *
+ * @throws TypeError for a key or an account that is not one; RangeError for a cost that is not a whole number ≥ 1
+ */
+function askingOf(key: string, options: LimitCallOptions, inFlight: boolean): Asking {
+  const { cost = 1, ctx, route, ip, account } = options;
+  return {
+    key: keyOf(key),
+    cost: checked(cost),
+    bg: bgOf(ctx),
+    inFlight,
+    ...(route === undefined ? {} : { route }),
+    ...(ip === undefined || ip === null ? {} : { ip }),
+    ...(account === undefined ? {} : { account: checkAccount(account, "account") }),
+  };
+}
+
 /** createLimiter's own options beside the settings: a misspelt setting's error lists them too (not `prefix`, the old spelling). */
-const OWN_OPTIONS = ["name", "binding", "clock"];
+const OWN_OPTIONS = ["name", "binding", "clock", "verify", "verifyCache"];
 
 /**
  * A limiter for these settings, validated now: a bad setting throws a {@link ConfigError} that
@@ -88,11 +108,12 @@ const OWN_OPTIONS = ["name", "binding", "clock"];
  * @throws ConfigError naming the first bad setting
  */
 export function createLimiter(options: LimiterOptions): Limiter {
-  const { binding = "LIMITER", name: given, prefix, clock, ...settings } = options;
+  const { binding = "LIMITER", name: given, prefix, clock, verify, verifyCache, ...settings } = options;
   checkNaming(binding, given, prefix);
   const config = parseLimiterConfig(settings, "createLimiter", OWN_OPTIONS);
   const name = given !== undefined ? given : (prefix ?? derivedName(config));
-  const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name);
+  const verifier = verifierOf(config, { verify, verifyCache }, clock ?? Date.now, "createLimiter");
+  const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name, verifier);
   const { client } = pipeline;
   // Resolved once per limiter: an isolate's requests share one `env` (a different one, as in tests, resolves again).
   let seen: { env: object; ns: LimiterNamespace } | null = null;
@@ -101,21 +122,12 @@ export function createLimiter(options: LimiterOptions): Limiter {
     return seen.ns;
   };
 
-  const topUpTarget = (env: object, key: string) => {
-    const { name: object, plan } = pipeline.identify(keyOf(key));
+  const topUpTarget = async (env: object, key: string) => {
+    const { name: object, plan } = await pipeline.identifyFor(env, keyOf(key));
     return { stub: namespace(env).getByName(object), plan, timeoutMs: config.objectTimeoutMs };
   };
   const decide = async (env: object, key: string, options: LimitCallOptions, inFlight: boolean) => {
-    const { cost = 1, ctx, route, ip } = options;
-    const asking = {
-      key: keyOf(key),
-      cost: checked(cost),
-      bg: bgOf(ctx),
-      inFlight,
-      ...(route === undefined ? {} : { route }),
-      ...(ip === undefined || ip === null ? {} : { ip }),
-    };
-    const decided = await pipeline.decide(env, namespace(env), asking);
+    const decided = await pipeline.decide(env, namespace(env), askingOf(key, options, inFlight));
     // A cost of at least 1 is always decided.
     return (decided as NonNullable<typeof decided>).result;
   };
@@ -140,24 +152,24 @@ export function createLimiter(options: LimiterOptions): Limiter {
     setHeaders: (result, target) => pipeline.setHeaders(result, target),
     async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);
-      const { name: object, plan } = pipeline.identify(keyOf(key));
+      const { name: object, plan } = await pipeline.identifyFor(env, keyOf(key));
       const named = route === undefined ? null : routeNamed(config, plan, route);
       return client.peek({ ns, name: object, plan, cost: checked(cost), route: named });
     },
     refund: async (env, result) => pipeline.refund(namespace(env), result),
     async reset(env, key) {
       const ns = namespace(env);
-      const { name: object, plan } = pipeline.identify(keyOf(key));
+      const { name: object, plan } = await pipeline.identifyFor(env, keyOf(key));
       if (!plan.limits) return;
       const limits = plan.limits;
       const routes = plan.routes.map(routeBudget);
       await callObject(() => ns.getByName(object).reset(limits, 1, routes) as Promise<unknown>, config.objectTimeoutMs);
       client.forget(ns, object);
     },
-    credit: async (env, key, add, { id } = {}) => (await topUp(topUpTarget(env, key), add, id)).balance,
-    topUp: async (env, key, add, { id } = {}) => topUp(topUpTarget(env, key), add, id),
+    credit: async (env, key, add, { id } = {}) => (await topUp(await topUpTarget(env, key), add, id)).balance,
+    topUp: async (env, key, add, { id } = {}) => topUp(await topUpTarget(env, key), add, id),
     async usage(env, key, { period, from = 0, to = USAGE_END }) {
-      const { name: object, plan } = pipeline.identify(keyOf(key));
+      const { name: object, plan } = await pipeline.identifyFor(env, keyOf(key));
       const spec = plan.meters?.usage;
       if (!spec) throw new ConfigError(`usage(): the plan ${JSON.stringify(plan.name)} of this key keeps no usage`);
       const range = { period, from, to };

@@ -31,6 +31,14 @@ export interface LimitCallOptions {
    * address's budget too (docs/configuration.md, "Client addresses"); without an address they are not applied.
    */
   readonly ip?: string | null;
+  /**
+   * The account the request is counted against too (docs/configuration.md, "Accounts"): with its key's plan's
+   * `account` limits, it must fit them as well, all or nothing. By default the account the `verify` hook named, if
+   * any; given here, it wins.
+   *
+   * @throws TypeError for a name that is not 1 to 128 printable ASCII characters without spaces or commas
+   */
+  readonly account?: string;
 }
 
 /** A limiter: one client (its leases and deny cache) for one configuration. */
@@ -56,7 +64,8 @@ export interface Limiter {
    * `concurrency` applies to {@link acquire} (and the middleware) only.
    *
    * @throws LimiterError for a key that cannot be decided: `malformed_key`, `invalid_key` (not `key.pattern`),
-   *   `no_plan`; `problemFor(e)` is the proxy's answer to it
+   *   `no_plan`; with a `verify` hook, `unknown_key` (it answered null) or `verify_failed` (it threw);
+   *   `problemFor(e)` is the proxy's answer to it
    * @throws RangeError for a cost that is not a whole number ≥ 1, or a route no plan has
    */
   limit(env: object, key: string, options?: LimitCallOptions): Promise<RateLimitResult>;
@@ -150,8 +159,8 @@ export interface Limiter {
     options: { readonly period: "day" | "month"; readonly from?: number; readonly to?: number },
   ): Promise<UsagePeriod[]>;
   /**
-   * The object name and plan of `key`, checked as `limit()` checks it; for a request without a key
-   * (`null`), those of the `anonymous` limits for the client address `ip`.
+   * The object name and plan of `key`, checked as `limit()` checks it, its plan by its prefix (the `verify` hook is
+   * not asked); for a request without a key (`null`), those of the `anonymous` limits for the client address `ip`.
    *
    * @throws LimiterError `malformed_key`, `invalid_key`, `no_plan`, or `key_required` for none without `anonymous`
    */

@@ -6,6 +6,7 @@
 
 import type { HeaderForm } from "../config/types.ts";
 import type { Duration } from "../core/duration.ts";
+import type { VerifyAnswer } from "../pipeline/verify-hook.ts";
 
 /** One limit: at most `limit` cost units in any window of `window`. */
 export interface LimitSetting {
@@ -62,6 +63,11 @@ export interface PlanSetting {
   readonly credits?: CreditsSetting | false;
   /** The plan's own usage in place of the top-level one; `false`: none for its keys. */
   readonly usage?: UsageSetting | false;
+  /**
+   * Limits counted per account across all of its keys (docs/configuration.md, "Accounts"), all or nothing with the
+   * key's own and its address's: for requests that name an account (`limit(…, { account })`, the `verify` hook).
+   */
+  readonly account?: { readonly limits: readonly LimitSetting[] };
 }
 
 /**
@@ -180,4 +186,18 @@ export interface LimiterOptions extends LimiterSettings {
   readonly prefix?: string;
   /** The clock (ms since the epoch); `Date.now` by default. */
   readonly clock?: () => number;
+  /**
+   * Keys kept elsewhere (docs/configuration.md, "Keys kept elsewhere: the verify hook"): called with a key (checked as
+   * a key, and against `key.pattern`) and the Worker's `env`, it answers the key's plan by name — or
+   * `{ plan, account }` — in place of the plan its prefix would choose, or null for a key it does not know (`401`
+   * `unknown_key`, nothing counted). A hook that throws gets `503` `verify_failed`, whatever `failure_mode` says.
+   * Answers are cached in the isolate for `verifyCache`.
+   */
+  // biome-ignore lint/suspicious/noExplicitAny: the user's Env, whatever it is.
+  readonly verify?: (key: string, env: any) => VerifyAnswer | Promise<VerifyAnswer>;
+  /**
+   * How long the isolate keeps `verify`'s answers: a known key's for `hit` (default `"5m"`), an unknown key's for
+   * `miss` (default `"30s"`), at most `max` keys (default 10,000; the least recently used is dropped first).
+   */
+  readonly verifyCache?: { readonly hit?: Duration; readonly miss?: Duration; readonly max?: number };
 }

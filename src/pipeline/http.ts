@@ -135,17 +135,39 @@ const PROBLEMS: Record<LimiterErrorCode, readonly [status: number, title: string
   key_required: [401, "Unauthorized"],
   invalid_key: [401, "Unauthorized"],
   no_plan: [401, "Unauthorized"],
+  unknown_key: [401, "Unauthorized"],
+  verify_failed: [503, "Service Unavailable"],
 };
 
 /**
  * The HTTP error of a {@link LimiterError}: `400` for a malformed key or a missing client address, `401` for a key
- * needed and missing, not valid, or matching no plan — with the `WWW-Authenticate` challenge when keys may come as
- * `Authorization: Bearer` (`bearer`).
+ * needed and missing, not valid, matching no plan or unknown to the `verify` hook — with the `WWW-Authenticate`
+ * challenge when keys may come as `Authorization: Bearer` (`bearer`) — and `503` with `Retry-After: 1` when the hook
+ * failed.
  */
 export function httpErrorOf(e: LimiterError, bearer = false): HttpError {
   const [status, title] = PROBLEMS[e.code];
-  const headers: Record<string, string> = status === 401 && bearer ? { "WWW-Authenticate": 'Bearer realm="api"' } : {};
+  const headers: Record<string, string> =
+    status === 401 && bearer
+      ? { "WWW-Authenticate": 'Bearer realm="api"' }
+      : status === 503
+        ? { "Retry-After": "1" }
+        : {};
   return new HttpError(status, title, e.message, { headers });
+}
+
+/** The error of a key the `verify` hook does not know (it answered null): `401`, nothing counted. */
+export function unknownKey(): LimiterError {
+  return new LimiterError("unknown_key", "This API key is not known.");
+}
+
+/**
+ * The error of a key whose `verify` hook failed (threw or rejected): `503` with `Retry-After: 1`, whatever the
+ * `failure_mode` — without an answer no plan is known to decide with, and letting the key through would let any
+ * forged key through while the store behind the hook is down.
+ */
+export function verifyFailed(): LimiterError {
+  return new LimiterError("verify_failed", "The API key could not be verified now; retry shortly.");
 }
 
 /** The problem+json response the proxy sends for a {@link LimiterError} ({@link httpErrorOf}). */

@@ -10,85 +10,19 @@ import { keyId, logEvent } from "../base/log.ts";
 import type { HeaderSink } from "../client/headers.ts";
 import type { Background, LimiterClient, LimiterNamespace, LimitRequest } from "../client/index.ts";
 import { errorName } from "../client/policy.ts";
-import { bothOf, givenBack, headersOf, type RateLimitResult, setHeadersOf } from "../client/result.ts";
+import { headersOf, type RateLimitResult, setHeadersOf } from "../client/result.ts";
 import { costFor, routeFor } from "../config/lookup.ts";
-import {
-  type AddressBudget,
-  ConfigError,
-  type Jurisdiction,
-  type LimiterConfig,
-  type Plan,
-  type Route,
-} from "../config/types.ts";
+import type { AddressBudget, LimiterConfig, Plan, Route } from "../config/types.ts";
+import { decideAll, type ExtraBudget } from "./all-or-nothing.ts";
+import type { AdapterOptions, AddressAsking, Asking, Decided, DecisionObserver } from "./asking.ts";
 import { clientSignal, isWebSocketUpgrade, normalizedPath, pathnameOf } from "./http.ts";
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { untilEnd } from "./response-end.ts";
 import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
+import type { KeyVerifier } from "./verify-hook.ts";
 
-type Maybe<T> = T | Promise<T>;
-
-/** One request as an adapter describes it to the pipeline. */
-export interface Asking {
-  /**
-   * The request's key, read by the adapter (null: it has none — the `anonymous` limits per client
-   * address, or `401`). A function is called only once the request is known to cost something.
-   */
-  readonly key: string | null | (() => Maybe<string | null | undefined>);
-  /**
-   * The client's address (`CF-Connecting-IP`): names the budget of a request without a key
-   * (`anonymous`), and the `ip` budget a request with a key must also fit.
-   */
-  readonly ip?: string | null;
-  /** The request's units; by default the first matching `costs` rule's (needs `method` and `path`), else 1. */
-  readonly cost?: number | (() => Maybe<number>);
-  /** A route's name; by default the plan's first route matching `method` and `path`, if any. */
-  readonly route?: string;
-  readonly method?: string;
-  /** The request's normalised path as rules match it (called only when a rule needs it). */
-  readonly path?: () => string;
-  /** The runtime's `waitUntil`: lease refills, give-backs and refunds outlive the response. */
-  readonly bg?: Background;
-  /**
-   * The adapter frees the request's concurrency slot when its response has ended ({@link Pipeline.sent},
-   * {@link Pipeline.release}): with a plan's `concurrency`, a granted request takes one.
-   */
-  readonly inFlight?: boolean;
-}
-
-/** A request decided against one address budget alone ({@link Pipeline.decideAddress}). */
-export interface AddressAsking {
-  readonly budget: AddressBudget;
-  /** The client's address (`CF-Connecting-IP`). */
-  readonly ip: string | null;
-  readonly bg?: Background;
-}
-
-/** How {@link Pipeline.decideRequest} reads a request, where the configuration's rules are not what is wanted. */
-export interface RequestOptions {
-  /** The request's key (`undefined`, `null` or `""`: it has none); by default read as the `key` setting says. */
-  readonly key?: () => Maybe<string | null | undefined>;
-  /** The request's units; by default the first matching `costs` rule's, else 1. 0: not limited. */
-  readonly cost?: number | (() => Maybe<number>);
-  /** The runtime's `ExecutionContext` (or anything with `waitUntil`). */
-  readonly ctx?: Background;
-}
-
-/** What an adapter adds to {@link RequestOptions} (the proxy): what it has already read, and an observer. */
-export interface AdapterOptions extends RequestOptions {
-  /** The request's normalised path as rules match it, when the adapter has normalised it already. */
-  readonly path?: string;
-  /** Called with the decision and its key's object name before the answer is built. */
-  readonly observe?: DecisionObserver;
-}
-
-/** A request's decision and the identity it was made for (what a refund needs). */
-export interface Decided {
-  readonly result: RateLimitResult;
-  readonly identity: Identity;
-}
-
-/** Observes every decision with its key's object name (the proxy's tests and embedders). */
-export type DecisionObserver = (result: RateLimitResult, name: string) => void;
+export type { AdapterOptions, AddressAsking, Asking, Decided, DecisionObserver, RequestOptions } from "./asking.ts";
+export { inJurisdiction, namespaceOf } from "./namespace.ts";
 
 /** One limiter's pipeline: its configuration, its client, and the scope its objects are named in. */
 export class Pipeline<C extends LimiterConfig = LimiterConfig> {
@@ -96,11 +30,14 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   readonly client: LimiterClient<C>;
   /** Prefixes this limiter's object names (`<scope>/key:<key>`); null: `key:<key>`, as the proxy names them. */
   readonly scope: string | null;
+  /** The `verify` hook's verifier (docs/configuration.md, "Keys kept elsewhere"); null: plans by key prefix. */
+  readonly verifier: KeyVerifier | null;
 
-  constructor(client: LimiterClient<C>, scope: string | null) {
+  constructor(client: LimiterClient<C>, scope: string | null, verifier: KeyVerifier | null = null) {
     this.config = client.config;
     this.client = client;
     this.scope = scope;
+    this.verifier = verifier;
   }
 
   /**
@@ -113,6 +50,18 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     // Given by the caller (`limit(env, key)`, the middleware's `key` function): where it came from is theirs to say.
     if (key !== null) checkKey(key, "the key given", this.config.key.maxLength);
     return identify(this.config, key, key === null ? clientOf(ip, this.config.ipv6Subnet) : null, this.scope);
+  }
+
+  /**
+   * {@link identify}, and for a key of a limiter with a `verify` hook, the hook's plan and account (cached).
+   *
+   * @throws LimiterError as {@link identify}; `unknown_key` or `verify_failed` from the hook
+   * @throws ConfigError for a hook's answer that names no plan
+   */
+  async identifyFor(env: object, key: string | null, ip: string | null = null): Promise<Identity> {
+    if (key === null || this.verifier === null) return this.identify(key, ip);
+    checkKey(key, "the key given", this.config.key.maxLength);
+    return this.verifier.identify(env, key, this.scope);
   }
 
   /**
@@ -141,11 +90,8 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     const cost = await this.#cost(once || asking);
     if (cost === 0) return null;
     const key = typeof asking.key === "function" ? (await asking.key()) || null : asking.key;
-    const identity = this.identify(key, asking.ip ?? null);
+    const identity = await this.identifyFor(env, key, asking.ip ?? null);
     const route = this.#route(identity.plan, once || asking);
-    // The address budget applies to requests with a key whose adapter knows the address (the library's
-    // limit() without `ip` leaves it out; the proxy and the middleware always pass the header, present or not).
-    const budget = key === null || asking.ip === undefined ? null : (identity.plan.ip ?? null);
     const request: LimitRequest = {
       ns,
       name: identity.name,
@@ -155,9 +101,8 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
       ...(asking.bg ? { bg: asking.bg } : {}),
       ...(asking.inFlight ? { inFlight: true } : {}),
     };
-    const result = budget
-      ? await this.#decideBoth(request, budget, asking.ip ?? null)
-      : await this.client.limit(request);
+    const extras = key === null ? [] : this.#extraBudgets(identity, asking);
+    const result = extras.length > 0 ? await decideAll(this, request, extras) : await this.client.limit(request);
     observe?.(result, identity.name);
     await recordDecision(env as TelemetryEnv, identity.name, result);
     return { result, identity };
@@ -215,24 +160,24 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
-   * A request that must fit its key's limits and its client address's (docs/design.md, "Several identifiers"):
-   * both objects are asked at once; a grant by one with a refusal by the other is given back before the answer
-   * (a leased grant to its lease, at once; else a call), so the refused request ends counted in neither. A
-   * give-back that fails leaves that grant counted until it leaves the window: capacity held, never more granted.
+   * The budgets a request with a key must fit beside its key's, all or nothing (docs/design.md, "Several
+   * identifiers"): its address's `ip` limits when its adapter knows the address (the library's limit() without `ip`
+   * leaves it out; the proxy and the middleware always pass the header, present or not), and its account's.
    */
-  async #decideBoth(request: LimitRequest, budget: AddressBudget, ip: string | null): Promise<RateLimitResult> {
-    const { ns, cost, bg } = request;
-    const address = this.addressName(budget, ip);
-    const [byKey, byAddress] = await Promise.all([
-      this.client.limit(request),
-      this.client.limit({ ns, name: address, plan: budget.plan, cost, ...(bg ? { bg } : {}) }),
-    ]);
-    if (byKey.allowed === byAddress.allowed) return bothOf(byKey, byAddress);
-    const granted = byKey.allowed ? byKey : byAddress;
-    const [back] = await Promise.all([this.refund(ns, granted), this.release(ns, byKey)]);
-    // What the refusal shows of the budget that granted is what it has once the grant is back (docs/http.md, `r`).
-    const shown = back ? givenBack(granted) : granted;
-    return byKey.allowed ? bothOf(shown, byAddress) : bothOf(byKey, shown);
+  #extraBudgets(identity: Identity, asking: Asking): ExtraBudget[] {
+    const { ip, account } = identity.plan;
+    const extras: ExtraBudget[] = [];
+    if (ip && asking.ip !== undefined) extras.push({ by: "ip", name: this.addressName(ip, asking.ip), plan: ip.plan });
+    const named = asking.account ?? identity.account ?? null;
+    if (account && named !== null) {
+      extras.push({ by: "account", name: objectName(account.kind, named, this.scope), plan: account.plan });
+    }
+    return extras;
+  }
+
+  /** One budget's decision (the key's, an address's or an account's), as the client makes it. */
+  limit(request: LimitRequest): Promise<RateLimitResult> {
+    return this.client.limit(request);
   }
 
   /** The rate-limit header fields of `result` in this limiter's form, for the response the adapter sends. */
@@ -341,49 +286,4 @@ export function routeNamed(config: LimiterConfig, plan: Plan, name: string): Rou
     throw new RangeError(`route: no plan has a route named ${JSON.stringify(name)}`);
   }
   return null;
-}
-
-/**
- * `env[binding]`, checked to be a Durable Object namespace; with a `jurisdiction`, its namespace in that jurisdiction
- * (`namespace.jurisdiction()`), whose objects are created and keep their data there.
- *
- * @throws ConfigError naming the binding and how to add it, or a runtime without jurisdictions
- */
-export function namespaceOf(env: object, binding: string, jurisdiction: Jurisdiction | null = null): LimiterNamespace {
-  const ns = (env as Record<string, unknown>)[binding] as
-    | { getByName?: unknown; jurisdiction?: (j: Jurisdiction) => unknown }
-    | undefined;
-  if (typeof ns?.getByName !== "function") {
-    throw new ConfigError(
-      `env.${binding}: no Durable Object binding of that name; bind the RateLimiter class in wrangler.toml ([[durable_objects.bindings]] name = "${binding}", class_name = "RateLimiter") and export it from your Worker`,
-    );
-  }
-  if (jurisdiction === null) return ns as LimiterNamespace;
-  return inJurisdiction(ns as { jurisdiction?: (j: Jurisdiction) => LimiterNamespace }, jurisdiction, binding);
-}
-
-/**
- * The namespace `ns` (`env[binding]`) in `jurisdiction`: its objects are created and keep their data there. Never
- * falls back to `ns` itself: data meant to stay in a jurisdiction must not silently leave it.
- *
- * @throws ConfigError when the runtime refuses it — local workerd (wrangler dev, Miniflare, the vitest pool) has no
- *   jurisdictions — or `ns` has no `jurisdiction()`
- */
-export function inJurisdiction<T>(
-  ns: { jurisdiction?: (j: Jurisdiction) => T },
-  jurisdiction: Jurisdiction,
-  binding: string,
-): T {
-  if (typeof ns.jurisdiction !== "function") {
-    throw new ConfigError(
-      `jurisdiction: env.${binding} has no jurisdiction() (not a Durable Object namespace); bind the RateLimiter class, or remove jurisdiction`,
-    );
-  }
-  try {
-    return ns.jurisdiction(jurisdiction);
-  } catch (e) {
-    throw new ConfigError(
-      `jurisdiction: the runtime refused "${jurisdiction}" for env.${binding} (${errorName(e)}); local workerd (wrangler dev, Miniflare, vitest) has no jurisdictions: leave jurisdiction out of local configurations`,
-    );
-  }
 }

@@ -60,6 +60,8 @@ export interface Identity {
   /** The key's object name: `key:<key>`, or `ip:<address>` for a request without a key; `<scope>/` before it in a named limiter. */
   readonly name: string;
   readonly plan: Plan;
+  /** The account the key belongs to (docs/configuration.md, "Accounts"); null or missing: none known. */
+  readonly account?: string | null;
 }
 
 /**

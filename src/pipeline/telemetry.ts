@@ -46,8 +46,8 @@ const MAX_LOGGED = 10_000;
 /**
  * The data point of one decision. `index1`: key_id. Blobs: reason, plan, `"allowed"`/`"denied"`
  * (whether the request was served), the refusing limits' names joined by `,`, the key kind
- * (`key`/`ip`/`addr`/`preflight`), the route whose budget applied (`""`: none), the budget that refused it
- * (`key`, `ip`; `""`: allowed). Doubles: cost, 1 when allowed else 0, the exact wait in ms (0 when the limits
+ * (`key`/`ip`/`addr`/`acct`/`preflight`), the route whose budget applied (`""`: none), the budget that refused it
+ * (`key`, `ip`, `account`; `""`: allowed). Doubles: cost, 1 when allowed else 0, the exact wait in ms (0 when the limits
  * fit, −1 when it can never pass).
  */
 export function dataPoint(name: string, e: DecisionRecord, id: string): DataPoint {
@@ -83,7 +83,7 @@ export async function recordDecision(env: TelemetryEnv, name: string, e: Decisio
       reason: e.reason,
       plan: e.plan,
       ...(e.route === null ? {} : { route: e.route }),
-      ...(e.refusedBy === "ip" ? { refused_by: "ip" } : {}),
+      ...(e.refusedBy === "ip" || e.refusedBy === "account" ? { refused_by: e.refusedBy } : {}),
       key_id: id,
       cost: e.cost,
       violated: violated(e),
@@ -112,7 +112,7 @@ function shouldLog(name: string, now: number): number | false {
 }
 
 /**
- * The kind of an object name (`key`, `ip`, `addr` or `preflight`): what precedes its first `:`, after a
+ * The kind of an object name (`key`, `ip`, `addr`, `acct` or `preflight`): what precedes its first `:`, after a
  * limiter's `<name>/`, without a plan's `.<plan>`.
  */
 function kindOf(name: string): string {

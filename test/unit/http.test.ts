@@ -16,6 +16,8 @@ import {
   problem,
   problemFor,
   refusal,
+  unknownKey,
+  verifyFailed,
 } from "../../src/pipeline/http.ts";
 
 const limit = (over: Partial<LimitResult> = {}): LimitResult => ({
@@ -269,7 +271,7 @@ describe("httpErrorOf / problemFor", () => {
     };
     expect(of("malformed_key", true)).toEqual([400, "Malformed API key", "why", null]);
     expect(of("no_client_address", true)).toEqual([400, "Bad Request", "why", null]);
-    for (const code of ["key_required", "invalid_key", "no_plan"] as const) {
+    for (const code of ["key_required", "invalid_key", "no_plan", "unknown_key"] as const) {
       expect(of(code, true)).toEqual([401, "Unauthorized", "why", 'Bearer realm="api"']);
       expect(of(code, false)).toEqual([401, "Unauthorized", "why", null]);
     }
@@ -287,6 +289,31 @@ describe("httpErrorOf / problemFor", () => {
       status: 401,
       detail: "This API key matches no plan.",
     });
+  });
+});
+
+describe("the verify hook's problems", () => {
+  it("unknown_key: 401 that names no key; verify_failed: 503 with Retry-After: 1 and no challenge", async () => {
+    const unknown = unknownKey();
+    expect([unknown.code, unknown.message]).toEqual(["unknown_key", "This API key is not known."]);
+    const failed = verifyFailed();
+    expect([failed.code, failed.message]).toEqual([
+      "verify_failed",
+      "The API key could not be verified now; retry shortly.",
+    ]);
+    const res = problemFor(failed, true);
+    expect([res.status, res.headers.get("Retry-After"), res.headers.has("WWW-Authenticate")]).toEqual([
+      503,
+      "1",
+      false,
+    ]);
+    expect(await res.json()).toEqual({
+      type: "about:blank",
+      title: "Service Unavailable",
+      status: 503,
+      detail: "The API key could not be verified now; retry shortly.",
+    });
+    expect(httpErrorOf(unknown, false).headers).toEqual({});
   });
 });
 

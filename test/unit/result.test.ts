@@ -1,8 +1,8 @@
 // The decision value: what shadow mode and the failure mode make of an outcome, its limits and headers; and one
-// result made of two budgets' (a key's and its client address's).
+// result made of several budgets' (a key's, its client address's and its account's).
 import { describe, expect, it } from "vitest";
+import { allOf } from "../../src/client/joined.ts";
 import {
-  bothOf,
   checkGrant,
   type GrantRecord,
   givenBack,
@@ -10,6 +10,7 @@ import {
   headersOf,
   joinHandles,
   type Outcome,
+  type RateLimitResult,
   resultOf,
   setHeadersOf,
   UNAVAILABLE_RETRY_MS,
@@ -21,6 +22,8 @@ const config = (s: Record<string, unknown> = {}) =>
   parseLimiterConfig({ limits: [{ limit: 10, window: "1m" }], ...s }, "t") as LimiterConfig;
 const plan = (c: LimiterConfig) => c.defaultPlan as Plan;
 const AT = 1_800_000_000_000;
+/** A key's result joined with its address's. */
+const both = (key: RateLimitResult, address: RateLimitResult) => allOf(key, [{ by: "ip", result: address }]);
 
 describe("resultOf", () => {
   it("a grant: its limits with their state, the headers, no wait; unknown states and exceeded flags default", () => {
@@ -114,7 +117,7 @@ describe("resultOf", () => {
   });
 });
 
-describe("bothOf", () => {
+describe("allOf (a key and its address)", () => {
   const c = config({ ip: { limits: [{ limit: 3, window: "1m" }] } });
   const key = (over: Partial<Outcome> = {}) =>
     resultOf(c, {
@@ -141,7 +144,7 @@ describe("bothOf", () => {
     });
 
   it("allowed by both: both budgets' limits in the headers, the key's plan", () => {
-    const r = bothOf(key(), address(true));
+    const r = both(key(), address(true));
     expect(r).toMatchObject({ allowed: true, reason: "granted", plan: "default", refusedBy: null, retryAfterMs: 0 });
     expect(r.limits.map((l) => l.name)).toEqual(["per-minute", "ip-per-minute"]);
     expect(headersOf(r, "draft-11").get("RateLimit-Policy")).toBe('"per-minute";q=10;w=60, "ip-per-minute";q=3;w=60');
@@ -150,14 +153,14 @@ describe("bothOf", () => {
   });
 
   it("refused by the address: its reason, its wait, refusedBy ip", () => {
-    const r = bothOf(key(), address(false, 4500));
+    const r = both(key(), address(false, 4500));
     expect(r).toMatchObject({ allowed: false, reason: "over_limit", refusedBy: "ip", retryAfterMs: 4500 });
     expect(headersOf(r, "draft-11").get("Retry-After")).toBe("5");
   });
 
   it("refused by both: the key's reason and the longer wait", () => {
     const refusedKey = key({ reason: "over_limit", fits: false, retryAfterMs: 2000, exceeded: [true] });
-    const r = bothOf(refusedKey, address(false, 9000));
+    const r = both(refusedKey, address(false, 9000));
     expect(r).toMatchObject({ allowed: false, reason: "over_limit", refusedBy: "key", retryAfterMs: 9000 });
   });
 
@@ -174,7 +177,7 @@ describe("bothOf", () => {
       retryAfterMs: 3000,
       at: AT,
     });
-    const r = bothOf(key(), over);
+    const r = both(key(), over);
     expect(r).toMatchObject({ allowed: true, reason: "shadow", refusedBy: null, retryAfterMs: 3000 });
     expect(headersOf(r, "draft-11").get("RateLimit")).toBe('"per-minute";r=9;t=60');
     expect(headersOf(r, "draft-11").get("Retry-After")).toBeNull();
@@ -184,7 +187,7 @@ describe("bothOf", () => {
     const open = config({ ip: { limits: [{ limit: 3, window: "1m" }] }, failure_mode: "open" });
     for (const reason of ["limiter_timeout", "limiter_error"] as const) {
       const down = resultOf(open, { plan: open.ip?.plan as Plan, shown: [], cost: 1, reason, fits: false, at: AT });
-      const r = bothOf(key(), down);
+      const r = both(key(), down);
       expect(r).toMatchObject({ allowed: true, reason, refusedBy: null, retryAfterMs: 0 });
       expect([...headersOf(r, "draft-11")]).toEqual([]);
     }
@@ -195,14 +198,14 @@ describe("bothOf", () => {
     const slot = { name: "key:k", id: "s1" };
     const k = key({ handle: { grants: [grant("key:k")], slot } });
     const a = { ...address(true), handle: { grants: [grant("ip:a")], slot: null } };
-    expect(bothOf(k, a).handle).toEqual({ grants: [grant("key:k"), grant("ip:a")], slot });
-    expect(bothOf(k, address(false, 1000)).handle).toBeNull();
-    expect(bothOf(key(), address(true)).handle).toBeNull();
+    expect(both(k, a).handle).toEqual({ grants: [grant("key:k"), grant("ip:a")], slot });
+    expect(both(k, address(false, 1000)).handle).toBeNull();
+    expect(both(key(), address(true)).handle).toBeNull();
   });
 
   it("one budget unavailable: no rate-limit fields", () => {
     const down = key({ reason: "limiter_timeout", fits: false });
-    const r = bothOf(down, address(true));
+    const r = both(down, address(true));
     expect(r).toMatchObject({ allowed: false, reason: "limiter_timeout", refusedBy: "key" });
     expect(Object.fromEntries(headersOf(r, "draft-11"))).toEqual({ "retry-after": "1" });
     const addressDown = resultOf(c, {
@@ -213,7 +216,7 @@ describe("bothOf", () => {
       fits: false,
       at: AT,
     });
-    expect(Object.fromEntries(headersOf(bothOf(key(), addressDown), "draft-11"))).toEqual({ "retry-after": "1" });
+    expect(Object.fromEntries(headersOf(both(key(), addressDown), "draft-11"))).toEqual({ "retry-after": "1" });
   });
 });
 
@@ -281,6 +284,74 @@ describe("handles", () => {
     expect(headersOf(half, "draft-11").get("RateLimit")).toBeNull();
     const never = { ...r, retryAfterMs: Number.POSITIVE_INFINITY };
     expect(headersOf(never, "draft-11").has("Retry-After")).toBe(false);
+  });
+});
+
+describe("allOf (a key, its address and its account)", () => {
+  const c = config({
+    plans: [
+      {
+        name: "team",
+        key_prefix: "t_",
+        limits: [{ limit: 10, window: "1m" }],
+        ip: { limits: [{ limit: 5, window: "1m" }] },
+        account: { limits: [{ limit: 20, window: "1m" }] },
+      },
+    ],
+  });
+  const team = c.plans[0] as Plan;
+  const grant = (name: string): GrantRecord => ({ id: name, name, limits: [], recordedAt: [AT], units: 1 });
+  const of = (p: Plan, fits: boolean, retryAfterMs = 0, name = "x") =>
+    resultOf(c, {
+      plan: p,
+      shown: p.limits ?? [],
+      cost: 1,
+      reason: fits ? "granted" : "over_limit",
+      fits,
+      states: [{ remaining: fits ? 1 : 0, resetMs: 60_000 }],
+      exceeded: [!fits],
+      retryAfterMs,
+      at: AT,
+      handle: fits ? { grants: [grant(name)], slot: null } : null,
+    });
+  const ip = (team.ip as { plan: Plan }).plan;
+  const account = (team.account as { plan: Plan }).plan;
+
+  it("allowed by all three: every budget's limits in order, every grant in one handle, the key's plan", () => {
+    const r = allOf(of(team, true, 0, "key:t_1"), [
+      { by: "ip", result: of(ip, true, 0, "addr.team:a") },
+      { by: "account", result: of(account, true, 0, "acct.team:acme") },
+    ]);
+    expect(r).toMatchObject({ allowed: true, plan: "team", refusedBy: null, retryAfterMs: 0 });
+    expect(r.limits.map((l) => l.name)).toEqual(["per-minute", "ip-per-minute", "account-per-minute"]);
+    expect(headersOf(r, "draft-11").get("RateLimit-Policy")).toBe(
+      '"per-minute";q=10;w=60, "ip-per-minute";q=5;w=60, "account-per-minute";q=20;w=60',
+    );
+    expect(r.handle?.grants.map((g) => g.name)).toEqual(["key:t_1", "addr.team:a", "acct.team:acme"]);
+  });
+
+  it("refused by the account alone: refusedBy account, its wait, no handle", () => {
+    const r = allOf(of(team, true), [
+      { by: "ip", result: of(ip, true) },
+      { by: "account", result: of(account, false, 7000) },
+    ]);
+    expect(r).toMatchObject({ allowed: false, reason: "over_limit", refusedBy: "account", retryAfterMs: 7000 });
+    expect(r.handle).toBeNull();
+    expect(r.limits.map((l) => l.exceeded)).toEqual([false, false, true]);
+  });
+
+  it("refused by the address and the account: the first refusing budget named, the longest wait", () => {
+    const r = allOf(of(team, true), [
+      { by: "ip", result: of(ip, false, 2000) },
+      { by: "account", result: of(account, false, 9000) },
+    ]);
+    expect(r).toMatchObject({ allowed: false, refusedBy: "ip", retryAfterMs: 9000 });
+  });
+
+  it("a key and its account alone (no address budget): the account's refusal named", () => {
+    const r = allOf(of(team, true), [{ by: "account", result: of(account, false, 1000) }]);
+    expect(r).toMatchObject({ allowed: false, refusedBy: "account", retryAfterMs: 1000 });
+    expect(r.limits.map((l) => l.name)).toEqual(["per-minute", "account-per-minute"]);
   });
 });
 

@@ -2,7 +2,8 @@
 // key's object and its client address's object at once, against an in-memory namespace built on the real core and
 // a clock the test moves. Properties over random traffic from several keys and addresses, at real use times: no
 // window of either budget is ever over its limit (leases on), and every request ends counted in both budgets or in
-// neither (leases off, so that what the objects hold is exactly what was granted).
+// neither (leases off, so that what the objects hold is exactly what was granted). The same with an account's budget
+// over two keys as a third (docs/configuration.md, "Accounts").
 
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
@@ -59,7 +60,10 @@ const steps = fc.array(
   { minLength: 1, maxLength: 120 },
 );
 
-async function run(settings: Record<string, unknown>, plan: readonly Step[]) {
+/** Keys 0 and 1 belong to account 0, key 2 to account 1. */
+const accountOf = (key: number) => (key < 2 ? 0 : 1);
+
+async function run(settings: Record<string, unknown>, plan: readonly Step[], accounts = false) {
   let now = T0;
   const clock = () => now;
   const config = parseLimiterConfig(settings, "test") as LimiterConfig;
@@ -70,7 +74,9 @@ async function run(settings: Record<string, unknown>, plan: readonly Step[]) {
   const grants: { key: number; address: number; at: number }[] = [];
   for (const s of plan) {
     now += s.dt;
-    const decided = await pipeline.decide({}, ns, { key: `k${s.key}`, ip: `192.0.2.${s.address + 1}`, cost: 1, bg });
+    const account = accounts ? { account: `a${accountOf(s.key)}` } : {};
+    const asking = { key: `k${s.key}`, ip: `192.0.2.${s.address + 1}`, cost: 1, bg, ...account };
+    const decided = await pipeline.decide({}, ns, asking);
     if (decided?.result.allowed) grants.push({ key: s.key, address: s.address, at: now });
     while (pending.length > 0) await pending.shift();
   }
@@ -134,6 +140,78 @@ describe("a key and its address, all or nothing", () => {
         }
         for (const a of [0, 1]) {
           expect(held(`addr:192.0.2.${a + 1}`, na)).toBe(grants.filter((g) => g.address === a).length);
+        }
+      }),
+      { numRuns: 80 },
+    );
+  });
+});
+
+describe("a key, its address and its account, all or nothing", () => {
+  /** One plan for keys `k…`: its own limits, its address's and its account's, all `n` a `window`. */
+  const plans = (nk: number, na: number, nc: number, window: string, leases: unknown) => ({
+    plans: [
+      {
+        name: "p",
+        key_prefix: "k",
+        limits: [{ limit: nk, window }],
+        ip: { limits: [{ limit: na, window }] },
+        account: { limits: [{ limit: nc, window }] },
+      },
+    ],
+    leases,
+  });
+  const sizes = [
+    fc.integer({ min: 1, max: 6 }),
+    fc.integer({ min: 1, max: 8 }),
+    fc.integer({ min: 1, max: 8 }),
+  ] as const;
+
+  it("property: with leases, no window of a key's, an address's or an account's budget is ever over", async () => {
+    await fc.assert(
+      fc.asyncProperty(steps, ...sizes, async (plan, nk, na, nc) => {
+        const { grants } = await run(plans(nk, na, nc, "1s", { max_lifetime: "500ms" }), plan, true);
+        const at = (f: (g: { key: number; address: number }) => boolean) => grants.filter(f).map((g) => g.at);
+        for (const k of [0, 1, 2])
+          expect(
+            most(
+              at((g) => g.key === k),
+              1000,
+            ),
+          ).toBeLessThanOrEqual(nk);
+        for (const a of [0, 1])
+          expect(
+            most(
+              at((g) => g.address === a),
+              1000,
+            ),
+          ).toBeLessThanOrEqual(na);
+        for (const c of [0, 1])
+          expect(
+            most(
+              at((g) => accountOf(g.key) === c),
+              1000,
+            ),
+          ).toBeLessThanOrEqual(nc);
+      }),
+      { numRuns: 60 },
+    );
+  });
+
+  it("property: every request ends counted in all three budgets or in none", async () => {
+    await fc.assert(
+      fc.asyncProperty(steps, ...sizes, async (plan, nk, na, nc) => {
+        const { grants, logs, now } = await run(plans(nk, na, nc, "1h", false), plan, true);
+        const held = (name: string, n: number) => {
+          const log = logs.get(name);
+          return log ? n - (log.check(now, 1).limits[0]?.remaining ?? n) : 0;
+        };
+        for (const k of [0, 1, 2]) expect(held(`key:k${k}`, nk)).toBe(grants.filter((g) => g.key === k).length);
+        for (const a of [0, 1]) {
+          expect(held(`addr.p:192.0.2.${a + 1}`, na)).toBe(grants.filter((g) => g.address === a).length);
+        }
+        for (const c of [0, 1]) {
+          expect(held(`acct.p:a${c}`, nc)).toBe(grants.filter((g) => accountOf(g.key) === c).length);
         }
       }),
       { numRuns: 80 },

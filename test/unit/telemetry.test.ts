@@ -141,6 +141,14 @@ describe("recordDecision: what is logged", () => {
     ]);
   });
 
+  it("a refusal by the address or the account budget says which (refused_by); the key's own says nothing", async () => {
+    const log = vi.spyOn(console, "log").mockImplementation(() => {});
+    for (const refusedBy of ["ip", "account", "key"] as const) {
+      await recordDecision({}, `key:${crypto.randomUUID()}`, event({ refusedBy }));
+    }
+    expect(linesOf(log).map((l) => l.refused_by)).toEqual(["ip", "account", undefined]);
+  });
+
   it("shadow mode's pass over the limits is a shadow_deny line; grants and the limiter's own failures are none", async () => {
     const log = vi.spyOn(console, "log").mockImplementation(() => {});
     const points: DataPoint[] = [];
