@@ -258,6 +258,29 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
+   * The response to send for a request granted for a reservation whose actual cost is known only when it has ended
+   * (docs/configuration.md, "Settled costs"): once its body has streamed to the end, failed, or been cancelled by a
+   * client that went away, `end.actual()` is read and, when it is a number, the request is settled to it; null keeps
+   * the reservation. A result with nothing granted passes the response on untouched.
+   */
+  settleWhenEnded(
+    ns: LimiterNamespace,
+    result: RateLimitResult,
+    response: Response,
+    end: { readonly bg?: Background; readonly actual: () => number | null },
+  ): Response {
+    if ((result.handle?.grants.length ?? 0) === 0) return response;
+    return untilEnd(
+      response,
+      async () => {
+        const actual = end.actual();
+        if (actual !== null) await this.settle(ns, result, actual);
+      },
+      end.bg ?? {},
+    );
+  }
+
+  /**
    * Frees the concurrency slot `result` holds as soon as `signal` aborts (the client went away: docs/design.md, "What
    * real clients do"), whatever the origin or the handler is still doing; its renewals stop with it. Releasing twice
    * does nothing, so the response's end may release it too.
