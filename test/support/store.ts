@@ -158,7 +158,7 @@ export class Store {
         // A settle's debt (src/object/debt.ts): at now, over the limits, in the quotas and the credits (down to 0).
         if (debt > 0) {
           this.log(name, limits).record(this.now(), [{ ageMs: 0, units: debt }]);
-          meters?.quotas?.charge(this.now(), debt);
+          meters?.quotas?.take(this.now(), debt, true);
           const spent = Math.min(debt, meters?.credits?.balance(this.now()) ?? 0);
           if (spent > 0) meters?.credits?.take(this.now(), spent);
         }
