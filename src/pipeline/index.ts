@@ -23,7 +23,7 @@ import {
 import { clientSignal, isWebSocketUpgrade, normalizedPath, pathnameOf } from "./http.ts";
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { untilEnd } from "./response-end.ts";
-import { type Settled, settleResult } from "./settle.ts";
+import { type Settled, settledWhenEnded, settleResult } from "./settle.ts";
 import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
 
 export type { Settled } from "./settle.ts";
@@ -270,14 +270,7 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     end: { readonly bg?: Background; readonly actual: () => number | null },
   ): Response {
     if ((result.handle?.grants.length ?? 0) === 0) return response;
-    return untilEnd(
-      response,
-      async () => {
-        const actual = end.actual();
-        if (actual !== null) await this.settle(ns, result, actual);
-      },
-      end.bg ?? {},
-    );
+    return settledWhenEnded(response, (actual) => this.settle(ns, result, actual), end);
   }
 
   /**
