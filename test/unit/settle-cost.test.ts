@@ -40,6 +40,27 @@ describe("settling a grant the object decided", () => {
     expect((await t.limit()).allowed).toBe(false);
   });
 
+  it("units given back clear this isolate's cached refusal of the key; a debt does not", async () => {
+    const t = setup({ limits: [{ limit: 10, window: "1m" }], leases: false });
+    const r = await t.limit("key:a", 10);
+    expect((await t.limit()).allowed).toBe(false);
+    expect(t.client.denyCache.size).toBe(1);
+    expect(await t.client.settle(t.ns, grantOf(r), 10)).toBe(true);
+    expect(t.client.denyCache.size).toBe(1);
+    const s = await t.limit("key:b", 10);
+    expect((await t.limit("key:b")).allowed).toBe(false);
+    expect(await t.client.settle(t.ns, grantOf(s), 12)).toBe(true);
+    expect(t.client.denyCache.size).toBe(2);
+    expect(await t.client.settle(t.ns, grantOf(structuredClone(r)), 1)).toBe(false);
+    const u = await t.limit("key:c", 10);
+    expect((await t.limit("key:c")).reason).toBe("cached_denial");
+    expect(await t.client.settle(t.ns, grantOf(u), 4)).toBe(true);
+    const calls = t.store.count("take");
+    // Asked at the object at once (no cached refusal), and granted.
+    expect((await t.limit("key:c", 6)).reason).toBe("granted");
+    expect(t.store.count("take")).toBe(calls + 1);
+  });
+
   it("an exact settle gives nothing back but settles; a refusal settles nothing", async () => {
     const t = setup({ limits: [{ limit: 10, window: "1s" }], leases: false });
     const pipeline = new Pipeline(t.client, null);
