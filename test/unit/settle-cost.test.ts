@@ -57,7 +57,7 @@ describe("settling a grant the object decided", () => {
     expect(await t.client.settle(t.ns, grantOf(u), 4)).toBe(true);
     const calls = t.store.count("take");
     // Asked at the object at once (no cached refusal), and granted.
-    expect((await t.limit("key:c", 6)).reason).toBe("granted");
+    expect((await t.limit("key:c")).reason).toBe("granted");
     expect(t.store.count("take")).toBe(calls + 1);
   });
 
@@ -185,6 +185,30 @@ describe("settling a grant spent from a lease", () => {
     expect(t.store.calls.at(-1)).toMatchObject({ method: "refund", units: 5 });
     expect(quotaUsed(t)).toBe(now - 5);
     expect(await t.client.settle(t.ns, grantOf(s), 1)).toBe(false);
+  });
+});
+
+describe("settling a leased grant of a key without quotas", () => {
+  it("once its lease's uses are settled: nothing to give back, no call; a debt still goes to the object", async () => {
+    const t = setup({ limits: [{ limit: 1000, window: "1s" }] });
+    const spent: RateLimitResult[] = [];
+    for (let i = 0; i < 40 && spent.length < 2; i++) {
+      const r = await t.limit("key:a", 2);
+      await t.settle();
+      if (r.reason === "leased") spent.push(r);
+    }
+    expect(spent).toHaveLength(2);
+    expect(grantOf(spent[0] as RateLimitResult).at).toBeUndefined();
+    const entry = t.client.leases.get("key:a");
+    for (const h of entry?.held ?? []) h.left = 0; // the next request asks the object, settling the leases' uses
+    expect((await t.limit()).reason).toBe("granted");
+    await t.settle();
+    const calls = t.store.count("refund");
+    expect(await t.client.settle(t.ns, grantOf(spent[0] as RateLimitResult), 1)).toBe(true);
+    expect(t.store.count("refund")).toBe(calls);
+    expect(await t.client.settle(t.ns, grantOf(spent[1] as RateLimitResult), 5)).toBe(true);
+    expect(t.store.calls.at(-1)).toMatchObject({ method: "refund", units: 0 });
+    await expect(t.client.settle(t.ns, grantOf(spent[1] as RateLimitResult), -1)).rejects.toThrow(/^actual: /);
   });
 });
 
