@@ -94,7 +94,7 @@ export interface Limiter {
   /**
    * Gives back exactly what `result` was granted (once): the request is not counted. `result` may be a copy — kept,
    * `structuredClone`d, sent through a queue or KV as JSON — and refunded in any isolate: its `handle` says where the
-   * units were recorded. Resolves false when there was nothing to give back (a refusal, already refunded, a leased
+   * units were recorded. Resolves false when there was nothing to give back (a refusal, already refunded or settled, a leased
    * grant whose lease was settled since or belongs to another isolate), or the key's object did not answer (logged
    * as `refund_failed`).
    *
