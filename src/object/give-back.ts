@@ -21,8 +21,8 @@ import { checkId } from "./once.ts";
 export const METER_REFUND_MS = 86_400_000;
 
 /**
- * Checks a refunded grant's fields (an id of 1 to 128 characters, times, a positive count — 0 or more for a settle — and
- * a debt of 0 or more) and its route's name.
+ * Checks a refunded grant's fields (an id of 1 to 128 characters, times, a positive count — 0 or more for a settle —
+ * and a debt of 0 or more) and its route's name.
  */
 function checkGrant(grant: RefundedGrant, route: RouteBudget | undefined): void {
   const { id, recordedAt, units, debt = 0 } = grant ?? ({} as Partial<RefundedGrant>);
