@@ -9,7 +9,7 @@ import { checkAccount } from "../config/accounts.ts";
 import { routeBudget } from "../config/lookup.ts";
 import { parseLimiterConfig } from "../config/parse.ts";
 import { ConfigError, type LimiterConfig, type Plan } from "../config/types.ts";
-import { usageBy } from "../core/usage.ts";
+import { type UsagePeriod, usageBy } from "../core/usage.ts";
 import { type Asking, namespaceOf, Pipeline, routeNamed } from "../pipeline/index.ts";
 import { settingsName } from "../pipeline/key.ts";
 import { verifierOf } from "../pipeline/verify-hook.ts";
@@ -114,7 +114,6 @@ export function createLimiter(options: LimiterOptions): Limiter {
   const name = given !== undefined ? given : (prefix ?? derivedName(config));
   const verifier = verifierOf(config, { verify, verifyCache }, clock ?? Date.now, "createLimiter");
   const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name, verifier);
-  const { client } = pipeline;
   // Resolved once per limiter: an isolate's requests share one `env` (a different one, as in tests, resolves again).
   let seen: { env: object; ns: LimiterNamespace } | null = null;
   const namespace = (env: object): LimiterNamespace => {
@@ -148,15 +147,18 @@ export function createLimiter(options: LimiterOptions): Limiter {
         ctx: bgOf(ctx),
       }),
     whenEnded: (env, result, response, ctx) => pipeline.sent(namespace(env), result, response, bgOf(ctx)),
+    settleWhenEnded: (env, result, response, { ctx, actual }) =>
+      pipeline.settleWhenEnded(namespace(env), result, response, { bg: bgOf(ctx), actual }),
     headers: (result) => pipeline.headers(result),
     setHeaders: (result, target) => pipeline.setHeaders(result, target),
     async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);
       const { name: object, plan } = await pipeline.identifyFor(env, keyOf(key));
       const named = route === undefined ? null : routeNamed(config, plan, route);
-      return client.peek({ ns, name: object, plan, cost: checked(cost), route: named });
+      return pipeline.client.peek({ ns, name: object, plan, cost: checked(cost), route: named });
     },
     refund: async (env, result) => pipeline.refund(namespace(env), result),
+    settle: async (env, result, actual) => pipeline.settle(namespace(env), result, actual),
     async reset(env, key) {
       const ns = namespace(env);
       const { name: object, plan } = await pipeline.identifyFor(env, keyOf(key));
@@ -164,20 +166,29 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const limits = plan.limits;
       const routes = plan.routes.map(routeBudget);
       await callObject(() => ns.getByName(object).reset(limits, 1, routes) as Promise<unknown>, config.objectTimeoutMs);
-      client.forget(ns, object);
+      pipeline.client.forget(ns, object);
     },
     credit: async (env, key, add, { id } = {}) => (await topUp(await topUpTarget(env, key), add, id)).balance,
     topUp: async (env, key, add, { id } = {}) => topUp(await topUpTarget(env, key), add, id),
-    async usage(env, key, { period, from = 0, to = USAGE_END }) {
-      const { name: object, plan } = await pipeline.identifyFor(env, keyOf(key));
-      const spec = plan.meters?.usage;
-      if (!spec) throw new ConfigError(`usage(): the plan ${JSON.stringify(plan.name)} of this key keeps no usage`);
-      const range = { period, from, to };
-      usageBy(spec, [], range); // throws a RangeError for a period or range that is not one
-      const ns = namespace(env);
-      return callObject(() => ns.getByName(object).usage(spec, range), config.objectTimeoutMs);
-    },
+    usage: async (env, key, options) => usageOf(pipeline, env, () => namespace(env), keyOf(key), options),
   };
+}
+
+/** The usage of `key` (`Limiter.usage`) at its object in the namespace `ns()` returns. */
+async function usageOf(
+  pipeline: Pipeline,
+  env: object,
+  ns: () => LimiterNamespace,
+  key: string,
+  { period, from = 0, to = USAGE_END }: Parameters<Limiter["usage"]>[2],
+): Promise<UsagePeriod[]> {
+  const { name: object, plan } = await pipeline.identifyFor(env, key);
+  const spec = plan.meters?.usage;
+  if (!spec) throw new ConfigError(`usage(): the plan ${JSON.stringify(plan.name)} of this key keeps no usage`);
+  const range = { period, from, to };
+  usageBy(spec, [], range); // throws a RangeError for a period or range that is not one
+  const namespace = ns();
+  return callObject(() => namespace.getByName(object).usage(spec, range), pipeline.config.objectTimeoutMs);
 }
 
 /**

@@ -18,11 +18,13 @@ import type { AdapterOptions, AddressAsking, Asking, Decided, DecisionObserver }
 import { clientSignal, isWebSocketUpgrade, normalizedPath, pathnameOf } from "./http.ts";
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { untilEnd } from "./response-end.ts";
+import { type Settled, settledWhenEnded, settleResult } from "./settle.ts";
 import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
 import type { KeyVerifier } from "./verify-hook.ts";
 
 export type { AdapterOptions, AddressAsking, Asking, Decided, DecisionObserver, RequestOptions } from "./asking.ts";
 export { inJurisdiction, namespaceOf } from "./namespace.ts";
+export type { Settled } from "./settle.ts";
 
 /** One limiter's pipeline: its configuration, its client, and the scope its objects are named in. */
 export class Pipeline<C extends LimiterConfig = LimiterConfig> {
@@ -202,6 +204,22 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
+   * The response to send for a request granted for a reservation whose actual cost is known only when it has ended
+   * (docs/configuration.md, "Settled costs"): once its body has streamed to the end, failed, or been cancelled by a
+   * client that went away, `end.actual()` is read and, when it is a number, the request is settled to it; null keeps
+   * the reservation. A result with nothing granted passes the response on untouched.
+   */
+  settleWhenEnded(
+    ns: LimiterNamespace,
+    result: RateLimitResult,
+    response: Response,
+    end: { readonly bg?: Background; readonly actual: () => number | null },
+  ): Response {
+    if ((result.handle?.grants.length ?? 0) === 0) return response;
+    return settledWhenEnded(response, (actual) => this.settle(ns, result, actual), end);
+  }
+
+  /**
    * Frees the concurrency slot `result` holds as soon as `signal` aborts (the client went away: docs/design.md, "What
    * real clients do"), whatever the origin or the handler is still doing; its renewals stop with it. Releasing twice
    * does nothing, so the response's end may release it too.
@@ -230,8 +248,8 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    * Gives a decided request's units back (the request is not counted) — from its result or a copy of it, in this
    * isolate or another — each budget's once, logging `refund_failed` when a key's object does not answer.
    *
-   * @returns false when nothing was given back (a refusal, already refunded, a failed call, or a leased grant
-   *   whose lease was settled since or is another isolate's)
+   * @returns false when nothing was given back (a refusal, already refunded or settled, a failed call, or a leased
+   *   grant whose lease was settled since or is another isolate's)
    * @throws TypeError (a rejection) when the handle is not as the limiter gave it; nothing else rejects
    */
   async refund(ns: LimiterNamespace, result: RateLimitResult): Promise<boolean> {
@@ -248,6 +266,18 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
       }),
     );
     return done.some(Boolean);
+  }
+
+  /**
+   * Settles a request granted for a reservation (its cost) to its `actual` cost, once — from its result or a copy of
+   * it, in this isolate or another (src/pipeline/settle.ts): `reserved − actual` given back as a refund gives back,
+   * `actual − reserved` recorded now as debt (`settle_debt`). A result never settled keeps its reservation.
+   *
+   * @throws RangeError for an `actual` that is not a whole number ≥ 0; TypeError (a rejection) for a handle not as
+   *   the limiter gave it
+   */
+  settle(ns: LimiterNamespace, result: RateLimitResult, actual: number): Promise<Settled> {
+    return settleResult(this.client, ns, result, actual);
   }
 
   async #cost(asking: Asking): Promise<number> {
