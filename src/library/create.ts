@@ -170,15 +170,14 @@ export function createLimiter(options: LimiterOptions): Limiter {
     },
     credit: async (env, key, add, { id } = {}) => (await topUp(await topUpTarget(env, key), add, id)).balance,
     topUp: async (env, key, add, { id } = {}) => topUp(await topUpTarget(env, key), add, id),
-    usage: async (env, key, options) => usageOf(pipeline, env, () => namespace(env), keyOf(key), options),
+    usage: async (env, key, options) => usageOf(pipeline, { env, ns: () => namespace(env) }, keyOf(key), options),
   };
 }
 
 /** The usage of `key` (`Limiter.usage`) at its object in the namespace `ns()` returns. */
 async function usageOf(
   pipeline: Pipeline,
-  env: object,
-  ns: () => LimiterNamespace,
+  { env, ns }: { readonly env: object; readonly ns: () => LimiterNamespace },
   key: string,
   { period, from = 0, to = USAGE_END }: Parameters<Limiter["usage"]>[2],
 ): Promise<UsagePeriod[]> {
