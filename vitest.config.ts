@@ -29,6 +29,8 @@ export default defineConfig({
         test: {
           name: "workers",
           include: ["test/durable/**/*.test.ts", "test/integration/**/*.test.ts"],
+          // As for the unit tests: a property test inside workerd timed out at 5 s on a loaded machine.
+          testTimeout: 30_000,
           // quiet-workerd.ts: workerd's own traces of connections the tests cut on purpose are dropped (the plugin
           // prints workerd's lines itself, past `silent`); any other line workerd prints still shows.
           globalSetup: ["./test/setup/origin.ts", "./test/setup/quiet-workerd.ts"],
