@@ -10,20 +10,18 @@
  * against the unit tests (2026-11-25, after settled leases). The object, the proxy and the adapters are not mutated
  * (CONTRIBUTING.md, "Mutation testing", says why).
  */
-// 2026-11-28: lowered for src/client/{acquire,answers,in-flight,leases,outcomes,refusals}.ts, src/config/{limits,plans,
-// proxy-settings,rules}.ts and src/core/log-{lease,settle}.ts from a gate run the session's end cut short (6,001 of
-// 6,782 mutants): in-flight, acquire and leases gained code whose survivors the workerd tests and the property tests
-// in test/unit/failure.test.ts and quota-client.test.ts hold (slots across an outage, settled refunds to quotas); the
-// others read low from the incomplete run. The next complete run sets them from its scores.
+// 2026-11-28: src/client/{acquire,answers,in-flight,leases,outcomes,refusals}.ts, src/config/{limits,plans,
+// proxy-settings,rules}.ts and src/core/log-{lease,settle}.ts set from the gate's first complete run since issue 48's
+// split (6,781 mutants, 70 minutes on 2 cores beside other work): each score rounded down, less one point.
 export const FLOORS: Readonly<Record<string, number>> = {
   // parse.ts split by what it parses (issue 48): each file's floor from its own run.
   "src/config/parse.ts": 97,
   "src/config/fields.ts": 97,
   "src/config/inherited.ts": 97,
-  "src/config/limits.ts": 92,
-  "src/config/plans.ts": 94,
-  "src/config/proxy-settings.ts": 95,
-  "src/config/rules.ts": 88,
+  "src/config/limits.ts": 95,
+  "src/config/plans.ts": 96,
+  "src/config/proxy-settings.ts": 97,
+  "src/config/rules.ts": 91,
   "src/config/lookup.ts": 92,
   "src/config/types.ts": 90,
   // New with accounts (issue 50.7), from a run narrowed to them and to the unit tests that reach them (accounts,
@@ -40,9 +38,9 @@ export const FLOORS: Readonly<Record<string, number>> = {
   // (548 of 596), above the 89.5 % of log.ts before.
   "src/core/log.ts": 84,
   "src/core/log-types.ts": 94,
-  "src/core/log-lease.ts": 93,
+  "src/core/log-lease.ts": 96,
   "src/core/log-restore.ts": 92,
-  "src/core/log-settle.ts": 75,
+  "src/core/log-settle.ts": 97,
   "src/core/log-decision.ts": 94,
   "src/core/log-history.ts": 95,
   "src/core/budgets.ts": 96,
@@ -59,7 +57,7 @@ export const FLOORS: Readonly<Record<string, number>> = {
   "src/client/deny-cache.ts": 95,
   "src/client/alone.ts": 85,
   "src/client/circuit.ts": 90,
-  "src/client/leases.ts": 87,
+  "src/client/leases.ts": 95,
   "src/client/held.ts": 90,
   "src/client/lease-calls.ts": 90,
   "src/client/lease-sizing.ts": 90,
@@ -70,9 +68,9 @@ export const FLOORS: Readonly<Record<string, number>> = {
   // index.ts was split (issue 48) the client's paths are in the files below; they score 75.7 % together (578 of 764),
   // index.ts alone 63.9 % before.
   "src/client/index.ts": 76,
-  "src/client/acquire.ts": 85,
-  "src/client/answers.ts": 69,
-  "src/client/outcomes.ts": 75,
+  "src/client/acquire.ts": 86,
+  "src/client/answers.ts": 94,
+  "src/client/outcomes.ts": 81,
   "src/client/without.ts": 74,
   // Its survivors are log lines (limiter_up/down/retry/unavailable and their fields, which no unit test reads), and
   // peek's, refund's, probe's and background settlements' calls, tested through the Worker in workerd
@@ -80,12 +78,12 @@ export const FLOORS: Readonly<Record<string, number>> = {
   "src/client/calls.ts": 53,
   // Penalties are tested through the Worker and the object (test/integration/, test/durable/), outside the gate; the
   // unit tests reach few of these counts, and the keys' bound (10,000) no result shows.
-  "src/client/refusals.ts": 45,
+  "src/client/refusals.ts": 51,
   // Six mutants: routeEntry is used by route requests, tested through the Worker.
   "src/client/request.ts": 49,
   "src/client/headers.ts": 94,
   // The one survivor: `unref?.()` (a Node timer has it, workerd's timer is a number).
-  "src/client/in-flight.ts": 88,
+  "src/client/in-flight.ts": 86,
   "src/client/policy.ts": 85,
   // resultOf and bothOf moved here (from index.ts, floor 60): the survivors are equivalent defaults.
   "src/client/result.ts": 94,
