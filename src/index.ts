@@ -1,6 +1,6 @@
 /**
  * @module The library (package export `.`): `createLimiter` for any Worker — `limit()`, `peek()`,
- * `refund()`, `reset()`, `acquire()`/`release()`, `headers()` — and the `RateLimiter` Durable Object class to bind in
+ * `refund()`, `settle()`, `reset()`, `acquire()`/`release()`, `headers()` — and the `RateLimiter` Durable Object class to bind in
  * wrangler.toml.
  *
  * ```ts
@@ -46,6 +46,6 @@ export type {
 } from "./library/settings.ts";
 export { RateLimiter } from "./object/index.ts";
 export { problemFor, refusal } from "./pipeline/http.ts";
-export type { RequestOptions } from "./pipeline/index.ts";
+export type { RequestOptions, Settled } from "./pipeline/index.ts";
 export type { Identity } from "./pipeline/key.ts";
 export type { TopUp } from "./protocol.ts";

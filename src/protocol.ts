@@ -69,6 +69,17 @@ export interface RefundedGrant {
    * its quota unit, counted when the lease was granted, goes back (`recordedAt` is then empty).
    */
   readonly quotasOnly?: boolean;
+  /**
+   * A settle (docs/configuration.md, "Settled costs"), not a refund: `units` (0 or more) are what the grant reserved
+   * and did not use, given back as a refund gives back, but the request itself still counts (usage keeps it); the
+   * grant's id is spent as a refund's is, so it settles once and is refunded never after.
+   */
+  readonly settle?: boolean;
+  /**
+   * A settle for more than was reserved: the units used beyond the grant's, recorded at the object's clock whatever
+   * the limits say (the key waits them out) and counted in its quotas, credits (down to 0) and usage at that time.
+   */
+  readonly debt?: number;
 }
 
 /**

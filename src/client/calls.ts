@@ -9,7 +9,7 @@ import { keyId, logEvent } from "../base/log.ts";
 import { routeBudget } from "../config/lookup.ts";
 import type { LimiterConfig } from "../config/types.ts";
 import type { Decision } from "../core/decision.ts";
-import type { AloneReport, Background, LimiterNamespace, TakeAsk } from "../protocol.ts";
+import type { AloneReport, Background, LimiterNamespace, RefundedGrant, TakeAsk } from "../protocol.ts";
 import type { AloneLogs } from "./alone.ts";
 import type { Circuit } from "./circuit.ts";
 import type { KeySettlements, LeaseTable } from "./leases.ts";
@@ -28,6 +28,9 @@ export interface CallParts {
 
 /** What a call about a key reached: the key's object name, the namespace, and the runtime's `waitUntil`. */
 type Reached = Pick<LimitRequest, "ns" | "name" | "bg">;
+
+/** What a give-back says beside its grant (protocol.ts, {@link RefundedGrant}). */
+export type GiveBackFields = Partial<Pick<RefundedGrant, "quotasOnly" | "settle" | "debt">>;
 
 /** The probe of a key with nothing decided alone: it records nothing. */
 const NO_REPORT: AloneReport = { uses: [], routes: [] };
@@ -100,11 +103,21 @@ export class ObjectCalls {
     );
   }
 
-  /** Gives back `grant`'s units at its key's object (which gives back each grant id once): whether it did. */
-  refund(ns: LimiterNamespace, grant: GrantRecord & { readonly quotasOnly?: boolean }): Promise<boolean> {
-    const { id, name, limits, recordedAt, units, route, at } = grant;
-    const dated = at === undefined ? { id, recordedAt, units } : { id, recordedAt, units, at };
-    const refunded = grant.quotasOnly ? { ...dated, quotasOnly: true } : dated;
+  /**
+   * Gives back `grant`'s units at its key's object (which gives back or settles each grant id once): whether it did.
+   * `settle` and `debt` make it a settle (protocol.ts, {@link RefundedGrant}): `units` are then the unused ones.
+   */
+  refund(ns: LimiterNamespace, grant: GrantRecord & GiveBackFields): Promise<boolean> {
+    const { id, name, limits, recordedAt, units, route, at, quotasOnly, settle, debt } = grant;
+    const refunded: RefundedGrant = {
+      id,
+      recordedAt,
+      units,
+      ...(at === undefined ? {} : { at }),
+      ...(quotasOnly ? { quotasOnly } : {}),
+      ...(settle ? { settle } : {}),
+      ...(debt ? { debt } : {}),
+    };
     return callObject(
       () => (route ? ns.getByName(name).refund(limits, refunded, route) : ns.getByName(name).refund(limits, refunded)),
       this.#p.config.objectTimeoutMs,

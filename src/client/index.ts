@@ -192,6 +192,34 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
+   * Settles `grant` (from a result's handle) to its `actual` cost, once (docs/configuration.md, "Settled costs"): the
+   * units it reserved and did not use go back as a refund gives back — to the lease it was spent from, in the isolate
+   * that spent it while the lease's uses are unsettled (no call, unless there is debt); to the key's quotas once they
+   * are; else to the key's object — and the units used beyond them are recorded at the object now as debt. A grant
+   * settled or refunded before settles no more.
+   *
+   * @returns false when nothing was done (settled or refunded before, a leased grant of another isolate's)
+   * @throws TypeError for a grant that is not a handle's; RangeError for an `actual` that is not a whole number ≥ 0
+   */
+  async settle(ns: LimiterNamespace, grant: GrantRecord, actual: number): Promise<boolean> {
+    checkGrant(grant);
+    checkActual(actual);
+    const unused = Math.max(0, grant.units - actual);
+    const debt = Math.max(0, actual - grant.units);
+    if (grant.lease !== undefined) {
+      const settle = { ...grant, recordedAt: [], units: unused, quotasOnly: true, settle: true, debt };
+      if (this.leases.refund(grant.name, grant.lease, grant.id, unused))
+        return debt === 0 || this.#p.calls.refund(ns, { ...settle, units: 0 });
+      // Settled since, in this isolate: its record stays where its use put it; its unused quota units go back.
+      if (!this.leases.refundSettled(grant.name, grant.lease, grant.id)) return false;
+      return (grant.at === undefined && debt === 0) || this.#p.calls.refund(ns, settle);
+    }
+    const done = await this.#p.calls.refund(ns, { ...grant, units: unused, settle: true, debt });
+    if (done && unused > 0) this.denyCache.deleteKey(grant.name);
+    return done;
+  }
+
+  /**
    * After an operator's change: forgets this isolate's leases (giving their unused units back) and
    * cached denial for the key, so its next request asks the object.
    */
@@ -201,4 +229,14 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     this.leases.drop(name, out);
     this.#p.calls.settle(ns, out, bg);
   }
+}
+
+/**
+ * Checks a settle's actual cost: a whole number ≥ 0.
+ *
+ * @throws RangeError naming `actual`
+ */
+export function checkActual(actual: number): void {
+  if (!Number.isSafeInteger(actual) || actual < 0)
+    throw new RangeError(`actual: expected a whole number ≥ 0, got ${String(actual)}`);
 }

@@ -99,6 +99,19 @@ export class Quota {
   }
 
   /**
+   * Counts `units` used at `now` whether or not they fit (a settle's debt: the period is then over its limit and
+   * refuses until it ends).
+   *
+   * @throws RangeError for units that are not a whole number ≥ 1
+   */
+  charge(now: number, units: number): void {
+    if (!Number.isSafeInteger(units) || units < 1)
+      throw new RangeError(`units: expected a positive integer, got ${describe(units)}`);
+    this.#at(now);
+    this.#used += units;
+  }
+
+  /**
    * Gives back `units` counted in the period that started at `periodStart`, while it is the period containing `now`;
    * after it has ended they count nowhere any more (and must not be taken from the next period).
    *
@@ -221,6 +234,16 @@ export class QuotaBook {
   take(now: number, units: number): QuotaRow[] {
     if (!this.fits(now, units)) throw new RangeError(`units: ${units} do not fit every quota`);
     for (const q of this.quotas) q.take(now, units);
+    return this.rows();
+  }
+
+  /**
+   * Counts `units` used at `now` in every quota, over its limit if need be (a settle's debt, {@link Quota.charge}).
+   *
+   * @returns the rows to write
+   */
+  charge(now: number, units: number): QuotaRow[] {
+    for (const q of this.quotas) q.charge(now, units);
     return this.rows();
   }
 

@@ -93,7 +93,6 @@ export function createLimiter(options: LimiterOptions): Limiter {
   const config = parseLimiterConfig(settings, "createLimiter", OWN_OPTIONS);
   const name = given !== undefined ? given : (prefix ?? derivedName(config));
   const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name);
-  const { client } = pipeline;
   // Resolved once per limiter: an isolate's requests share one `env` (a different one, as in tests, resolves again).
   let seen: { env: object; ns: LimiterNamespace } | null = null;
   const namespace = (env: object): LimiterNamespace => {
@@ -142,9 +141,10 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const ns = namespace(env);
       const { name: object, plan } = pipeline.identify(keyOf(key));
       const named = route === undefined ? null : routeNamed(config, plan, route);
-      return client.peek({ ns, name: object, plan, cost: checked(cost), route: named });
+      return pipeline.client.peek({ ns, name: object, plan, cost: checked(cost), route: named });
     },
     refund: async (env, result) => pipeline.refund(namespace(env), result),
+    settle: async (env, result, actual) => pipeline.settle(namespace(env), result, actual),
     async reset(env, key) {
       const ns = namespace(env);
       const { name: object, plan } = pipeline.identify(keyOf(key));
@@ -152,7 +152,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const limits = plan.limits;
       const routes = plan.routes.map(routeBudget);
       await callObject(() => ns.getByName(object).reset(limits, 1, routes) as Promise<unknown>, config.objectTimeoutMs);
-      client.forget(ns, object);
+      pipeline.client.forget(ns, object);
     },
     credit: async (env, key, add, { id } = {}) => (await topUp(topUpTarget(env, key), add, id)).balance,
     topUp: async (env, key, add, { id } = {}) => topUp(topUpTarget(env, key), add, id),

@@ -1,6 +1,6 @@
 /**
  * @module The library's contract (package export `.`, through src/index.ts): a {@link Limiter} — `limit()`, `peek()`,
- * `refund()`, `reset()`, `acquire()`/`release()`, `decideRequest()`, `headers()` — and the options of one call.
+ * `refund()`, `settle()`, `reset()`, `acquire()`/`release()`, `decideRequest()`, `headers()` — and the options of one call.
  * src/library/create.ts makes one.
  */
 
@@ -9,7 +9,7 @@ import type { Background } from "../client/index.ts";
 import type { RateLimitResult } from "../client/result.ts";
 import type { LimiterConfig } from "../config/types.ts";
 import type { UsagePeriod } from "../core/usage.ts";
-import type { Pipeline, RequestOptions } from "../pipeline/index.ts";
+import type { Pipeline, RequestOptions, Settled } from "../pipeline/index.ts";
 import type { Identity } from "../pipeline/key.ts";
 import type { TopUp } from "../protocol.ts";
 
@@ -101,6 +101,18 @@ export interface Limiter {
    * @throws TypeError when the handle is not as the limiter gave it
    */
   refund(env: object, result: RateLimitResult): Promise<boolean>;
+  /**
+   * Settles a request granted for a reservation — `limit(env, key, { cost: reserve })`, the most it may cost — to
+   * what it did cost, once, when that is known (docs/configuration.md, "Settled costs"): `reserved − actual` units go
+   * back to the grant's own windows, quotas, credits and usage, as a refund gives back; `actual − reserved` units are
+   * recorded now as debt, over the limits if need be (the key waits them out; logged as `settle_debt`). `result` may
+   * be a copy, settled in any isolate, as for {@link refund}. A result never settled keeps its reservation. Resolves
+   * `settled: false` when nothing was done: a refusal, settled or refunded before, a leased grant of another isolate's,
+   * or the key's object did not answer (logged as `settle_failed`).
+   *
+   * @throws RangeError when `actual` is not a whole number ≥ 0; TypeError when the handle is not as the limiter gave it
+   */
+  settle(env: object, result: RateLimitResult, actual: number): Promise<Settled>;
   /**
    * Decides an HTTP request as the proxy and the middleware do: its key read as the `key` setting says (or
    * `options.key`), its client address from `CF-Connecting-IP`, its cost by the `costs` rules and its route by its

@@ -51,16 +51,26 @@ export class UsageStore {
     );
   }
 
-  /** Takes a refunded grant of `units` granted at `at` off its day; whether the key keeps usage. */
-  refund(at: number, units: number): boolean {
+  /**
+   * Takes a refunded grant of `units` granted at `at` off its day (`requests`: 1, or 0 for a settle's unused units: the
+   * request still counts); whether the key keeps usage.
+   */
+  refund(at: number, units: number, requests: 0 | 1 = 1): boolean {
     const spec = this.#db.has("usage") ? this.stored() : null;
     if (spec === null) return false;
     this.#db.run(
-      "UPDATE usage SET requests = MAX(0, requests - 1), cost = MAX(0, cost - ?) WHERE day = ?",
+      "UPDATE usage SET requests = MAX(0, requests - ?), cost = MAX(0, cost - ?) WHERE day = ?",
+      requests,
       units,
       usageDay(spec, at),
     );
     return true;
+  }
+
+  /** Adds a settle's debt of `units` used by `t` to the day of `t` (no request: it counted already), if kept. */
+  charge(t: number, units: number): void {
+    const spec = this.#db.has("usage") ? this.stored() : null;
+    if (spec !== null && units > 0) this.count(spec, t, { requests: 0, cost: units });
   }
 
   /**

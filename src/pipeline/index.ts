@@ -24,7 +24,10 @@ import { clientSignal, isWebSocketUpgrade, normalizedPath, pathnameOf } from "./
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { costOfRequest } from "./reservation.ts";
 import { untilEnd } from "./response-end.ts";
+import { type Settled, settleResult } from "./settle.ts";
 import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
+
+export type { Settled } from "./settle.ts";
 
 type Maybe<T> = T | Promise<T>;
 
@@ -306,6 +309,18 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
       }),
     );
     return done.some(Boolean);
+  }
+
+  /**
+   * Settles a request granted for a reservation (its cost) to its `actual` cost, once — from its result or a copy of
+   * it, in this isolate or another (src/pipeline/settle.ts): `reserved − actual` given back as a refund gives back,
+   * `actual − reserved` recorded now as debt (`settle_debt`). A result never settled keeps its reservation.
+   *
+   * @throws RangeError for an `actual` that is not a whole number ≥ 0; TypeError (a rejection) for a handle not as
+   *   the limiter gave it
+   */
+  settle(ns: LimiterNamespace, result: RateLimitResult, actual: number): Promise<Settled> {
+    return settleResult(this.client, ns, result, actual);
   }
 
   async #cost(asking: Asking): Promise<number> {
