@@ -87,7 +87,8 @@ export async function readBody(request: Request, max: number, field: string): Pr
     if (done) break;
     length += value.byteLength;
     if (length > max) {
-      await reader.cancel().catch(() => {});
+      // Not awaited: a branch of a tee settles its cancel only once the other branch (the request's own) is cancelled.
+      reader.cancel().catch(() => {});
       throw tooLarge();
     }
     chunks.push(value);
