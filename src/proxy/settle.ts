@@ -70,7 +70,7 @@ export function settledResponse(response: Response, s: Settling): Response {
   const body = new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
-        let read: ReadableStreamReadResult<Uint8Array>;
+        let read: Awaited<ReturnType<typeof source.read>>;
         try {
           read = await source.read();
         } catch (e) {

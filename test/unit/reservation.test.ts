@@ -419,7 +419,7 @@ describe("a reservation read from the request", () => {
 });
 
 describe("the request's body read for its reservation", () => {
-  const post = (body: BodyInit | null, headers: Record<string, string> = {}) =>
+  const post = (body: string | ReadableStream<Uint8Array> | null, headers: Record<string, string> = {}) =>
     new Request("https://limiter.example/v1/chat/completions", {
       method: "POST",
       body,
