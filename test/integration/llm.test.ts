@@ -4,10 +4,9 @@
 // the origin reported — in the key's window, its usage and its credits. Bad reservations are 400s that count nothing;
 // an answer without usage, cut short, or left by its client keeps its reservation (logged), and a client that leaves
 // cancels the origin's request. 40 concurrent streams on 2,000 tokens / 10 s: no window over by settled cost.
-import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
 import { keyId } from "../../src/base/log.ts";
-import { anthropicStream, openaiChatStream } from "../support/llm.ts";
-import type { LlmReport } from "../support/llm-origin.ts";
+import { anthropicStream, type LlmReport, openaiChatStream } from "../support/llm.ts";
 import { background, envWith, freshKey, handle, originUrl, problemBody, request, spyLimiter } from "./helpers.ts";
 
 const TOKEN = "llm-admin-token";
@@ -96,7 +95,7 @@ async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>, until?
   }
 }
 
-let warn: ReturnType<typeof vi.spyOn>;
+let warn: MockInstance<typeof console.warn>;
 beforeEach(() => {
   warn = vi.spyOn(console, "warn").mockImplementation(() => {});
   vi.spyOn(console, "log").mockImplementation(() => {});

@@ -2,22 +2,16 @@
 // completions, OpenAI responses or Anthropic messages request as that API does — streamed (SSE, one write per event,
 // or each event cut in two writes) when the body asks `stream: true`, else JSON — and records the usage it reported.
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { anthropicEvents, anthropicJson, openaiChatEvents, openaiChatJson, openaiResponsesEvents } from "./llm.ts";
+import {
+  anthropicEvents,
+  anthropicJson,
+  type LlmReport,
+  openaiChatEvents,
+  openaiChatJson,
+  openaiResponsesEvents,
+} from "./llm.ts";
 
-/** One answer the fake model gave: whose (`x-api-key`), and the usage it reported (null: none). */
-export interface LlmReport {
-  readonly key: string | null;
-  readonly form: string;
-  /** The total tokens its usage reported; null when it reported none (no include_usage, or cut before it). */
-  readonly reported: number | null;
-  /** The reservation's fields the request carried. */
-  readonly maxTokens: number | null;
-  /** Date.now() when the request arrived, and when its answer ended. */
-  readonly at: number;
-  readonly endedAt: number;
-  /** The client (the proxy) closed the connection before the answer was written in full. */
-  readonly cancelled: boolean;
-}
+export type { LlmReport };
 
 /** What the fake model needs from the origin: its rendezvous counters. */
 export interface LlmContext {

@@ -3,6 +3,21 @@
 // prompt/input tokens as given, plus one output token per word. Shared by the unit tests, the recording origin
 // (test/support/origin.ts) and the benches.
 
+/** One answer the fake model gave: whose (`x-api-key`), and the usage it reported (null: none). */
+export interface LlmReport {
+  readonly key: string | null;
+  readonly form: string;
+  /** The total tokens its usage reported; null when it reported none (no include_usage, or cut before it). */
+  readonly reported: number | null;
+  /** The reservation's fields the request carried. */
+  readonly maxTokens: number | null;
+  /** Date.now() when the request arrived, and when its answer ended. */
+  readonly at: number;
+  readonly endedAt: number;
+  /** The client (the proxy) closed the connection before the answer was written in full. */
+  readonly cancelled: boolean;
+}
+
 /** One SSE event: an optional `event:` line, one `data:` line, a blank line. */
 function sse(data: unknown, event?: string): string {
   return `${event === undefined ? "" : `event: ${event}\n`}data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`;
