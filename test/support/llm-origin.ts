@@ -26,7 +26,8 @@ export interface LlmContext {
  * - `prompt=<n>`: input tokens — default the body's length in bytes ÷ 4, rounded up;
  * - `split=1`: each event in two writes, cut in its middle;
  * - `gate=<id>`: the last events (the usage) wait for `release/<id>`;
- * - `cut=1`: the connection is dropped before the usage is sent.
+ * - `cut=1`: the connection is dropped before the usage is sent;
+ * - `pace=<ms>`: each event written that long after the one before, its time recorded (`sent`; benches only).
  */
 export async function llm(
   form: string,
@@ -59,6 +60,7 @@ export async function llm(
   const stream = body.stream === true;
   const includeUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
   let cancelled = false;
+  const sent: number[] = [];
   res.once("close", () => {
     if (!res.writableFinished) cancelled = true;
   });
@@ -66,7 +68,7 @@ export async function llm(
   const record = (reported: number | null) => {
     if (recorded) return;
     recorded = true;
-    ctx.reports.push({ key, form, reported, maxTokens, at, endedAt: Date.now(), cancelled });
+    ctx.reports.push({ key, form, reported, maxTokens, at, endedAt: Date.now(), cancelled, sent });
   };
 
   if (!stream) {
@@ -88,7 +90,12 @@ export async function llm(
   res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
   res.flushHeaders();
   const split = params.get("split") === "1";
+  const pace = params.has("pace") ? Number(params.get("pace")) : 0;
   const send = async (event: string) => {
+    if (pace > 0) {
+      await new Promise((resolve) => setTimeout(resolve, pace));
+      sent.push(Date.now());
+    }
     const parts = split ? [event.slice(0, event.length >> 1), event.slice(event.length >> 1)] : [event];
     for (const p of parts)
       await new Promise<void>((resolve, reject) => res.write(p, (e) => (e ? reject(e) : resolve())));

@@ -16,6 +16,8 @@ export interface LlmReport {
   readonly endedAt: number;
   /** The client (the proxy) closed the connection before the answer was written in full. */
   readonly cancelled: boolean;
+  /** With `pace`: Date.now() as each event was written, in order. */
+  readonly sent: readonly number[];
 }
 
 /** One SSE event: an optional `event:` line, one `data:` line, a blank line. */
