@@ -313,8 +313,8 @@ describe("40 concurrent streams on 2,000 tokens / 10 s", () => {
       if (n === 0) break;
       granted.push(n);
     }
-    // The first wave: as many reservations as fit.
-    expect(granted[0]).toBe(Math.floor(2000 / reserved));
+    // The first wave: as many reservations as fit (more if a stream settled before the wave's last was decided).
+    expect(granted[0]).toBeGreaterThanOrEqual(Math.floor(2000 / reserved));
     // Settling gave back what was not used: later waves were granted too.
     expect(granted.length).toBeGreaterThan(1);
     const all = await reports(key);
