@@ -14,11 +14,14 @@ import type { LimiterConfig, Reserve } from "../config/types.ts";
  * The units `request` is decided for: its first matching `costs` rule's cost, a settled rule's reservation read from
  * the request, else 1. Synchronous unless the request's body must be read.
  *
- * @throws LimiterError `bad_reservation` when a settled rule's reservation cannot be read from the request
+ * @throws LimiterError `bad_reservation` when a settled rule's reservation cannot be read from the request; whatever
+ *   `path` throws (a malformed path), whether or not a rule needs it
  */
 export function costOfRequest(config: LimiterConfig, request: Request, path: () => string): number | Promise<number> {
+  // The path is normalised (and a malformed one refused) whether or not a rule reads it.
+  const normal = path();
   if (config.costs.length === 0) return 1;
-  const rule = costRuleFor(config, request.method, path());
+  const rule = costRuleFor(config, request.method, normal);
   if (rule === null) return 1;
   if (!rule.settled) return rule.cost ?? 1;
   const reserve = rule.settled.reserve;

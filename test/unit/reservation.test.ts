@@ -486,5 +486,10 @@ describe("the request's body read for its reservation", () => {
     const body = JSON.stringify({ max_tokens: 10 });
     expect(await to("/v1/chat/completions", body)).toBe(10 + body.length);
     expect(costOfRequest(parse([]), new Request("https://limiter.example/"), () => "/")).toBe(1);
+    // The path is read (and a malformed one refused) whether or not a rule needs it.
+    const malformed = () => {
+      throw new LimiterError("malformed_path", "bad path");
+    };
+    expect(() => costOfRequest(parse([]), new Request("https://limiter.example/"), malformed)).toThrow("bad path");
   });
 });
