@@ -176,6 +176,12 @@ describe("a costs rule's reserve and settle", () => {
       says: 'got "max_tokens"',
     },
     {
+      what: "reserve null",
+      rule: { ...CHAT, reserve: null, settle: "openai" },
+      field: "costs[0].reserve",
+      says: 'expected a positive whole number, { json = "max_tokens", input = "bytes" } or { header = "…" }, got null',
+    },
+    {
       what: "reserve an array",
       rule: { ...CHAT, reserve: [1], settle: "openai" },
       field: "costs[0].reserve",
@@ -215,13 +221,13 @@ describe("a costs rule's reserve and settle", () => {
       what: "reserve.input a word",
       rule: { ...CHAT, reserve: { json: "max_tokens", input: "chars" }, settle: "openai" },
       field: "costs[0].reserve.input",
-      says: 'got "chars"',
+      says: 'expected "bytes" or a whole number ≥ 0, got "chars"',
     },
     {
       what: "reserve.input negative",
       rule: { ...CHAT, reserve: { json: "max_tokens", input: -1 }, settle: "openai" },
       field: "costs[0].reserve.input",
-      says: "got -1",
+      says: 'expected "bytes" or a whole number ≥ 0, got -1',
     },
     {
       what: "reserve.default 0",
@@ -233,7 +239,7 @@ describe("a costs rule's reserve and settle", () => {
       what: "reserve.max_body too large",
       rule: { ...CHAT, reserve: { json: "m", input: 0, max_body: MAX_RESERVE_BODY + 1 }, settle: "openai" },
       field: "costs[0].reserve.max_body",
-      says: `got ${MAX_RESERVE_BODY + 1}`,
+      says: `expected a number of bytes from 1 to ${MAX_RESERVE_BODY} (32 MiB), got ${MAX_RESERVE_BODY + 1}`,
     },
     {
       what: "reserve.max_body 0",
@@ -263,7 +269,7 @@ describe("a costs rule's reserve and settle", () => {
       what: "settle unknown name",
       rule: { ...CHAT, reserve: 5, settle: "gemini" },
       field: "costs[0].settle",
-      says: 'got "gemini"',
+      says: 'expected "openai", "anthropic", { header = "…" } or { json = "…" }, got "gemini"',
     },
     { what: "settle a number", rule: { ...CHAT, reserve: 5, settle: 3 }, field: "costs[0].settle", says: "got 3" },
     {
