@@ -22,14 +22,41 @@ import {
   problemFor,
   type RateLimitResult,
   refusal,
+  type Settled,
 } from "./index.ts";
 
-export type { RateLimitResult } from "./index.ts";
+export type { RateLimitResult, Settled } from "./index.ts";
 
-/** What the middleware sets on the context: `c.get("rateLimit")` is the request's decision. */
+/**
+ * What the middleware sets on the context: `c.get("rateLimit")` is the request's decision; for a granted request,
+ * `c.get("rateLimitCost")` settles its cost (docs/configuration.md, "Settled costs").
+ */
 export type RateLimitVariables = {
   rateLimit: RateLimitResult;
+  rateLimitCost: RateLimitCost;
 };
+
+/**
+ * A granted request's cost, settled by the handler (docs/configuration.md, "Settled costs"): granted for its `cost` —
+ * a reservation, the most it may cost — it is settled once to what it did cost.
+ */
+export interface RateLimitCost {
+  /**
+   * Settles the request to `actual` now: `reserved − actual` units given back, `actual − reserved` recorded as debt.
+   * Once per request (a second settle, or one after `report`'s, does nothing: `settled: false`).
+   *
+   * @throws RangeError (a rejection) when `actual` is not a whole number ≥ 0
+   */
+  settle(actual: number): Promise<Settled>;
+  /**
+   * Reports the request's actual cost so far, for a response that streams (the middleware's `reportCost: true`): the
+   * last report counts, and the request is settled to it when the response has ended — its body streamed to the end,
+   * failed, or cancelled by a client that went away. A request with no report keeps its reservation.
+   *
+   * @throws RangeError when `actual` is not a whole number ≥ 0; TypeError when the middleware has no `reportCost`
+   */
+  report(actual: number): void;
+}
 
 type Maybe<T> = T | Promise<T>;
 
@@ -54,6 +81,12 @@ export interface RateLimitOptions<E extends Env = Env> extends Omit<LimiterOptio
   readonly handler?: (c: Context<E>, result: RateLimitResult) => Maybe<Response>;
   /** A limiter to use instead of one built from the settings (to share its leases between several `use`s). */
   readonly limiter?: Limiter;
+  /**
+   * The handler reports each request's actual cost with `c.get("rateLimitCost").report(n)`, as its response streams;
+   * the request is settled to the last report when the response has ended (docs/configuration.md, "Settled costs").
+   * Off by default: a response is then passed on as the handler made it.
+   */
+  readonly reportCost?: boolean;
 }
 
 /**
@@ -63,7 +96,7 @@ export interface RateLimitOptions<E extends Env = Env> extends Omit<LimiterOptio
 export function rateLimit<E extends Env = Env>(
   options: RateLimitOptions<E>,
 ): MiddlewareHandler<E & { Variables: RateLimitVariables }> {
-  const { key, cost, skip, refund, handler, limiter: given, ...settings } = options;
+  const { key, cost, skip, refund, handler, limiter: given, reportCost = false, ...settings } = options;
   const limiter =
     given ?? createLimiter({ ...settings, ...(typeof key === "function" || key === undefined ? {} : { key }) });
   const { config } = limiter;
@@ -88,6 +121,8 @@ export function rateLimit<E extends Env = Env>(
     if (!result) return next();
     c.set("rateLimit", result);
     if (!result.allowed) return handler ? handler(ctx, result) : refusal(result, config.headers);
+    const settling = costOf(limiter, env, result, reportCost);
+    c.set("rateLimitCost", settling.handle);
     try {
       await next();
       setHeaders(c, limiter, result);
@@ -97,10 +132,32 @@ export function rateLimit<E extends Env = Env>(
       await limiter.release(env, result);
       throw e;
     }
-    // With `concurrency`, the request's slot is freed once the handler's response has ended (or its socket closed).
-    const sent = limiter.whenEnded(env, result, c.res, bg);
+    // With `concurrency`, the request's slot is freed once the handler's response has ended (or its socket closed);
+    // with `reportCost`, its cost is settled then to what the handler reported.
+    let sent = limiter.whenEnded(env, result, c.res, bg);
+    if (reportCost) sent = limiter.settleWhenEnded(env, result, sent, { ctx: bg, actual: settling.reported });
     if (sent !== c.res) c.res = sent;
   };
+}
+
+/** A granted request's {@link RateLimitCost}, and the cost its handler last reported (null: none). */
+function costOf(
+  limiter: Limiter,
+  env: object,
+  result: RateLimitResult,
+  reportCost: boolean,
+): { readonly handle: RateLimitCost; readonly reported: () => number | null } {
+  let reported: number | null = null;
+  const handle: RateLimitCost = {
+    settle: (actual) => limiter.settle(env, result, actual),
+    report(actual) {
+      if (!reportCost) throw new TypeError("report(): set reportCost: true on the middleware, or call settle()");
+      if (!Number.isSafeInteger(actual) || actual < 0)
+        throw new RangeError(`actual: expected a whole number ≥ 0, got ${String(actual)}`);
+      reported = actual;
+    },
+  };
+  return { handle, reported: () => reported };
 }
 
 /** The runtime's `waitUntil`, when the app runs with an execution context (not under `app.request()`). */

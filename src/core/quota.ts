@@ -84,31 +84,19 @@ export class Quota {
   }
 
   /**
-   * Counts `cost` units used at `now` when they fit the period, all or nothing.
+   * Counts `cost` units used at `now` when they fit the period, all or nothing; `over`: whether or not they fit (a
+   * settle's debt: the period then refuses until it ends).
    *
    * @returns the start of the period they count in (what a refund names), or null when they do not fit
    * @throws RangeError for a cost that is not a whole number ≥ 1
    */
-  take(now: number, cost: number): number | null {
+  take(now: number, cost: number, over = false): number | null {
     if (!Number.isSafeInteger(cost) || cost < 1)
       throw new RangeError(`cost: expected a whole number ≥ 1, got ${describe(cost)}`);
     const s = this.#at(now);
-    if (this.#used + cost > this.spec.limit) return null;
+    if (this.#used + cost > this.spec.limit && !over) return null;
     this.#used += cost;
     return s.start;
-  }
-
-  /**
-   * Counts `units` used at `now` whether or not they fit (a settle's debt: the period is then over its limit and
-   * refuses until it ends).
-   *
-   * @throws RangeError for units that are not a whole number ≥ 1
-   */
-  charge(now: number, units: number): void {
-    if (!Number.isSafeInteger(units) || units < 1)
-      throw new RangeError(`units: expected a positive integer, got ${describe(units)}`);
-    this.#at(now);
-    this.#used += units;
   }
 
   /**
@@ -226,24 +214,15 @@ export class QuotaBook {
   }
 
   /**
-   * Counts `units` granted at `now` in every quota (the caller checked that they fit).
+   * Counts `units` granted at `now` in every quota (the caller checked that they fit); `over`: whether or not they fit
+   * (a settle's debt, {@link Quota.take}).
    *
    * @returns the rows to write
-   * @throws RangeError when they do not fit one: nothing is counted then
+   * @throws RangeError when they do not fit one (and not `over`): nothing is counted then
    */
-  take(now: number, units: number): QuotaRow[] {
-    if (!this.fits(now, units)) throw new RangeError(`units: ${units} do not fit every quota`);
-    for (const q of this.quotas) q.take(now, units);
-    return this.rows();
-  }
-
-  /**
-   * Counts `units` used at `now` in every quota, over its limit if need be (a settle's debt, {@link Quota.charge}).
-   *
-   * @returns the rows to write
-   */
-  charge(now: number, units: number): QuotaRow[] {
-    for (const q of this.quotas) q.charge(now, units);
+  take(now: number, units: number, over = false): QuotaRow[] {
+    if (!over && !this.fits(now, units)) throw new RangeError(`units: ${units} do not fit every quota`);
+    for (const q of this.quotas) q.take(now, units, over);
     return this.rows();
   }
 

@@ -8,7 +8,7 @@ import { callObject, withDeadline } from "../client/policy.ts";
 import { routeBudget } from "../config/lookup.ts";
 import { parseLimiterConfig } from "../config/parse.ts";
 import { ConfigError, type LimiterConfig, type Plan } from "../config/types.ts";
-import { usageBy } from "../core/usage.ts";
+import { type UsagePeriod, usageBy } from "../core/usage.ts";
 import { namespaceOf, Pipeline, routeNamed } from "../pipeline/index.ts";
 import { settingsName } from "../pipeline/key.ts";
 import type { LimiterStub, TopUp } from "../protocol.ts";
@@ -135,6 +135,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
         ctx: bgOf(ctx),
       }),
     whenEnded: (env, result, response, ctx) => pipeline.sent(namespace(env), result, response, bgOf(ctx)),
+    settleWhenEnded: (env, result, response, { ctx, actual }) =>
+      pipeline.settleWhenEnded(namespace(env), result, response, { bg: bgOf(ctx), actual }),
     headers: (result) => pipeline.headers(result),
     setHeaders: (result, target) => pipeline.setHeaders(result, target),
     async peek(env, key, { cost = 1, route } = {}) {
@@ -156,16 +158,24 @@ export function createLimiter(options: LimiterOptions): Limiter {
     },
     credit: async (env, key, add, { id } = {}) => (await topUp(topUpTarget(env, key), add, id)).balance,
     topUp: async (env, key, add, { id } = {}) => topUp(topUpTarget(env, key), add, id),
-    async usage(env, key, { period, from = 0, to = USAGE_END }) {
-      const { name: object, plan } = pipeline.identify(keyOf(key));
-      const spec = plan.meters?.usage;
-      if (!spec) throw new ConfigError(`usage(): the plan ${JSON.stringify(plan.name)} of this key keeps no usage`);
-      const range = { period, from, to };
-      usageBy(spec, [], range); // throws a RangeError for a period or range that is not one
-      const ns = namespace(env);
-      return callObject(() => ns.getByName(object).usage(spec, range), config.objectTimeoutMs);
-    },
+    usage: async (env, key, options) => usageOf(pipeline, () => namespace(env), keyOf(key), options),
   };
+}
+
+/** The usage of `key` (`Limiter.usage`) at its object in the namespace `ns()` returns. */
+async function usageOf(
+  pipeline: Pipeline,
+  ns: () => LimiterNamespace,
+  key: string,
+  { period, from = 0, to = USAGE_END }: Parameters<Limiter["usage"]>[2],
+): Promise<UsagePeriod[]> {
+  const { name: object, plan } = pipeline.identify(key);
+  const spec = plan.meters?.usage;
+  if (!spec) throw new ConfigError(`usage(): the plan ${JSON.stringify(plan.name)} of this key keeps no usage`);
+  const range = { period, from, to };
+  usageBy(spec, [], range); // throws a RangeError for a period or range that is not one
+  const namespace = ns();
+  return callObject(() => namespace.getByName(object).usage(spec, range), pipeline.config.objectTimeoutMs);
 }
 
 /**

@@ -128,6 +128,18 @@ export interface Limiter {
    * is released once the response has ended — its body read to the end, failed, or cancelled, a WebSocket closed.
    */
   whenEnded(env: object, result: RateLimitResult, response: Response, ctx?: Background): Response;
+  /**
+   * The response to send for a request granted for a reservation whose actual cost is known only when its response has
+   * ended — a stream of a language model's tokens, say: once its body has streamed to the end, failed, or been
+   * cancelled by a client that went away, `options.actual()` is read and, when it is a number, the request is settled
+   * to it ({@link settle}); null keeps the reservation. Pass the response {@link whenEnded} returned, if any.
+   */
+  settleWhenEnded(
+    env: object,
+    result: RateLimitResult,
+    response: Response,
+    options: { readonly ctx?: Background; readonly actual: () => number | null },
+  ): Response;
   /** Forgets the key's grants (units leased to isolates and not yet expired still count). */
   reset(env: object, key: string): Promise<void>;
   /**

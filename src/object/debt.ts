@@ -30,7 +30,7 @@ export function recordDebt(
   if (route !== undefined) k.budgets.write(route.name, k.budgets.route(route).record(now, uses));
   const t = Math.max(now, own.clock);
   const meters = k.meters.stored();
-  if (meters.quotas !== null) k.meters.write({ quotaRows: meters.quotas.charge(t, units), credits: null });
+  if (meters.quotas !== null) k.meters.write({ quotaRows: meters.quotas.take(t, units, true), credits: null });
   if (meters.credits !== null) {
     const spent = Math.min(units, meters.credits.balance(t));
     if (spent > 0) k.meters.write({ quotaRows: null, credits: meters.credits.take(t, spent) });

@@ -24,7 +24,7 @@ import { clientSignal, isWebSocketUpgrade, normalizedPath, pathnameOf } from "./
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { costOfRequest } from "./reservation.ts";
 import { untilEnd } from "./response-end.ts";
-import { type Settled, settleResult } from "./settle.ts";
+import { type Settled, settledWhenEnded, settleResult } from "./settle.ts";
 import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
 
 export type { Settled } from "./settle.ts";
@@ -260,6 +260,22 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     const slot = result.handle?.slot ?? null;
     if (!this.client.holdsSlot(slot)) return response;
     return untilEnd(response, () => this.client.release(ns, slot), bg);
+  }
+
+  /**
+   * The response to send for a request granted for a reservation whose actual cost is known only when it has ended
+   * (docs/configuration.md, "Settled costs"): once its body has streamed to the end, failed, or been cancelled by a
+   * client that went away, `end.actual()` is read and, when it is a number, the request is settled to it; null keeps
+   * the reservation. A result with nothing granted passes the response on untouched.
+   */
+  settleWhenEnded(
+    ns: LimiterNamespace,
+    result: RateLimitResult,
+    response: Response,
+    end: { readonly bg?: Background; readonly actual: () => number | null },
+  ): Response {
+    if ((result.handle?.grants.length ?? 0) === 0) return response;
+    return settledWhenEnded(response, (actual) => this.settle(ns, result, actual), end);
   }
 
   /**

@@ -1,14 +1,17 @@
 /**
  * @module Settled costs (docs/configuration.md, "Settled costs"): a request granted for a reservation — the most it
- * may cost — is settled once to what it did cost when its response has ended. What a settle did ({@link Settled}), and
- * the settle of a result's every grant (its key's, its client address's) with the log lines it leaves:
- * `settle_failed` when a budget's object did not answer, `settle_debt` when it cost more than it reserved.
+ * may cost — is settled once to what it did cost when its response has ended. What a settle did ({@link Settled}),
+ * the settle of a result's every grant (its key's, its client address's) with the log lines it leaves —
+ * `settle_failed` when a budget's object did not answer, `settle_debt` when it cost more than it reserved — and a
+ * response settled when it has ended.
  */
 
 import { keyId, logEvent } from "../base/log.ts";
 import { checkActual, type LimiterClient, type LimiterNamespace } from "../client/index.ts";
 import { errorName } from "../client/policy.ts";
 import type { RateLimitResult } from "../client/result.ts";
+import type { Background } from "../protocol.ts";
+import { untilEnd } from "./response-end.ts";
 
 /** What settling a result did. */
 export interface Settled {
@@ -63,4 +66,20 @@ export async function settleResult(
     logEvent("settle_debt", { key_id: await keyId(key.name), reserved, actual, debt }, "warn");
   }
   return { settled: true, reserved, actual, returned: Math.max(0, reserved - actual), debt };
+}
+
+/**
+ * `response` as it should be sent, settled by `settle` once it has ended (response-end.ts, `untilEnd`) to what
+ * `end.actual()` says then; null keeps the reservation.
+ */
+export function settledWhenEnded(
+  response: Response,
+  settle: (actual: number) => Promise<unknown>,
+  end: { readonly bg?: Background; readonly actual: () => number | null },
+): Response {
+  const settleAtEnd = async () => {
+    const actual = end.actual();
+    if (actual !== null) await settle(actual);
+  };
+  return untilEnd(response, settleAtEnd, end.bg ?? {});
 }

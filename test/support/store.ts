@@ -10,7 +10,7 @@ import { type Decision, KeyLog, type LimitSpec, type NamedLimit, type Settlement
 import { fitOf, giveBackUnused, type Meters, takeMetered, withMeters } from "../../src/core/meters.ts";
 import { QuotaBook } from "../../src/core/quota.ts";
 import { Slots } from "../../src/core/slots.ts";
-import type { AloneReport, TakeAsk as Ask, MeterSpecs } from "../../src/protocol.ts";
+import type { AloneReport, TakeAsk as Ask, MeterSpecs, RefundedGrant } from "../../src/protocol.ts";
 
 export const T0 = 1_800_000_000_000;
 
@@ -139,24 +139,29 @@ export class Store {
         await this.#maybeFail();
         return this.slotsOf(name).renew(this.now(), id, timeoutMs) !== null;
       },
-      refund: async (
-        limits: readonly LimitSpec[],
-        grant: { id: string; recordedAt: readonly number[]; units: number; at?: number },
-      ) => {
-        const { id, recordedAt, units, at } = grant;
+      refund: async (limits: readonly LimitSpec[], grant: RefundedGrant) => {
+        const { id, recordedAt, units, at, debt = 0 } = grant;
         this.calls.push({ name, method: "refund", units });
         if (this.refunded.has(id)) return false;
         this.refunded.add(id);
         const meters = this.book(name, undefined);
-        // A settled leased grant: its quota units only (src/object/give-back.ts, refundQuotas).
-        if ((grant as { quotasOnly?: boolean }).quotasOnly) {
-          if (at === undefined || !meters?.quotas) return false;
-          meters.quotas.giveBack(this.now(), at, units);
-          return true;
+        // A settled leased grant: its quota units only (src/object/give-back.ts, refundQuotas); a settle spends its id
+        // and records its debt even so.
+        if (grant.quotasOnly) {
+          if ((at === undefined || !meters?.quotas) && !grant.settle) return false;
+          if (at !== undefined && units > 0) meters?.quotas?.giveBack(this.now(), at, units);
+        } else if (units > 0) {
+          this.log(name, limits).giveBack(recordedAt, units);
+          if (at !== undefined) meters?.quotas?.giveBack(this.now(), at, units);
+          if (at !== undefined) meters?.credits?.giveBack(units, at, this.now());
         }
-        this.log(name, limits).giveBack(recordedAt, units);
-        if (at !== undefined) meters?.quotas?.giveBack(this.now(), at, units);
-        if (at !== undefined) meters?.credits?.giveBack(units, at, this.now());
+        // A settle's debt (src/object/debt.ts): at now, over the limits, in the quotas and the credits (down to 0).
+        if (debt > 0) {
+          this.log(name, limits).record(this.now(), [{ ageMs: 0, units: debt }]);
+          meters?.quotas?.take(this.now(), debt, true);
+          const spent = Math.min(debt, meters?.credits?.balance(this.now()) ?? 0);
+          if (spent > 0) meters?.credits?.take(this.now(), spent);
+        }
         return true;
       },
       settle: async (limits: readonly LimitSpec[], settle: readonly Settlement[]) => {

@@ -57,6 +57,29 @@ describe("Quota", () => {
     expect(q.giveBack(at("2026-06-01T11:00:02Z"), at("2026-06-01T11:00:00Z"), 1)).toBe(false);
   });
 
+  it("counts a settle's debt over the limit (over) in the period containing now; it refuses until the next period", () => {
+    const q = new Quota({ limit: 5, period: "day", zone: "UTC" });
+    expect(q.take(at("2026-06-01T10:00:00Z"), 4)).not.toBeNull();
+    expect(q.take(at("2026-06-01T11:00:00Z"), 3, true)).toBe(at("2026-06-01T00:00:00Z"));
+    expect(q.state()).toEqual({ periodStart: at("2026-06-01T00:00:00Z"), used: 7 });
+    expect(q.remaining(at("2026-06-01T12:00:00Z"))).toBe(0);
+    expect(q.take(at("2026-06-01T12:00:00Z"), 1)).toBeNull();
+    // A give-back of the period takes off what it gives, the debt's units included.
+    expect(q.giveBack(at("2026-06-01T12:00:00Z"), at("2026-06-01T00:00:00Z"), 3)).toBe(true);
+    expect(q.remaining(at("2026-06-01T12:00:00Z"))).toBe(1);
+    // A debt charged in the next period counts there, not in the one before.
+    q.take(at("2026-06-02T00:00:00Z"), 2, true);
+    expect(q.state()).toEqual({ periodStart: at("2026-06-02T00:00:00Z"), used: 2 });
+    expect(() => q.take(at("2026-06-02T00:00:00Z"), 0, true)).toThrow(/^cost: /);
+    expect(() => q.take(at("2026-06-02T00:00:00Z"), 1.5, true)).toThrow(/^cost: /);
+    const b = new QuotaBook([
+      { limit: 5, period: "day", zone: "UTC" },
+      { limit: 50, period: "month", zone: "UTC" },
+    ]);
+    expect(() => b.take(at("2026-06-01T10:00:00Z"), 9)).toThrow(/^units: 9 do not fit/);
+    expect(b.take(at("2026-06-01T10:00:00Z"), 9, true).map((r) => r.used)).toEqual([9, 9]);
+  });
+
   it("comes back from its stored state while the period lasts; a stale or odd state starts afresh", () => {
     const spec = { limit: 5, period: "week" as const, zone: "Europe/Berlin" };
     const q = new Quota(spec);
