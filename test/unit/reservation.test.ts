@@ -136,7 +136,17 @@ describe("a costs rule's reserve and settle", () => {
     expect(costFor(config, "POST", "/v1/chat/completions")).toBe(100);
   });
 
+  it("a plain cost is still a whole number ≥ 0, its error saying so", () => {
+    expect(configError([{ path: "/v1", cost: -1 }]).message).toBe(
+      "RATE_LIMIT.costs[0].cost: expected a whole number ≥ 0 (0 means not limited), got -1",
+    );
+  });
+
   it("a reservation only the request can give cannot be charged without it", () => {
+    const anyMethod = parse([{ path: "/v1", reserve: { json: "m", input: 0 }, settle: "openai" }]);
+    expect(() => costFor(anyMethod, "PUT", "/v1/x")).toThrow(
+      'cost: the costs rule for any method "/v1" reserves from the request; decide the request itself, or give a cost',
+    );
     const config = parse([{ ...CHAT, reserve: { header: "x-max" }, settle: "openai" }]);
     expect(() => costFor(config, "POST", "/v1/chat/completions")).toThrow(
       /cost: the costs rule for POST "\/v1\/chat\/completions" reserves from the request/,
