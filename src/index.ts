@@ -1,7 +1,7 @@
 /**
  * @module The library (package export `.`): `createLimiter` for any Worker — `limit()`, `peek()`,
- * `refund()`, `settle()`, `reset()`, `acquire()`/`release()`, `headers()` — and the `RateLimiter` Durable Object class to bind in
- * wrangler.toml.
+ * `refund()`, `settle()`, `reset()`, `acquire()`/`release()`, `headers()` — and the `RateLimiter` Durable Object class
+ * to bind in wrangler.toml.
  *
  * ```ts
  * import { createLimiter, RateLimiter } from "strict-edge-rate-limiter";

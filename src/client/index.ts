@@ -173,8 +173,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    * isolate that spent it (no call), else to the key's object, which gives back each grant id once. A refunded
    * request is not counted.
    *
-   * @returns false when there was nothing to give back (already refunded, or a leased grant whose lease was settled
-   *   since or is another isolate's: its units were re-dated to their use and stay counted)
+   * @returns false when there was nothing to give back (already refunded or settled, or a leased grant whose lease was
+   *   settled since or is another isolate's: its units were re-dated to their use and stay counted)
    * @throws TypeError for a grant that is not a handle's
    */
   async refund(ns: LimiterNamespace, grant: GrantRecord): Promise<boolean> {

@@ -1,7 +1,7 @@
 /**
  * @module The library's contract (package export `.`, through src/index.ts): a {@link Limiter} — `limit()`, `peek()`,
- * `refund()`, `settle()`, `reset()`, `acquire()`/`release()`, `decideRequest()`, `headers()` — and the options of one call.
- * src/library/create.ts makes one.
+ * `refund()`, `settle()`, `reset()`, `acquire()`/`release()`, `decideRequest()`, `headers()` — and the options of one
+ * call. src/library/create.ts makes one.
  */
 
 import type { HeaderSink } from "../client/headers.ts";
@@ -94,9 +94,9 @@ export interface Limiter {
   /**
    * Gives back exactly what `result` was granted (once): the request is not counted. `result` may be a copy — kept,
    * `structuredClone`d, sent through a queue or KV as JSON — and refunded in any isolate: its `handle` says where the
-   * units were recorded. Resolves false when there was nothing to give back (a refusal, already refunded, a leased
-   * grant whose lease was settled since or belongs to another isolate), or the key's object did not answer (logged
-   * as `refund_failed`).
+   * units were recorded. Resolves false when there was nothing to give back (a refusal, already refunded or settled, a
+   * leased grant whose lease was settled since or belongs to another isolate), or the key's object did not answer
+   * (logged as `refund_failed`).
    *
    * @throws TypeError when the handle is not as the limiter gave it
    */

@@ -21,8 +21,8 @@ import { checkId } from "./once.ts";
 export const METER_REFUND_MS = 86_400_000;
 
 /**
- * Checks a refunded grant's fields (an id of 1 to 128 characters, times, a positive count — 0 or more for a settle — and
- * a debt of 0 or more) and its route's name.
+ * Checks a refunded grant's fields (an id of 1 to 128 characters, times, a positive count — 0 or more for a settle —
+ * and a debt of 0 or more) and its route's name.
  */
 function checkGrant(grant: RefundedGrant, route: RouteBudget | undefined): void {
   const { id, recordedAt, units, debt = 0 } = grant ?? ({} as Partial<RefundedGrant>);
@@ -45,18 +45,34 @@ interface GiveBackCall {
 
 /**
  * Gives back a grant at `now`, once per id — the whole of it (a refund) or its unused `units` (a settle, which also
- * records a `debt`: debt.ts); false (nothing done) for an id given back or settled before, a key with no state, or one
- * whose logs are kept under other limits than the grant was recorded under (a plan changed, an override came or went):
+ * records a `debt`: debt.ts); false (nothing done) for an id given back or settled before, a key with no state (but
+ * a settle's debt is recorded even then), or one whose logs are kept under other limits than the grant was recorded under (a plan changed, an override came or went):
  * its units count until they leave the window, as any grant's do.
  */
 export function refund(k: KeyStores, now: number, call: GiveBackCall): boolean {
   const { grant, route } = call;
   checkGrant(grant, route);
-  if (k.db.empty || k.once.seen("refund", grant.id)) return false;
+  if (k.once.seen("refund", grant.id)) return false;
+  if (k.db.empty) return grant.settle === true && (grant.debt ?? 0) > 0 && debtAlone(k, now, call);
   const forgetAt = grant.quotasOnly === true ? refundQuotas(k, now, grant) : giveBack(k, now, call);
   if (forgetAt === null) return false;
   if ((grant.debt ?? 0) > 0) recordDebt(k, now, call);
   k.once.remember("refund", grant.id, forgetAt);
+  return true;
+}
+
+/**
+ * A settle's debt on a key with no state (the idle alarm deleted it: the grant has left every window, nothing to give
+ * back): recorded all the same, its id kept while the debt counts. True.
+ */
+function debtAlone(k: KeyStores, now: number, call: GiveBackCall): true {
+  recordDebt(k, now, call);
+  const longest = Math.max(
+    0,
+    ...call.limits.map((l) => l.windowMs),
+    ...(call.route?.limits ?? []).map((l) => l.windowMs),
+  );
+  k.once.remember("refund", call.grant.id, now + longest + 1);
   return true;
 }
 

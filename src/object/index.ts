@@ -108,9 +108,12 @@ export class RateLimiter extends DurableObject<unknown> {
 
   /**
    * Gives back a request's grant from its handle, once per id (a second refund resolves false); false too for a key
-   * with no state or one kept under other limits than the grant was recorded under.
+   * with no state or one kept under other limits than the grant was recorded under. With `grant.settle`, a settle
+   * instead (give-back.ts): its unused units given back, its `debt` recorded now; the same id settles once and is
+   * refunded never after.
    *
-   * @throws RangeError for a field that is not a grant's (an id of 1 to 128 characters, times, a positive count)
+   * @throws RangeError for a field that is not a grant's (an id of 1 to 128 characters, times, a positive count — 0 or
+   *   more for a settle — and a debt of 0 or more)
    */
   refund(limits: readonly LimitSpec[], grant: RefundedGrant, route?: RouteBudget): boolean | Promise<boolean> {
     return rejecting(

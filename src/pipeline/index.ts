@@ -307,8 +307,8 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    * Gives a decided request's units back (the request is not counted) — from its result or a copy of it, in this
    * isolate or another — each budget's once, logging `refund_failed` when a key's object does not answer.
    *
-   * @returns false when nothing was given back (a refusal, already refunded, a failed call, or a leased grant
-   *   whose lease was settled since or is another isolate's)
+   * @returns false when nothing was given back (a refusal, already refunded or settled, a failed call, or a leased
+   *   grant whose lease was settled since or is another isolate's)
    * @throws TypeError (a rejection) when the handle is not as the limiter gave it; nothing else rejects
    */
   async refund(ns: LimiterNamespace, result: RateLimitResult): Promise<boolean> {

@@ -2,7 +2,7 @@
 // object's clock seam: a grant's unused units given back to its windows, route, quotas, credits and usage (its request
 // still counted), once per id and never after a refund; the units used beyond the reservation recorded as debt at the
 // settle's time, over the limits, which the key then waits out; bad fields refused, nothing changed.
-import { runInDurableObject } from "cloudflare:test";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
 import type { QuotaSpec } from "../../src/core/quota.ts";
@@ -106,6 +106,23 @@ describe("settling a grant at the key's object", () => {
     o.at(T0 + 1_000);
     expect((await o.take(tenPerSecond, 3)).allowed).toBe(true);
     expect((await o.take(tenPerSecond, 1)).allowed).toBe(false);
+  });
+
+  it("a settle after the idle alarm deleted the key's state: nothing to give back, its debt recorded once", async () => {
+    const o = await object();
+    const d = await o.take(tenPerSecond, 8);
+    o.at(T0 + 5_000);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect((await o.stored()).tables).toEqual([]);
+    // Settled for less: nothing left to give back (the grant left its window long ago), nothing kept.
+    expect(await o.stub.refund(tenPerSecond, settled("late", d, 5))).toBe(false);
+    expect((await o.stored()).tables).toEqual([]);
+    // Settled for more: the debt counts from now, once.
+    expect(await o.stub.refund(tenPerSecond, settled("late2", d, 0, 9))).toBe(true);
+    expect((await o.peek(tenPerSecond)).limits[0]?.remaining).toBe(1);
+    expect(await o.stub.refund(tenPerSecond, settled("late2", d, 0, 9))).toBe(false);
+    expect((await o.peek(tenPerSecond)).limits[0]?.remaining).toBe(1);
+    expect(await o.alarm()).not.toBeNull();
   });
 
   it("a debt takes a quota over its limit and credits down to 0, never below", async () => {

@@ -141,6 +141,9 @@ export class Store {
       },
       refund: async (limits: readonly LimitSpec[], grant: RefundedGrant) => {
         const { id, recordedAt, units, at, debt = 0 } = grant;
+        // The object's checks (src/object/give-back.ts): times in ms, a settle's units from 0, a refund's from 1.
+        if (!recordedAt.every((t) => Number.isSafeInteger(t))) throw new RangeError("recordedAt: expected times in ms");
+        if (!Number.isSafeInteger(units) || units < (grant.settle ? 0 : 1)) throw new RangeError("units: not a count");
         this.calls.push({ name, method: "refund", units });
         if (this.refunded.has(id)) return false;
         this.refunded.add(id);

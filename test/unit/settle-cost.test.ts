@@ -5,7 +5,8 @@
 // object decided; the log lines; bad input. And the property: whatever the isolates, bursts, settles (in the isolate
 // that granted a grant or another, for less or for more) and lease expiry, once every lease is settled the key's quota
 // counts exactly each grant's final cost — its actual one when settled, its reservation when not: no unit counted
-// twice or lost.
+// twice or lost; and where every reservation bounds its cost, no window holds more than N by final cost (a settle for
+// more breaks that, as the docs say: the same run with debts finds such a window).
 
 import fc from "fast-check";
 import { afterEach, describe, expect, it, vi } from "vitest";
@@ -14,6 +15,7 @@ import type { HeldLease } from "../../src/client/leases.ts";
 import type { RateLimitResult } from "../../src/client/result.ts";
 import { Pipeline } from "../../src/pipeline/index.ts";
 import { grantOf, setup } from "../support/store.ts";
+import { type Grant, sweepViolation } from "../support/window.ts";
 
 afterEach(() => {
   vi.restoreAllMocks();
@@ -57,7 +59,7 @@ describe("settling a grant the object decided", () => {
     expect(await t.client.settle(t.ns, grantOf(u), 4)).toBe(true);
     const calls = t.store.count("take");
     // Asked at the object at once (no cached refusal), and granted.
-    expect((await t.limit("key:c", 6)).reason).toBe("granted");
+    expect((await t.limit("key:c")).reason).toBe("granted");
     expect(t.store.count("take")).toBe(calls + 1);
   });
 
@@ -188,7 +190,31 @@ describe("settling a grant spent from a lease", () => {
   });
 });
 
-describe("a quota counts each grant's final cost once leases are settled (property)", () => {
+describe("settling a leased grant of a key without quotas", () => {
+  it("once its lease's uses are settled: nothing to give back, no call; a debt still goes to the object", async () => {
+    const t = setup({ limits: [{ limit: 1000, window: "1s" }] });
+    const spent: RateLimitResult[] = [];
+    for (let i = 0; i < 40 && spent.length < 2; i++) {
+      const r = await t.limit("key:a", 2);
+      await t.settle();
+      if (r.reason === "leased") spent.push(r);
+    }
+    expect(spent).toHaveLength(2);
+    expect(grantOf(spent[0] as RateLimitResult).at).toBeUndefined();
+    const entry = t.client.leases.get("key:a");
+    for (const h of entry?.held ?? []) h.left = 0; // the next request asks the object, settling the leases' uses
+    expect((await t.limit()).reason).toBe("granted");
+    await t.settle();
+    const calls = t.store.count("refund");
+    expect(await t.client.settle(t.ns, grantOf(spent[0] as RateLimitResult), 1)).toBe(true);
+    expect(t.store.count("refund")).toBe(calls);
+    expect(await t.client.settle(t.ns, grantOf(spent[1] as RateLimitResult), 5)).toBe(true);
+    expect(t.store.calls.at(-1)).toMatchObject({ method: "refund", units: 0 });
+    await expect(t.client.settle(t.ns, grantOf(spent[1] as RateLimitResult), -1)).rejects.toThrow(/^actual: /);
+  });
+});
+
+describe("final costs across isolates and leases (property)", () => {
   type Step =
     | { kind: "burst"; isolate: number; n: number; cost: number }
     | { kind: "wait"; ms: number }
@@ -238,6 +264,8 @@ describe("a quota counts each grant's final cost once leases are settled (proper
     const limit = (i: number, cost: number) =>
       (isolates[i] as LimiterClient).limit({ ns: t.ns, name: "k", plan: t.plan, cost, bg: t.bg });
     let final = 0;
+    /** Each grant at its use (its decision) with its final cost: its actual one when settled, else its reservation. */
+    const uses: Grant[] = [];
     let open: { r: RateLimitResult; isolate: number }[] = [];
     for (const s of steps) {
       if (s.kind === "wait") t.advance(s.ms);
@@ -267,22 +295,31 @@ describe("a quota counts each grant's final cost once leases are settled (proper
           const o = open[i] as (typeof open)[number];
           // Settled in the isolate that granted it (or at the object), it counts its actual cost; a leased grant
           // settled elsewhere keeps its reservation, and may still be settled where it was granted.
-          if (ok) final += actual;
-          else left.push(o);
+          if (ok) {
+            final += actual;
+            uses.push({ t: o.r.at, cost: actual });
+          } else left.push(o);
           if (!ok && o.r.handle?.grants[0]?.lease === undefined)
             throw new Error("a grant the object decided must settle");
         });
         open = left;
       }
     }
-    for (const o of open) final += o.r.cost;
+    for (const o of open) {
+      final += o.r.cost;
+      uses.push({ t: o.r.at, cost: o.r.cost });
+    }
     // Every lease expires; each isolate's next call settles its own (one request each, counted at its cost of 1).
     t.advance(60_000);
     for (let i = 0; i < isolates.length; i++) {
-      if ((await limit(i, 1)).allowed) final += 1;
+      const r = await limit(i, 1);
+      if (r.allowed) {
+        final += 1;
+        uses.push({ t: r.at, cost: 1 });
+      }
       await t.settle();
     }
-    return { used: used(), final };
+    return { used: used(), final, uses };
   }
 
   it("isolates, bursts, settles for less and for more, here and elsewhere, lease expiry: no unit twice or lost", async () => {
@@ -303,5 +340,23 @@ describe("a quota counts each grant's final cost once leases are settled (proper
     expect(seen.inLease + seen.settledSince).toBeGreaterThan(0);
     expect(seen.atObject).toBeGreaterThan(0);
     expect(seen.debt).toBeGreaterThan(0);
+  });
+
+  it("reservations that bound their costs: no window holds more than N by settled cost", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 20, max: 200 }),
+        fc.array(
+          step.map((s) => (s.kind === "settle" ? { ...s, over: false } : s)),
+          { minLength: 1, maxLength: 25 },
+        ),
+        async (perSecond, steps) => {
+          const { used, final, uses } = await run(perSecond, steps);
+          expect(used).toBe(final);
+          expect(sweepViolation(uses, [{ limit: perSecond, windowMs: 1_000 }])).toBeNull();
+        },
+      ),
+      { numRuns: 30 },
+    );
   });
 });
