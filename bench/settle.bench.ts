@@ -219,12 +219,12 @@ const utilisation = (limiter: () => Limiter, streams: number, share: number, max
   if (limiter === reserveThenSettle && byGrant.max > N) throw new Error(`over N: ${byGrant.max}`);
   return served.reduce((a, s) => a + s.actual, 0) / ((SECONDS * 1000) / W) / N;
 };
-for (const [title, maxWaitMs] of [
-  ["refused clients wait the exact Retry-After", Infinity],
-  ["refused clients retry within 250 ms (the Retry-After or less)", 250],
+for (const [part, title, maxWaitMs] of [
+  ["2a", "refused clients wait the exact Retry-After", Infinity],
+  ["2b", "refused clients retry within 250 ms (the Retry-After or less)", 250],
 ] as const) {
   console.log(
-    `\n2. Utilisation (tokens served per window ÷ N), ${title}; requests of 60–180 tokens whose cost is a share of their reservation:`,
+    `\n${part}. Utilisation (tokens served per window ÷ N), ${title}; requests of 60–180 tokens whose cost is a share of their reservation:`,
   );
   console.log(
     `| streams open | limiter | ${shares.map((s) => (s === 1 ? "actual = reservation" : `actual = 1/${Math.round(1 / s)}`)).join(" | ")} |`,
