@@ -14,7 +14,7 @@ import { costRuleFor } from "../config/lookup.ts";
 import { parseConfig } from "../config/parse.ts";
 import { type Config, ConfigError } from "../config/types.ts";
 import type { RateLimiter } from "../object/index.ts";
-import { HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
+import { clientSignal, HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
 import { type DecisionObserver, Pipeline } from "../pipeline/index.ts";
 import { handleAdmin, isAdminRequest } from "./admin/index.ts";
 import { corsFor, isPreflight, withCors } from "./cors.ts";
@@ -196,6 +196,7 @@ function settling(q: Proxied, pipeline: Pipeline<Config>, result: RateLimitResul
     result,
     settleTo: (actual) => pipeline.settle(q.ns, result, actual),
     bg: q.hooks,
+    left: clientSignal(q.request),
   });
 }
 

@@ -25,6 +25,11 @@ export interface Settling {
   readonly settleTo: (actual: number) => Promise<unknown>;
   /** The runtime's `waitUntil`: the settlement outlives the response. */
   readonly bg: Background;
+  /**
+   * The client's signal (`request.signal`): aborted when it went away, which cancels the origin's request
+   * (src/proxy/forward.ts) — a body failing then ended because the client left, not because the origin cut it.
+   */
+  readonly left?: AbortSignal | null;
 }
 
 /**
@@ -74,7 +79,7 @@ export function settledResponse(response: Response, s: Settling): Response {
         try {
           read = await source.read();
         } catch (e) {
-          end("cut_short");
+          end(s.left?.aborted ? "client_left" : "cut_short");
           controller.error(e);
           return;
         }

@@ -194,23 +194,50 @@ describe("settled costs through the proxy", () => {
     const key = freshKey();
     const gate = crypto.randomUUID();
     const h = background();
-    const { req, text } = ask(
-      key,
-      "anthropic",
-      { max_tokens: 80, stream: true, messages: MESSAGES },
-      `?tokens=3&gate=${gate}`,
-    );
+    const body = JSON.stringify({ max_tokens: 80, stream: true, messages: MESSAGES });
+    // workerd's request.signal aborts when the client goes away (enable_request_signal): as a client leaving does.
+    const client = new AbortController();
+    const req = request(key, `/__special/llm/anthropic?tokens=3&gate=${gate}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body,
+      signal: client.signal,
+    });
     const res = await handle(req, env(), h);
     const reader = (res.body as ReadableStream<Uint8Array>).getReader();
     await readUntil(reader, "content_block_stop");
-    await reader.cancel();
+    // Leaves while a read is waiting on the origin (as workerd's own reads of a body always are).
+    const waiting = reader.read().catch(() => null);
+    client.abort(new Error("the client went away"));
+    await waiting;
+    await reader.cancel().catch(() => {});
     // The origin sees its connection closed while it still holds the usage back.
     let seen: LlmReport[] = [];
     while (seen.length === 0) seen = await reports(key);
     expect(seen[0]).toMatchObject({ cancelled: true, reported: null });
     await h.settled();
-    expect(await state(key)).toMatchObject({ used: 80 + text.length, cost: 80 + text.length });
+    expect(await state(key)).toMatchObject({ used: 80 + body.length, cost: 80 + body.length });
     expect(kept()).toEqual([expect.objectContaining({ reason: "client_left", key_id: await keyId(`key:${key}`) })]);
+  });
+
+  it("a client that leaves once the usage has passed: settled to it (whether or not the body had ended)", async () => {
+    const key = freshKey();
+    const h = background();
+    const client = new AbortController();
+    const body = JSON.stringify({ max_tokens: 90, stream: true, stream_options: { include_usage: true } });
+    const req = request(key, "/__special/llm/openai-chat?tokens=4&prompt=6", {
+      method: "POST",
+      body,
+      signal: client.signal,
+    });
+    const res = await handle(req, env(), h);
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    await readUntil(reader, '"total_tokens"');
+    client.abort(new Error("the client went away"));
+    await reader.cancel();
+    await h.settled();
+    expect(await state(key)).toMatchObject({ used: 10, cost: 10 });
+    expect(kept()).toEqual([]);
   });
 
   const BAD: { what: string; form: string; body: string; detail: string }[] = [
