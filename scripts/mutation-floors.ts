@@ -30,6 +30,9 @@ export const FLOORS: Readonly<Record<string, number>> = {
   // (its `by` is never read then), and the wait over granted budgets too (theirs is 0).
   "src/config/accounts.ts": 97,
   "src/client/joined.ts": 92,
+  // Settled costs' reserve and settle (issue 49): its own run (96.43 %, 135 of 140; the five survivors, four messages'
+  // wording and a null check, are killed by tests added since).
+  "src/config/settled.ts": 95,
   "src/core/duration.ts": 99,
   "src/core/limits.ts": 98,
   // log.ts's survivors are mostly equivalent: guards before leaseFor, which grants nothing for them anyway, boundaries

@@ -21,7 +21,12 @@ export type LimiterErrorCode =
   /** The client address (`CF-Connecting-IP`) is needed (the `anonymous` or `ip` limits) and missing or malformed. */
   | "no_client_address"
   /** The request's path holds what the path normaliser refuses (an encoded slash under `paths.escaped_slashes`, …). */
-  | "malformed_path";
+  | "malformed_path"
+  /**
+   * A `costs` rule reserves from the request (docs/llm.md) and its reservation cannot be read: not a whole number,
+   * missing with no default, or in a body too large or not JSON. Nothing is counted.
+   */
+  | "bad_reservation";
 
 /** A request the limiter cannot decide: its `code` says why, its message says so in words. */
 export class LimiterError extends Error {

@@ -4,7 +4,7 @@
  */
 
 import type { RouteBudget } from "../core/budgets.ts";
-import type { LimiterConfig, Plan, Route } from "./types.ts";
+import type { CostRule, LimiterConfig, Plan, Route } from "./types.ts";
 
 /** The plan for a key: first plan whose prefix matches, else the default plan, else null. */
 export function planForKey(config: LimiterConfig, key: string): Plan | null {
@@ -25,10 +25,27 @@ export function routeFor(plan: Plan, method: string, path: string): Route | null
   return null;
 }
 
-/** The cost of a request: the first matching rule's, else 1. */
-export function costFor(config: LimiterConfig, method: string, path: string): number {
+/** The first `costs` rule a request matches, else null. */
+export function costRuleFor(config: LimiterConfig, method: string, path: string): CostRule | null {
   for (const r of config.costs) {
-    if ((r.method === null || r.method === method) && path.startsWith(r.pathPrefix)) return r.cost;
+    if ((r.method === null || r.method === method) && path.startsWith(r.pathPrefix)) return r;
   }
-  return 1;
+  return null;
+}
+
+/**
+ * The cost of a request decided without being read: the first matching rule's, else 1.
+ *
+ * @throws RangeError when that rule's reservation can only be read from the request (`reserve` from a header or its
+ *   body, no `default`): pass the request, or a cost
+ */
+export function costFor(config: LimiterConfig, method: string, path: string): number {
+  const rule = costRuleFor(config, method, path);
+  if (rule === null) return 1;
+  if (rule.cost === null) {
+    throw new RangeError(
+      `cost: the costs rule for ${rule.method ?? "any method"} ${JSON.stringify(rule.pathPrefix)} reserves from the request; decide the request itself, or give a cost`,
+    );
+  }
+  return rule.cost;
 }

@@ -6,9 +6,10 @@
 import { normalizePath } from "../base/path.ts";
 import { array, nonEmptyString, type Obj, object, optionalArray, unknownFields, wholeNumber } from "./fields.ts";
 import { parseLimits } from "./limits.ts";
+import { parseSettled } from "./settled.ts";
 import { ConfigError, type CostRule, type Route } from "./types.ts";
 
-/** `costs = [{ method?, path, cost }]`: first match wins. */
+/** `costs = [{ method?, path, cost }]` (or `reserve` and `settle` in place of `cost`): first match wins. */
 export function parseCosts(value: unknown, root: string): CostRule[] {
   const rules = optionalArray(value, `${root}.costs`).map((c, i) => parseCost(c, `${root}.costs[${i}]`));
   shadowed(rules, `${root}.costs`);
@@ -17,8 +18,10 @@ export function parseCosts(value: unknown, root: string): CostRule[] {
 
 function parseCost(value: unknown, field: string): CostRule {
   const c = object(value, field);
-  unknownFields(c, ["method", "path", "cost"], field);
+  unknownFields(c, ["method", "path", "cost", "reserve", "settle"], field);
   const { method, pathPrefix } = parseMatch(c, field);
+  // A cost known only after the response (docs/llm.md): reserved from the request, settled from the response.
+  if (c.reserve !== undefined || c.settle !== undefined) return { method, pathPrefix, ...parseSettled(c, field) };
   const cost = wholeNumber(c.cost, `${field}.cost`, { min: 0, expected: "a whole number ≥ 0 (0 means not limited)" });
   return { method, pathPrefix, cost };
 }

@@ -152,12 +152,55 @@ export interface LeaseSettings {
   readonly maxLifetimeMs: number;
 }
 
-/** Requests matching `method` and starting with `pathPrefix` cost `cost` units (0: not limited). */
+/**
+ * Requests matching `method` and starting with `pathPrefix` cost `cost` units (0: not limited); with `settled`, they
+ * are granted for a reservation read from the request and settled to what the response reports (docs/llm.md).
+ */
 export interface CostRule {
   readonly method: string | null;
   readonly pathPrefix: string;
-  readonly cost: number;
+  /**
+   * The units of a request decided without being read (`limit()` with no request): the rule's `cost`, or a settled
+   * rule's fixed reservation or `default`; null: a settled rule whose reservation only the request can give.
+   */
+  readonly cost: number | null;
+  /** Where the reservation and the actual cost come from; missing: the cost is `cost`, known when decided. */
+  readonly settled?: SettledCost;
 }
+
+/** A `costs` rule's `reserve` and `settle` (docs/llm.md): the most a request may cost, and what it did cost. */
+export interface SettledCost {
+  readonly reserve: Reserve;
+  readonly settle: Settle;
+}
+
+/**
+ * Where a request's reservation comes from: a fixed number, a request header, or a field of its JSON body (a dotted
+ * `path`, as written in `field`) plus a bound for its input (`input`: the body's length in bytes, or a number). A
+ * missing header or field takes `default` (null: none, a `400`).
+ */
+export type Reserve =
+  | { readonly from: "fixed"; readonly units: number }
+  | { readonly from: "header"; readonly header: string; readonly default: number | null }
+  | {
+      readonly from: "json";
+      readonly field: string;
+      readonly path: readonly string[];
+      readonly input: "bytes" | number;
+      readonly default: number | null;
+      /** The largest body read for it (bytes); a larger one is a `400`. */
+      readonly maxBody: number;
+    };
+
+/**
+ * Where a request's actual cost comes from when its response ends: the usage an OpenAI or Anthropic response reports
+ * (streamed or not), a response header, or a field of a JSON response (a dotted `path`; in each event of a stream).
+ */
+export type Settle =
+  | { readonly from: "openai" }
+  | { readonly from: "anthropic" }
+  | { readonly from: "header"; readonly header: string }
+  | { readonly from: "json"; readonly field: string; readonly path: readonly string[] };
 
 /** Where the API key is read from, in order of precedence. */
 export interface KeySource {
@@ -255,4 +298,6 @@ export const DEFAULTS = {
   concurrencyTimeoutMs: 60_000,
   /** Preflights per client address: generous for browsers (which cache one for its `Max-Age`), tight for a flood. */
   preflightLimits: [{ limit: 60, window: "1m" }],
+  /** The largest request body read for a reservation from its JSON (`reserve.max_body`). */
+  reserveMaxBody: 1_048_576,
 };

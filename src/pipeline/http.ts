@@ -132,6 +132,7 @@ const PROBLEMS: Record<LimiterErrorCode, readonly [status: number, title: string
   malformed_key: [400, "Malformed API key"],
   no_client_address: [400, "Bad Request"],
   malformed_path: [400, "Bad Request"],
+  bad_reservation: [400, "Bad Request"],
   key_required: [401, "Unauthorized"],
   invalid_key: [401, "Unauthorized"],
   no_plan: [401, "Unauthorized"],

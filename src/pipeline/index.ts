@@ -17,6 +17,7 @@ import { decideAll, type ExtraBudget } from "./all-or-nothing.ts";
 import type { AdapterOptions, AddressAsking, Asking, Decided, DecisionObserver } from "./asking.ts";
 import { clientSignal, isWebSocketUpgrade, normalizedPath, pathnameOf } from "./http.ts";
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
+import { costOfRequest } from "./reservation.ts";
 import { untilEnd } from "./response-end.ts";
 import { type Settled, settledWhenEnded, settleResult } from "./settle.ts";
 import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
@@ -116,7 +117,8 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
    * request's concurrency slot is released at once when the client goes away (`request.signal`; not for a
    * WebSocket upgrade, {@link isWebSocketUpgrade}, whose slot is its socket's). Null when it costs nothing.
    *
-   * @throws LimiterError for a request without a usable key or client address, or a path the normaliser refuses
+   * @throws LimiterError for a request without a usable key or client address, a path the normaliser refuses, or a
+   *   reservation a settled `costs` rule cannot read from it (`bad_reservation`)
    */
   async decideRequest(
     env: object,
@@ -125,15 +127,18 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     options: AdapterOptions = {},
   ): Promise<RateLimitResult | null> {
     const { key, cost, ctx: bg = {}, path, observe } = options;
+    let normal = path;
+    const pathOf = () => (normal ??= normalizedPath(pathnameOf(request.url), this.config));
     const decided = await this.decide(
       env,
       ns,
       {
         key: key ?? (() => readKey(request, this.config.key)),
         ip: request.headers.get("cf-connecting-ip"),
-        ...(cost === undefined ? {} : { cost }),
+        // By the `costs` rules, a settled rule's reservation read from the request (src/pipeline/reservation.ts).
+        cost: cost ?? (() => costOfRequest(this.config, request, pathOf)),
         method: request.method,
-        path: path === undefined ? () => normalizedPath(pathnameOf(request.url), this.config) : () => path,
+        path: pathOf,
         bg,
         inFlight: true,
       },

@@ -9,15 +9,18 @@ import { logEvent } from "../base/log.ts";
 import type { NormalPath } from "../base/path.ts";
 import { type Background, type ClientOptions, LimiterClient, type LimiterNamespace } from "../client/index.ts";
 import { errorName } from "../client/policy.ts";
+import type { RateLimitResult } from "../client/result.ts";
+import { costRuleFor } from "../config/lookup.ts";
 import { parseConfig } from "../config/parse.ts";
 import { type Config, ConfigError } from "../config/types.ts";
 import type { RateLimiter } from "../object/index.ts";
-import { HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
+import { clientSignal, HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
 import { type DecisionObserver, Pipeline } from "../pipeline/index.ts";
 import { handleAdmin, isAdminRequest } from "./admin/index.ts";
 import { corsFor, isPreflight, withCors } from "./cors.ts";
 import { forward, type OriginFetcher } from "./forward.ts";
 import { objectsOf } from "./objects.ts";
+import { settledResponse } from "./settle.ts";
 
 /**
  * The bindings the proxy reads: the generated `Env` (`npm run types`), with the vars as `unknown`
@@ -176,8 +179,25 @@ async function limitAndForward(
     // Started here, whether or not there is a waitUntil to keep it alive (`?.` would skip the call).
     const refund = pipeline.refund(ns, result);
     hooks.waitUntil?.(refund);
-  }
+  } else response = settling(q, pipeline, result, response);
   return answer(pipeline.sent(ns, result, response, hooks), false);
+}
+
+/**
+ * `response` as sent for a granted request whose `costs` rule settles its cost from the response (docs/llm.md): read
+ * as it passes, the grant settled when its body ends (src/proxy/settle.ts). Any other response as it is.
+ */
+function settling(q: Proxied, pipeline: Pipeline<Config>, result: RateLimitResult, response: Response): Response {
+  const settle = costRuleFor(pipeline.config, q.request.method, q.path.match)?.settled?.settle;
+  // Nothing to settle: no rule says so, or nothing was granted (an unlimited plan, failing open).
+  if (settle === undefined || !result.handle?.grants.length) return response;
+  return settledResponse(response, {
+    settle,
+    result,
+    settleTo: (actual) => pipeline.settle(q.ns, result, actual),
+    bg: q.hooks,
+    left: clientSignal(q.request),
+  });
 }
 
 /**

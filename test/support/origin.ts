@@ -3,6 +3,7 @@
 import { createHash } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
+import { type LlmReport, llm } from "./llm-origin.ts";
 
 /** One request that reached the origin. */
 export interface Arrival {
@@ -21,6 +22,8 @@ export interface Origin {
   readonly closedUrl: string;
   /** Requests seen so far, oldest first (control requests to `/__arrivals` and special paths excluded). */
   readonly arrivals: Arrival[];
+  /** The fake language model's answers (`/__special/llm/<form>`), oldest first. */
+  readonly reports: LlmReport[];
   close(): Promise<void>;
 }
 
@@ -149,13 +152,17 @@ function intParam(params: URLSearchParams, name: string, fallback: number): numb
  *   `release/<id>` is requested, then `n` bytes of `z` and the end (proof that a response streams).
  * - `release/<id>` — releases `gated/<id>` (before or after it started); answers 204.
  * - `closed-port` — `{ "url": closedUrl }`, for tests inside workerd.
+ * - `llm/<form>` — a fake language model answering as OpenAI chat completions (`openai-chat`), the responses API
+ *   (`openai-responses`) or Anthropic messages (`anthropic`), streamed or JSON (test/support/llm-origin.ts); each
+ *   answer's reported usage is recorded.
+ * - `llm-reports?key=<key>` — those records (`LlmReport[]`), of one key's requests (`x-api-key`) or all.
  */
 async function special(
   name: string,
   url: URL,
   req: IncomingMessage,
   res: ServerResponse,
-  context: { closedUrl: string; counters: Counters },
+  context: { closedUrl: string; counters: Counters; reports: LlmReport[] },
 ) {
   const json = (status: number, value: unknown, headers: Record<string, string | string[]> = {}) => {
     res.writeHead(status, { "content-type": "application/json", ...headers });
@@ -179,6 +186,18 @@ async function special(
       sha256: hash.digest("hex"),
     };
     return json(200, echo);
+  }
+  if (name.startsWith("llm/")) {
+    const released = (id: string) => context.counters.reach(`release:${id}`, 1);
+    return llm(name.slice("llm/".length), url, req, res, { reports: context.reports, released });
+  }
+  if (name === "llm-reports") {
+    await drain(req);
+    const key = params.get("key");
+    return json(
+      200,
+      context.reports.filter((r) => key === null || r.key === key),
+    );
   }
   await drain(req);
   if (name === "redirect") {
@@ -290,6 +309,7 @@ export async function startOrigin(options: { maxHeaderSize?: number } = {}): Pro
   const closedUrl = `http://127.0.0.1:${await closedPort()}`;
   const sockets = new Set<Socket>();
   const counters = new Counters();
+  const reports: LlmReport[] = [];
   // Node's default head limit is 16 KiB (beyond it: its own 431); `maxHeaderSize` raises it.
   const limits = options.maxHeaderSize === undefined ? {} : { maxHeaderSize: options.maxHeaderSize };
   const server = createServer(limits, (req, res) => {
@@ -297,7 +317,7 @@ export async function startOrigin(options: { maxHeaderSize?: number } = {}): Pro
     const url = new URL(`http://origin.invalid${req.url ?? "/"}`);
     const at = url.pathname.indexOf("/__special/");
     if (at >= 0) {
-      special(url.pathname.slice(at + "/__special/".length), url, req, res, { closedUrl, counters }).catch(
+      special(url.pathname.slice(at + "/__special/".length), url, req, res, { closedUrl, counters, reports }).catch(
         (e: unknown) => {
           if (!res.headersSent) {
             res.writeHead(500, { "content-type": "text/plain" });
@@ -348,6 +368,7 @@ export async function startOrigin(options: { maxHeaderSize?: number } = {}): Pro
     url: `http://127.0.0.1:${port}`,
     closedUrl,
     arrivals,
+    reports,
     close: () =>
       new Promise<void>((resolve, reject) => {
         server.close((err) => (err ? reject(err) : resolve()));

@@ -158,6 +158,7 @@ describe("parseConfig: valid configs", () => {
       ipv6Subnet: 56,
       concurrencyTimeoutMs: 60_000,
       preflightLimits: [{ limit: 60, window: "1m" }],
+      reserveMaxBody: 1_048_576,
     });
   });
 

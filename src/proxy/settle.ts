@@ -1,0 +1,114 @@
+/**
+ * @module A granted request's reservation settled to what its response reports (docs/llm.md): the origin's body goes
+ * to the client chunk for chunk, each chunk passed on before it is read for its usage (src/pipeline/usage-report.ts),
+ * and when the body ends the grant is settled to the reported cost, in the background. A body that reports nothing,
+ * or nothing readable, or is cut short, or a client that leaves before the usage was reported: the reservation
+ * stands, and a `reservation_kept` line says why. A client that leaves cancels the origin's body (and its request).
+ */
+
+import { keyId, logEvent } from "../base/log.ts";
+import type { Background } from "../client/index.ts";
+import type { RateLimitResult } from "../client/result.ts";
+import type { Settle } from "../config/types.ts";
+import { type Report, usageReader } from "../pipeline/usage-report.ts";
+
+/** How a body ended: read to its end, failed (the origin cut it short), or cancelled (the client went away). */
+export type Ending = "complete" | "cut_short" | "client_left";
+
+/** What settling one response needs. */
+export interface Settling {
+  /** Where the actual cost is read from (the matching `costs` rule's `settle`). */
+  readonly settle: Settle;
+  /** The grant to settle. */
+  readonly result: RateLimitResult;
+  /** Settles the grant to `actual` units (the pipeline's `settle`). */
+  readonly settleTo: (actual: number) => Promise<unknown>;
+  /** The runtime's `waitUntil`: the settlement outlives the response. */
+  readonly bg: Background;
+  /**
+   * The client's signal (`request.signal`): aborted when it went away, which cancels the origin's request
+   * (src/proxy/forward.ts) — a body failing then ended because the client left, not because the origin cut it.
+   */
+  readonly left?: AbortSignal | null;
+}
+
+/**
+ * What a body that ended `how` settles to: the whole body's report when it was read to its end; else the usage it had
+ * already reported in full, or none.
+ */
+export function reportAt(how: Ending, whole: () => Report, reported: number | null): Report {
+  if (how === "complete") return whole();
+  if (reported !== null) return { actual: reported };
+  return {
+    none: how,
+    detail:
+      how === "client_left"
+        ? "the client went away before the usage was reported"
+        : "the origin's body ended before the usage was reported",
+  };
+}
+
+/**
+ * `response` with its body passed through to be read for its usage; when the body ends, the grant is settled to it
+ * (or its reservation kept, logged) in `s.bg.waitUntil`.
+ */
+export function settledResponse(response: Response, s: Settling): Response {
+  const usage = usageReader(s.settle, response.headers);
+  let ended = false;
+  const end = (how: Ending) => {
+    if (ended) return;
+    ended = true;
+    let report: Report;
+    try {
+      report = reportAt(how, () => usage.end(), usage.reported());
+    } catch {
+      report = { none: "unreadable", detail: "the usage could not be read" };
+    }
+    const done = "actual" in report ? s.settleTo(report.actual).catch(() => {}) : kept(s.result, report);
+    s.bg.waitUntil?.(done);
+  };
+  if (response.body === null) {
+    end("complete");
+    return response;
+  }
+  const source = response.body.getReader();
+  const body = new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        let read: Awaited<ReturnType<typeof source.read>>;
+        try {
+          read = await source.read();
+        } catch (e) {
+          end(s.left?.aborted ? "client_left" : "cut_short");
+          controller.error(e);
+          return;
+        }
+        if (read.done) {
+          end("complete");
+          controller.close();
+          return;
+        }
+        // Passed on first: reading it for its usage never holds it back.
+        controller.enqueue(read.value);
+        try {
+          usage.push(read.value);
+        } catch {
+          // A fault in reading the usage never stops the body: it reports nothing then.
+        }
+      },
+      cancel(reason) {
+        end("client_left");
+        return source.cancel(reason);
+      },
+    },
+    { highWaterMark: 0 },
+  );
+  return new Response(body, response);
+}
+
+/** Logs a reservation kept (`reservation_kept`): why, and for which key. */
+async function kept(result: RateLimitResult, report: Exclude<Report, { actual: number }>): Promise<void> {
+  const name = result.handle?.grants[0]?.name;
+  const key_id = name === undefined ? null : await keyId(name);
+  logEvent("reservation_kept", { key_id, reason: report.none, detail: report.detail, reserved: result.cost }, "warn");
+}
