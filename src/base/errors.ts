@@ -17,7 +17,21 @@ export type LimiterErrorCode =
   /** The client address (`CF-Connecting-IP`) is needed (the `anonymous` or `ip` limits) and missing or malformed. */
   | "no_client_address"
   /** The request's path holds what the path normaliser refuses (an encoded slash under `paths.escaped_slashes`, …). */
-  | "malformed_path";
+  | "malformed_path"
+  /** The key's plan has `signed = true` and the key carries no signature: it was not minted. */
+  | "key_unsigned"
+  /** The key looks minted but is truncated or malformed (its body or signature cannot be read). */
+  | "key_malformed"
+  /** The key's signature does not prove it: forged, or altered since it was minted. */
+  | "key_signature"
+  /** The key was signed with a secret that is no longer `KEY_SECRET` nor `KEY_SECRET_PREVIOUS`. */
+  | "key_secret_retired"
+  /** The key's expiry has passed. */
+  | "key_expired"
+  /** The key was minted for another plan than the one its prefix chooses. */
+  | "key_plan_mismatch"
+  /** The key was minted for a plan this limiter no longer has. */
+  | "key_plan_unknown";
 
 /** A request the limiter cannot decide: its `code` says why, its message says so in words. */
 export class LimiterError extends Error {

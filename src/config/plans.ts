@@ -30,6 +30,7 @@ import {
   type Plan,
   type QuotaLimit,
   type Route,
+  type SignedMode,
 } from "./types.ts";
 
 /** What every plan of a limiter is parsed with: the limiter's own settings that plans inherit or are checked against. */
@@ -97,7 +98,8 @@ export function parsePlans(rl: Obj, ctx: PlanContext, inherited: Inherited): Pla
     const credits = ownOrInherited(raw, field, CREDITS, { inherited: inherited.credits, unlimited });
     const usage = ownOrInherited(raw, field, USAGE, { inherited: inherited.usage, unlimited });
     const concurrency = unlimited ? null : parseConcurrency(raw, field, inherited.concurrency, true);
-    return withMeterSettings({ ...plan, penalty, concurrency }, credits, usage);
+    const signed = parseSigned(raw.signed, `${field}.signed`);
+    return withMeterSettings({ ...plan, penalty, concurrency, ...(signed ? { signed } : {}) }, credits, usage);
   });
   const names = new Set<string>();
   for (const [i, p] of plans.entries()) {
@@ -232,7 +234,18 @@ const PLAN_FIELDS = [
   "concurrency_timeout",
   "credits",
   "usage",
+  "signed",
 ] as const;
+
+/** `signed = true | false | "optional"` (docs/configuration.md, "Signed keys"); null: not signed. */
+function parseSigned(value: unknown, field: string): SignedMode | null {
+  if (value === undefined || value === false) return null;
+  if (value === true) return "required";
+  if (value === "optional") return "optional";
+  throw new ConfigError(
+    `${field}: expected true (keys must be minted), "optional" (minted keys checked, others still pass) or false, got ${JSON.stringify(value)}`,
+  );
+}
 
 /**
  * A plan: its limits, lease lifetime, routes (each route's limits named apart from the plan's) and per-address

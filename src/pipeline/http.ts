@@ -135,17 +135,26 @@ const PROBLEMS: Record<LimiterErrorCode, readonly [status: number, title: string
   key_required: [401, "Unauthorized"],
   invalid_key: [401, "Unauthorized"],
   no_plan: [401, "Unauthorized"],
+  key_unsigned: [401, "Unauthorized"],
+  key_malformed: [401, "Unauthorized"],
+  key_signature: [401, "Unauthorized"],
+  key_secret_retired: [401, "Unauthorized"],
+  key_expired: [401, "Unauthorized"],
+  key_plan_mismatch: [401, "Unauthorized"],
+  key_plan_unknown: [401, "Unauthorized"],
 };
 
 /**
  * The HTTP error of a {@link LimiterError}: `400` for a malformed key or a missing client address, `401` for a key
- * needed and missing, not valid, or matching no plan — with the `WWW-Authenticate` challenge when keys may come as
- * `Authorization: Bearer` (`bearer`).
+ * needed and missing, not valid, matching no plan, or a signed plan's key refused (its `code` in the body: which
+ * check it failed) — with the `WWW-Authenticate` challenge when keys may come as `Authorization: Bearer` (`bearer`).
  */
 export function httpErrorOf(e: LimiterError, bearer = false): HttpError {
   const [status, title] = PROBLEMS[e.code];
   const headers: Record<string, string> = status === 401 && bearer ? { "WWW-Authenticate": 'Bearer realm="api"' } : {};
-  return new HttpError(status, title, e.message, { headers });
+  // A signed key's refusals say which check failed (the others' codes are older than the field).
+  const signed = e.code.startsWith("key_") && e.code !== "key_required";
+  return new HttpError(status, title, e.message, { headers, ...(signed ? { extra: { code: e.code } } : {}) });
 }
 
 /** The problem+json response the proxy sends for a {@link LimiterError} ({@link httpErrorOf}). */

@@ -20,9 +20,11 @@ import {
   type Plan,
   type Route,
 } from "../config/types.ts";
+import { countGuess } from "./guesses.ts";
 import { clientSignal, isWebSocketUpgrade, normalizedPath, pathnameOf } from "./http.ts";
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { untilEnd } from "./response-end.ts";
+import { verifyKey } from "./signed.ts";
 import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
 
 type Maybe<T> = T | Promise<T>;
@@ -116,6 +118,17 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
+   * {@link identify}, then, for a key of a signed plan, its signature checked in the isolate (signed.ts): a key
+   * refused there never reaches an object. A minted key's account is the identity's.
+   */
+  async #identified(env: object, key: string | null, ip: string | null): Promise<Identity> {
+    const identity = this.identify(key, ip);
+    if (key === null || !identity.plan.signed) return identity;
+    const claims = await verifyKey(this.config, identity.plan, env, key, this.client.now());
+    return { ...identity, account: claims?.account ?? null };
+  }
+
+  /**
    * The object name of `budget` for the client address `ip` (`CF-Connecting-IP`).
    *
    * @throws LimiterError `no_client_address` when the address is missing or malformed
@@ -140,8 +153,19 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     const once = read && { ...asking, path: () => (path ??= read()) };
     const cost = await this.#cost(once || asking);
     if (cost === 0) return null;
-    const key = typeof asking.key === "function" ? (await asking.key()) || null : asking.key;
-    const identity = this.identify(key, asking.ip ?? null);
+    let key: string | null = null;
+    let identity: Identity;
+    try {
+      key = typeof asking.key === "function" ? (await asking.key()) || null : asking.key;
+      identity = await this.#identified(env, key, asking.ip ?? null);
+    } catch (e) {
+      // A key refused here may count against its address (guesses.ts): past its budget, that refusal is the answer.
+      const { config, client, scope } = this;
+      const { ip, bg } = asking;
+      const guess = await countGuess(env, { config, client, ns, scope, key, ip, ...(bg ? { bg } : {}) }, e);
+      if (guess) return { result: guess.result, identity: { name: guess.name, plan: guess.plan } };
+      throw e;
+    }
     const route = this.#route(identity.plan, once || asking);
     // The address budget applies to requests with a key whose adapter knows the address (the library's
     // limit() without `ip` leaves it out; the proxy and the middleware always pass the header, present or not).

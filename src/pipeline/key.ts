@@ -60,6 +60,11 @@ export interface Identity {
   /** The key's object name: `key:<key>`, or `ip:<address>` for a request without a key; `<scope>/` before it in a named limiter. */
   readonly name: string;
   readonly plan: Plan;
+  /**
+   * The account the key belongs to (a customer with several keys): a minted key's (docs/configuration.md, "Signed
+   * keys"); null or missing: none.
+   */
+  readonly account?: string | null;
 }
 
 /**

@@ -158,6 +158,10 @@ describe("parseConfig: valid configs", () => {
       ipv6Subnet: 56,
       concurrencyTimeoutMs: 60_000,
       preflightLimits: [{ limit: 60, window: "1m" }],
+      guesses: {
+        limits: [{ limit: 10, window: "1m" }],
+        penalty: { after: 3, within: "10m", block: "15m", max_block: "1d" },
+      },
     });
   });
 
