@@ -11,6 +11,7 @@ import { ConfigError, type LimiterConfig, type Plan } from "../config/types.ts";
 import { usageBy } from "../core/usage.ts";
 import { namespaceOf, Pipeline, routeNamed } from "../pipeline/index.ts";
 import { settingsName } from "../pipeline/key.ts";
+import { mintFor } from "../pipeline/signed.ts";
 import type { LimiterStub, TopUp } from "../protocol.ts";
 import type { LimitCallOptions, Limiter } from "./limiter.ts";
 import type { LimiterOptions } from "./settings.ts";
@@ -137,6 +138,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       }),
     whenEnded: (env, result, response, ctx) => pipeline.sent(namespace(env), result, response, bgOf(ctx)),
     headers: (result) => pipeline.headers(result),
+    mintKey: (env, plan, options = {}) => mintFor(config, env, plan, { now: client.now(), ...options }),
     setHeaders: (result, target) => pipeline.setHeaders(result, target),
     async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);

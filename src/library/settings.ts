@@ -62,6 +62,11 @@ export interface PlanSetting {
   readonly credits?: CreditsSetting | false;
   /** The plan's own usage in place of the top-level one; `false`: none for its keys. */
   readonly usage?: UsageSetting | false;
+  /**
+   * Whether its keys must be minted (docs/configuration.md, "Signed keys"): `true` (only keys signed with the Worker
+   * secret `KEY_SECRET`), `"optional"` (signed keys are checked, others still pass, while customers move over).
+   */
+  readonly signed?: boolean | "optional";
 }
 
 /**
@@ -124,6 +129,11 @@ export interface LimiterSettings {
   readonly credits?: CreditsSetting;
   /** Usage kept per key and day (plans inherit it). */
   readonly usage?: UsageSetting;
+  /**
+   * Requests refused for their key, per client address (docs/configuration.md, "Addresses that guess"): on by default
+   * when a plan is signed (10 a minute, then a penalty); `false` turns it off.
+   */
+  readonly guesses?: false | { readonly limits: readonly LimitSetting[]; readonly penalty?: PenaltySetting };
   /**
    * Routes with their own budget per key (docs/configuration.md, "Per-route budgets"): `limit(…, { route })` names
    * one; the hono middleware matches `method` and `path` when it is given no `route`.

@@ -131,6 +131,35 @@ export async function mintKey(env: object, plan: MintPlan, options: MintOptions 
   return { key, plan: plan.name, account, expires: until };
 }
 
+/**
+ * {@link mintKey} for the plan of `config` named `name`, which must be signed; the key no longer than `key.max_length`.
+ *
+ * @throws RangeError naming the field (`plan`: no such plan, or not signed; `account`, `expires`; `key`: too long)
+ * @throws ConfigError when `KEY_SECRET` is not set
+ */
+export async function mintFor(
+  config: LimiterConfig,
+  env: object,
+  name: string,
+  options: MintOptions = {},
+): Promise<Minted> {
+  const plan = config.plans.find((p) => p.name === name);
+  if (!plan) {
+    const names = config.plans.filter((p) => p.signed).map((p) => JSON.stringify(p.name));
+    throw new RangeError(`plan: no plan named ${JSON.stringify(name)}; signed plans: ${names.join(", ") || "none"}`);
+  }
+  if (!plan.signed) {
+    throw new RangeError(`plan: plan ${JSON.stringify(name)} is not signed (set signed = true or "optional" in it)`);
+  }
+  const minted = await mintKey(env, plan, options);
+  if (minted.key.length > config.key.maxLength) {
+    throw new RangeError(
+      `key: the minted key has ${minted.key.length} characters, over key.max_length (${config.key.maxLength}); give a shorter account, or raise key.max_length`,
+    );
+  }
+  return minted;
+}
+
 /** A key's parts after its prefix as read, or the code of why it is not a minted key. */
 type Read =
   | { readonly body: string; readonly signature: Uint8Array; readonly secretId: string; readonly claims: Claims }
