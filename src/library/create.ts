@@ -101,7 +101,6 @@ export function createLimiter(options: LimiterOptions): Limiter {
     if (seen?.env !== env) seen = { env, ns: namespaceOf(env, binding, config.jurisdiction) };
     return seen.ns;
   };
-
   const topUpTarget = (env: object, key: string) => {
     const { name: object, plan } = pipeline.identify(keyOf(key));
     return { stub: namespace(env).getByName(object), plan, timeoutMs: config.objectTimeoutMs };
