@@ -439,7 +439,17 @@ async function main(): Promise<void> {
       const young = await mintedKeys("signedo", "signedo_", 4 * ROUNDS + 2);
       let set = 0;
       let at = 0;
+      const hotKey = hotSet[0] as string;
       all.push(
+        {
+          // An unsigned key as long as the signed one (the default plan's, as "hot"): what the key's length costs.
+          id: "hotlong",
+          label: "(3) limiter, unsigned key as long as a signed one, one hot key",
+          url: () => u.product,
+          key: `hot${"x".repeat(hotKey.length - 3)}`,
+          expect: 200,
+          ref: "hot",
+        },
         {
           id: "signedhot",
           label: "(3) limiter, signed key, one hot key",
@@ -531,6 +541,7 @@ async function main(): Promise<void> {
       ["(3) allowed now / at BENCH_BASELINE, 1000 young keys", "allowedyoung", "beforeyoung"],
       ["(3) at BENCH_BASELINE, hot key / its pass-through", "beforehot", "beforepass"],
       ["(3) signed / unsigned, hot key", "signedhot", "hot"],
+      ["(3) signed / unsigned as long, hot key", "signedhot", "hotlong"],
       ["(3) signed / unsigned, 1000 young keys", "signedyoung", "allowedyoung"],
     ] as const;
     const ratios = new Map<string, number[]>();

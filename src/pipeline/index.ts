@@ -24,7 +24,7 @@ import { countGuess } from "./guesses.ts";
 import { clientSignal, isWebSocketUpgrade, normalizedPath, pathnameOf } from "./http.ts";
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { untilEnd } from "./response-end.ts";
-import { verifyKey } from "./signed.ts";
+import { provenIdentity } from "./signed.ts";
 import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
 
 type Maybe<T> = T | Promise<T>;
@@ -118,17 +118,6 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
-   * {@link identify}, then, for a key of a signed plan, its signature checked in the isolate (signed.ts): a key
-   * refused there never reaches an object. A minted key's account is the identity's.
-   */
-  async #identified(env: object, key: string | null, ip: string | null): Promise<Identity> {
-    const identity = this.identify(key, ip);
-    if (key === null || !identity.plan.signed) return identity;
-    const claims = await verifyKey(this.config, identity.plan, env, key, this.client.now());
-    return { ...identity, account: claims?.account ?? null };
-  }
-
-  /**
    * The object name of `budget` for the client address `ip` (`CF-Connecting-IP`).
    *
    * @throws LimiterError `no_client_address` when the address is missing or malformed
@@ -157,7 +146,8 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     let identity: Identity;
     try {
       key = typeof asking.key === "function" ? (await asking.key()) || null : asking.key;
-      identity = await this.#identified(env, key, asking.ip ?? null);
+      // A signed plan's key is proven in the isolate (signed.ts): one refused there never reaches an object.
+      identity = await provenIdentity(this.config, this.identify(key, asking.ip ?? null), key, env, this.client.now());
     } catch (e) {
       // A key refused here may count against its address (guesses.ts): past its budget, that refusal is the answer.
       const { config, client, scope } = this;

@@ -9,6 +9,7 @@
 import { LimiterError, type LimiterErrorCode } from "../base/errors.ts";
 import { base64url, fromBase64url, hmac, hmacVerify } from "../base/hmac.ts";
 import { ConfigError, KEY_CHARS, type LimiterConfig, type Plan } from "../config/types.ts";
+import type { Identity } from "./key.ts";
 
 /** The Worker secrets keys are signed with (`wrangler secret put KEY_SECRET`). */
 export interface KeySecrets {
@@ -60,6 +61,25 @@ const secretIds = new Map<string, Promise<string>>();
 /** Keys whose signature was proven, with what they claim, by secret pair (at most {@link MAX_VERIFIED} keys each). */
 const verified = new Map<string, Map<string, Claims>>();
 const MAX_VERIFIED = 10_000;
+
+/**
+ * `identity` (that of a request with `key`, found by `identify`) once its key is proven when its plan is signed
+ * ({@link verifyKey}), with the minted key's account; as it is for a request without a key or of a plan not signed.
+ *
+ * @throws LimiterError and ConfigError as {@link verifyKey}
+ */
+export async function provenIdentity(
+  config: LimiterConfig,
+  identity: Identity,
+  key: string | null,
+  env: object,
+  now: number,
+): Promise<Identity> {
+  const { plan } = identity;
+  if (key === null || !plan.signed) return identity;
+  const claims = await verifyKey(config, plan, env, key, now);
+  return { ...identity, account: claims?.account ?? null };
+}
 
 /**
  * The claims of `key`, a key of the signed `plan` (its `signed` set), proven by its signature with `KEY_SECRET` or
