@@ -147,7 +147,8 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     try {
       key = typeof asking.key === "function" ? (await asking.key()) || null : asking.key;
       // A signed plan's key is proven in the isolate (signed.ts): one refused there never reaches an object.
-      identity = await provenIdentity(this.config, this.identify(key, asking.ip ?? null), key, env, this.client.now());
+      const at = { env, now: this.client.now() };
+      identity = await provenIdentity(this.config, this.identify(key, asking.ip ?? null), key, at);
     } catch (e) {
       // A key refused here may count against its address (guesses.ts): past its budget, that refusal is the answer.
       const { config, client, scope } = this;

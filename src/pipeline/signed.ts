@@ -17,6 +17,12 @@ export interface KeySecrets {
   readonly KEY_SECRET_PREVIOUS?: unknown;
 }
 
+/** Where and when a key is checked: the Worker's `env` (its secrets) and the clock (ms since the epoch). */
+export interface Checking {
+  readonly env: object;
+  readonly now: number;
+}
+
 /** What a minted key says of itself, once its signature is proven. */
 export interface Claims {
   /** The plan it was minted for. */
@@ -72,12 +78,11 @@ export async function provenIdentity(
   config: LimiterConfig,
   identity: Identity,
   key: string | null,
-  env: object,
-  now: number,
+  at: Checking,
 ): Promise<Identity> {
   const { plan } = identity;
   if (key === null || !plan.signed) return identity;
-  const claims = await verifyKey(config, plan, env, key, now);
+  const claims = await verifyKey(config, plan, key, at);
   return { ...identity, account: claims?.account ?? null };
 }
 
@@ -90,13 +95,8 @@ export async function provenIdentity(
  *   `key_signature`, `key_plan_unknown`, `key_plan_mismatch`, `key_expired`): a `401`
  * @throws ConfigError when `KEY_SECRET` is not set
  */
-export async function verifyKey(
-  config: LimiterConfig,
-  plan: Plan,
-  env: object,
-  key: string,
-  now: number,
-): Promise<Claims | null> {
+export async function verifyKey(config: LimiterConfig, plan: Plan, key: string, at: Checking): Promise<Claims | null> {
+  const { env, now } = at;
   const [current, previous] = secretsOf(env, plan.name);
   const proven = verifiedBy(current, previous);
   let claims = proven.get(key);

@@ -29,7 +29,7 @@ const env = { KEY_SECRET: "s3cret-current" };
 /** The code `verifyKey` refuses `key` with (as `plan`'s key, under `e` at `now`), or "ok". */
 async function codeOf(key: string, p = plan("pro"), e: object = env, now = NOW): Promise<string> {
   try {
-    await verifyKey(config, p, e, key, now);
+    await verifyKey(config, p, key, { env: e, now });
     return "ok";
   } catch (err) {
     if (err instanceof LimiterError) return err.code;
@@ -56,13 +56,13 @@ describe("signed keys", () => {
     expect(minted).toMatchObject({ plan: "pro", account: "acme", expires: NOW + 60_000 });
     expect(minted.key).toMatch(/^live_[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43}$/);
     expect(minted.key.length).toBeLessThanOrEqual(config.key.maxLength);
-    expect(await verifyKey(config, plan("pro"), env, minted.key, NOW)).toEqual({
+    expect(await verifyKey(config, plan("pro"), minted.key, { env, now: NOW })).toEqual({
       plan: "pro",
       account: "acme",
       expires: NOW + 60_000,
     });
     const plain = await mintKey(env, plan("pro"), { now: NOW });
-    expect(await verifyKey(config, plan("pro"), env, plain.key, NOW)).toEqual({
+    expect(await verifyKey(config, plan("pro"), plain.key, { env, now: NOW })).toEqual({
       plan: "pro",
       account: null,
       expires: null,
@@ -99,7 +99,7 @@ describe("signed keys", () => {
     for (const [key, code] of cases) {
       expect([key.slice(0, 24), await codeOf(key)]).toEqual([key.slice(0, 24), code]);
       try {
-        await verifyKey(config, plan("pro"), env, key, NOW);
+        await verifyKey(config, plan("pro"), key, { env, now: NOW });
       } catch (e) {
         expect((e as Error).message).not.toContain(key.slice(5, 20));
       }
@@ -157,15 +157,15 @@ describe("signed keys", () => {
   });
 
   it("an optional plan lets keys that do not read as minted pass unsigned, and checks those that do", async () => {
-    expect(await verifyKey(config, plan("beta"), env, "beta_legacy0123", NOW)).toBeNull();
+    expect(await verifyKey(config, plan("beta"), "beta_legacy0123", { env, now: NOW })).toBeNull();
     const minted = (await mintKey(env, plan("beta"), { account: "acme", now: NOW })).key;
-    expect(await verifyKey(config, plan("beta"), env, minted, NOW)).toMatchObject({ account: "acme" });
+    expect(await verifyKey(config, plan("beta"), minted, { env, now: NOW })).toMatchObject({ account: "acme" });
     const flipped = `${minted.slice(0, -2)}${minted.at(-2) === "A" ? "B" : "A"}${minted.at(-1)}`;
     expect(await codeOf(flipped, plan("beta"))).toBe("key_signature");
   });
 
   it("without KEY_SECRET: a ConfigError saying how to set it, for verifying and minting", async () => {
-    await expect(verifyKey(config, plan("pro"), {}, "live_x.y", NOW)).rejects.toThrow(ConfigError);
+    await expect(verifyKey(config, plan("pro"), "live_x.y", { env: {}, now: NOW })).rejects.toThrow(ConfigError);
     await expect(mintKey({ KEY_SECRET: "" }, plan("pro"))).rejects.toThrow(
       /KEY_SECRET: not set.*wrangler secret put KEY_SECRET/,
     );
