@@ -16,6 +16,7 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { KeyLog } from "../src/core/index.ts";
+import { mintKey } from "../src/pipeline/signed.ts";
 import { cpuMs } from "../test/support/proc.ts";
 import { maxInWindow } from "../test/support/window.ts";
 import { grantsSvg } from "./http/chart.ts";
@@ -78,8 +79,45 @@ const RATE_LIMIT = {
     { name: "util", key_prefix: "util_", limits: [{ limit: UTIL.limit, window: UTIL.windowMs }] },
     // The pass-through reference: the product's own path for a key it never limits (no object call).
     { name: "free", key_prefix: "free_", unlimited: true },
+    // Signed keys (issue 50.6): the hot key's limits and the ordinary keys', each key minted and proven in the isolate.
+    // Left out when a baseline runs: its RATE_LIMIT is the same, and a revision before signed keys refuses `signed`.
+    ...(BASELINE
+      ? []
+      : [
+          {
+            name: "signed",
+            key_prefix: "signed_",
+            signed: true,
+            limits: [
+              { limit: 1_000_000, window: "1s" },
+              { limit: 100_000_000, window: "1m" },
+            ],
+          },
+          {
+            name: "signedo",
+            key_prefix: "signedo_",
+            signed: true,
+            limits: [
+              { limit: 100, window: "1s" },
+              { limit: 1000, window: "1m" },
+            ],
+          },
+        ]),
   ],
 };
+
+/** The product's `KEY_SECRET` (the signed plans' keys are minted with it here). */
+const KEY_SECRET = "bench-key-secret";
+
+/**
+ * Keys minted for the signed plan `plan` (prefix `prefix`): one hot key, and sets of {@link KEYS} young keys, a fresh
+ * set for each slice (minted ahead: a slice must not wait for them).
+ */
+async function mintedKeys(plan: string, prefix: string, sets: number): Promise<string[][]> {
+  const env = { KEY_SECRET };
+  const mint = () => mintKey(env, { name: plan, keyPrefix: prefix }).then((m) => m.key);
+  return Promise.all(Array.from({ length: sets }, () => Promise.all(Array.from({ length: KEYS }, mint))));
+}
 
 /**
  * State on tmpfs when there is one (see BENCHMARKS.md: this VM's disk fsync is not Cloudflare's storage);
@@ -201,6 +239,7 @@ async function main(): Promise<void> {
       chartWindowMs: CHART.windowMs,
       stateDir: STATE_DIR,
       baseline: BASELINE,
+      keySecret: KEY_SECRET,
     });
     console.log(`workerd: ${otherWorkerd()}; this bench's: pid ${(rt as Runtime).pid}`);
     const u = (rt as Runtime).urls;
@@ -393,6 +432,49 @@ async function main(): Promise<void> {
         ref: "honobare",
       })),
     );
+    if (!BASELINE) {
+      // A valid signed key on the hot path (its proof checked once per isolate, then remembered) beside the unsigned
+      // hot key of the same limits; 1,000 young signed keys (each proven on first sight) beside 1,000 young unsigned.
+      const [hotSet = []] = await mintedKeys("signed", "signed_", 1);
+      const young = await mintedKeys("signedo", "signedo_", 4 * ROUNDS + 2);
+      let set = 0;
+      let at = 0;
+      const hotKey = hotSet[0] as string;
+      all.push(
+        {
+          // An unsigned key as long as the signed one (the default plan's, as "hot"): what the key's length costs.
+          id: "hotlong",
+          label: "(3) limiter, unsigned key as long as a signed one, one hot key",
+          url: () => u.product,
+          key: `hot${"x".repeat(hotKey.length - 3)}`,
+          expect: 200,
+          ref: "hot",
+        },
+        {
+          id: "signedhot",
+          label: "(3) limiter, signed key, one hot key",
+          url: () => u.product,
+          key: hotSet[0] as string,
+          expect: 200,
+          ref: "hot",
+        },
+        {
+          id: "signedyoung",
+          label: "(3) limiter, 1000 young signed ordinary keys (no warm-up)",
+          url: () => u.product,
+          key: () => (young[set % young.length] as string[])[at++ % KEYS] as string,
+          expect: 200,
+          young: {
+            seconds: YOUNG_SECONDS,
+            fresh: () => {
+              set += 1;
+              at = 0;
+            },
+          },
+          ref: "allowedyoung",
+        },
+      );
+    }
     if (u.baseline) {
       const at = u.baseline;
       all.push(
@@ -458,6 +540,9 @@ async function main(): Promise<void> {
       ["(3) allowed now / at BENCH_BASELINE, hot key", "hot", "beforehot"],
       ["(3) allowed now / at BENCH_BASELINE, 1000 young keys", "allowedyoung", "beforeyoung"],
       ["(3) at BENCH_BASELINE, hot key / its pass-through", "beforehot", "beforepass"],
+      ["(3) signed / unsigned, hot key", "signedhot", "hot"],
+      ["(3) signed / unsigned as long, hot key", "signedhot", "hotlong"],
+      ["(3) signed / unsigned, 1000 young keys", "signedyoung", "allowedyoung"],
     ] as const;
     const ratios = new Map<string, number[]>();
     /** Per target, responses with another status than expected (and connection errors) over the saturating runs. */

@@ -48,5 +48,6 @@ export { RateLimiter } from "./object/index.ts";
 export { problemFor, refusal } from "./pipeline/http.ts";
 export type { RequestOptions, Settled } from "./pipeline/index.ts";
 export type { Identity } from "./pipeline/key.ts";
+export { type Claims, type Minted, type MintOptions, type MintPlan, mintKey } from "./pipeline/signed.ts";
 export type { VerifyAnswer } from "./pipeline/verify-hook.ts";
 export type { TopUp } from "./protocol.ts";

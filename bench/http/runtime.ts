@@ -36,6 +36,8 @@ export interface RuntimeOptions {
   stateDir: string;
   /** A git revision whose product (src/ and wrangler.toml) is built and loaded too, as `baseline`. */
   baseline?: string | undefined;
+  /** The Worker secret `KEY_SECRET` of the product's Workers (its signed plans' keys). */
+  keySecret?: string;
 }
 
 export interface Runtime {
@@ -99,8 +101,9 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
   const baseline = o.baseline ? join(buildRevision(o.baseline, tmp), "index.js") : null;
   const bench = join(build(join(ROOT, "bench/http/wrangler.toml"), join(tmp, "bench")), "worker.js");
   const socket = [{ host: "127.0.0.1", port: 0 }];
-  const vars = { ORIGIN: o.origin, RATE_LIMIT: o.rateLimit as never };
-  const leasesOff = { ORIGIN: o.origin, RATE_LIMIT: { ...(o.rateLimit as object), leases: false } as never };
+  const secret: Record<string, string> = o.keySecret ? { KEY_SECRET: o.keySecret } : {};
+  const vars = { ORIGIN: o.origin, RATE_LIMIT: o.rateLimit as never, ...secret };
+  const leasesOff = { ORIGIN: o.origin, RATE_LIMIT: { ...(o.rateLimit as object), leases: false } as never, ...secret };
   const sqlite = (className: string, scriptName?: string, keep = false) => ({
     className,
     useSQLite: true,

@@ -26,7 +26,21 @@ export type LimiterErrorCode =
    * A `costs` rule reserves from the request (docs/llm.md) and its reservation cannot be read: not a whole number,
    * missing with no default, or in a body too large or not JSON. Nothing is counted.
    */
-  | "bad_reservation";
+  | "bad_reservation"
+  /** The key's plan has `signed = true` and the key carries no signature: it was not minted. */
+  | "key_unsigned"
+  /** The key looks minted but is truncated or malformed (its body or signature cannot be read). */
+  | "key_malformed"
+  /** The key's signature does not prove it: forged, or altered since it was minted. */
+  | "key_signature"
+  /** The key was signed with a secret that is no longer `KEY_SECRET` nor `KEY_SECRET_PREVIOUS`. */
+  | "key_secret_retired"
+  /** The key's expiry has passed. */
+  | "key_expired"
+  /** The key was minted for another plan than the one its prefix chooses. */
+  | "key_plan_mismatch"
+  /** The key was minted for a plan this limiter no longer has. */
+  | "key_plan_unknown";
 
 /** A request the limiter cannot decide: its `code` says why, its message says so in words. */
 export class LimiterError extends Error {

@@ -23,6 +23,7 @@ import {
   unknownFields,
   wholeNumber,
 } from "./fields.ts";
+import { parseGuesses } from "./guesses.ts";
 import { CREDITS, PENALTY, parseConcurrency, USAGE } from "./inherited.ts";
 import {
   addressSetting,
@@ -35,6 +36,7 @@ import {
 import { parseAdmin, parseCors, parseOrigin, parseRefund } from "./proxy-settings.ts";
 import { parseCosts, parseRoutes } from "./rules.ts";
 import {
+  type AddressBudget,
   type Config,
   ConfigError,
   DEFAULTS,
@@ -75,6 +77,7 @@ export const LIMITER_FIELDS = [
   "concurrency_timeout",
   "credits",
   "usage",
+  "guesses",
 ] as const;
 
 /** The settings only the proxy reads. */
@@ -162,7 +165,13 @@ function limiterSettings(rl: Obj, root: string, routePaths: boolean): LimiterCon
       fallback: DEFAULTS.ipv6Subnet,
     }),
     ip,
+    ...guessesOf(parseGuesses(rl, root, plans, leases)),
   };
+}
+
+/** `guesses` as the configuration carries it: left out when there is none. */
+function guessesOf(guesses: AddressBudget | null): { guesses?: AddressBudget } {
+  return guesses ? { guesses } : {};
 }
 
 function parseKeySource(value: unknown, root: string): KeySource {

@@ -31,6 +31,7 @@ import {
   type Plan,
   type QuotaLimit,
   type Route,
+  type SignedMode,
 } from "./types.ts";
 
 /** What every plan of a limiter is parsed with: the limiter's own settings that plans inherit or are checked against. */
@@ -98,7 +99,8 @@ export function parsePlans(rl: Obj, ctx: PlanContext, inherited: Inherited): Pla
     const credits = ownOrInherited(raw, field, CREDITS, { inherited: inherited.credits, unlimited });
     const usage = ownOrInherited(raw, field, USAGE, { inherited: inherited.usage, unlimited });
     const concurrency = unlimited ? null : parseConcurrency(raw, field, inherited.concurrency, true);
-    const metered = withMeterSettings({ ...plan, penalty, concurrency }, credits, usage);
+    const signed = parseSigned(raw.signed, `${field}.signed`);
+    const metered = withMeterSettings({ ...plan, penalty, concurrency, ...(signed ? { signed } : {}) }, credits, usage);
     const account = parseAccount(raw, field, metered, ctx.leases);
     return account ? { ...metered, account } : metered;
   });
@@ -236,7 +238,18 @@ const PLAN_FIELDS = [
   "credits",
   "usage",
   "account",
+  "signed",
 ] as const;
+
+/** `signed = true | false | "optional"` (docs/configuration.md, "Signed keys"); null: not signed. */
+function parseSigned(value: unknown, field: string): SignedMode | null {
+  if (value === undefined || value === false) return null;
+  if (value === true) return "required";
+  if (value === "optional") return "optional";
+  throw new ConfigError(
+    `${field}: expected true (keys must be minted), "optional" (minted keys checked, others still pass) or false, got ${JSON.stringify(value)}`,
+  );
+}
 
 /**
  * A plan: its limits, lease lifetime, routes (each route's limits named apart from the plan's) and per-address

@@ -105,7 +105,16 @@ export interface Plan {
   readonly penalty?: PenaltySpec | null;
   /** Requests in flight at once per key (`concurrency`: the plan's own, else the top-level one); null: no limit. */
   readonly concurrency?: ConcurrencySpec | null;
+  /**
+   * Whether its keys must be minted (docs/configuration.md, "Signed keys"): `required` (`signed = true`: every key
+   * carries a valid signature), `optional` (a key that carries one must prove it; others pass unsigned, while
+   * customers move over); missing: not signed.
+   */
+  readonly signed?: SignedMode;
 }
+
+/** A plan's `signed` setting as parsed: `true` is `required`. */
+export type SignedMode = "required" | "optional";
 
 /**
  * Limits counted per client address (docs/configuration.md, "Client addresses"): `ip` (across all keys sent
@@ -262,6 +271,11 @@ export interface LimiterConfig {
   readonly ipv6Subnet: number;
   /** The top-level `ip` budget (plans inherit it unless they have their own or `ip = false`); null: none. */
   readonly ip: AddressBudget | null;
+  /**
+   * The budget per client address of requests refused for their key (`guesses`: a key not minted, forged, expired,
+   * malformed, not `key.pattern`, of no plan; docs/configuration.md, "Addresses that guess"); missing or null: none.
+   */
+  readonly guesses?: AddressBudget | null;
 }
 
 /** The proxy's configuration: a limiter, its origin, and the operators' API. */
@@ -296,6 +310,14 @@ export const DEFAULTS = {
   ipv6Subnet: 56,
   /** How long a slot whose request's isolate vanished stays taken (docs/configuration.md, "Concurrency"). */
   concurrencyTimeoutMs: 60_000,
+  /**
+   * `guesses` when a plan is signed and it is not set: 10 refused keys a minute per address, then 429; the third such
+   * 429 within 10 minutes blocks the address for 15 minutes, doubling for repeat offenders up to a day.
+   */
+  guesses: {
+    limits: [{ limit: 10, window: "1m" }],
+    penalty: { after: 3, within: "10m", block: "15m", max_block: "1d" },
+  },
   /** Preflights per client address: generous for browsers (which cache one for its `Max-Age`), tight for a flood. */
   preflightLimits: [{ limit: 60, window: "1m" }],
   /** The largest request body read for a reservation from its JSON (`reserve.max_body`). */

@@ -12,6 +12,7 @@ import { ConfigError, type LimiterConfig, type Plan } from "../config/types.ts";
 import { type UsagePeriod, usageBy } from "../core/usage.ts";
 import { type Asking, namespaceOf, Pipeline, routeNamed } from "../pipeline/index.ts";
 import { settingsName } from "../pipeline/key.ts";
+import { mintFor } from "../pipeline/signed.ts";
 import { verifierOf } from "../pipeline/verify-hook.ts";
 import type { LimiterStub, TopUp } from "../protocol.ts";
 import type { LimitCallOptions, Limiter } from "./limiter.ts";
@@ -150,6 +151,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
     settleWhenEnded: (env, result, response, { ctx, actual }) =>
       pipeline.settleWhenEnded(namespace(env), result, response, { bg: bgOf(ctx), actual }),
     headers: (result) => pipeline.headers(result),
+    mintKey: (env, plan, options = {}) => mintFor(config, env, plan, { now: pipeline.client.now(), ...options }),
     setHeaders: (result, target) => pipeline.setHeaders(result, target),
     async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);

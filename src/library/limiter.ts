@@ -11,6 +11,7 @@ import type { LimiterConfig } from "../config/types.ts";
 import type { UsagePeriod } from "../core/usage.ts";
 import type { Pipeline, RequestOptions, Settled } from "../pipeline/index.ts";
 import type { Identity } from "../pipeline/key.ts";
+import type { Minted, MintOptions } from "../pipeline/signed.ts";
 import type { TopUp } from "../protocol.ts";
 
 /** The options of one `limit()` call. */
@@ -182,6 +183,15 @@ export interface Limiter {
     key: string,
     options: { readonly period: "day" | "month"; readonly from?: number; readonly to?: number },
   ): Promise<UsagePeriod[]>;
+  /**
+   * Mints a key for the signed plan named `plan` (docs/configuration.md, "Signed keys"), signed with `env.KEY_SECRET`,
+   * with an account and an expiry when given: `{ key, plan, account, expires }`. Nothing is stored: the key proves
+   * itself.
+   *
+   * @throws RangeError naming the field: no such plan, a plan not signed, a bad account or expiry, a key longer than
+   *   `key.max_length`; ConfigError when `KEY_SECRET` is not set
+   */
+  mintKey(env: object, plan: string, options?: MintOptions): Promise<Minted>;
   /**
    * The object name and plan of `key`, checked as `limit()` checks it, its plan by its prefix (the `verify` hook is
    * not asked); for a request without a key (`null`), those of the `anonymous` limits for the client address `ip`.

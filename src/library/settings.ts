@@ -68,6 +68,11 @@ export interface PlanSetting {
    * key's own and its address's: for requests that name an account (`limit(…, { account })`, the `verify` hook).
    */
   readonly account?: { readonly limits: readonly LimitSetting[] };
+  /**
+   * Whether its keys must be minted (docs/configuration.md, "Signed keys"): `true` (only keys signed with the Worker
+   * secret `KEY_SECRET`), `"optional"` (signed keys are checked, others still pass, while customers move over).
+   */
+  readonly signed?: boolean | "optional";
 }
 
 /**
@@ -130,6 +135,11 @@ export interface LimiterSettings {
   readonly credits?: CreditsSetting;
   /** Usage kept per key and day (plans inherit it). */
   readonly usage?: UsageSetting;
+  /**
+   * Requests refused for their key, per client address (docs/configuration.md, "Addresses that guess"): on by default
+   * when a plan is signed (10 a minute, then a penalty); `false` turns it off.
+   */
+  readonly guesses?: false | { readonly limits: readonly LimitSetting[]; readonly penalty?: PenaltySetting };
   /**
    * Routes with their own budget per key (docs/configuration.md, "Per-route budgets"): `limit(…, { route })` names
    * one; the hono middleware matches `method` and `path` when it is given no `route`.

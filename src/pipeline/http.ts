@@ -138,13 +138,20 @@ const PROBLEMS: Record<LimiterErrorCode, readonly [status: number, title: string
   no_plan: [401, "Unauthorized"],
   unknown_key: [401, "Unauthorized"],
   verify_failed: [503, "Service Unavailable"],
+  key_unsigned: [401, "Unauthorized"],
+  key_malformed: [401, "Unauthorized"],
+  key_signature: [401, "Unauthorized"],
+  key_secret_retired: [401, "Unauthorized"],
+  key_expired: [401, "Unauthorized"],
+  key_plan_mismatch: [401, "Unauthorized"],
+  key_plan_unknown: [401, "Unauthorized"],
 };
 
 /**
  * The HTTP error of a {@link LimiterError}: `400` for a malformed key or a missing client address, `401` for a key
- * needed and missing, not valid, matching no plan or unknown to the `verify` hook — with the `WWW-Authenticate`
- * challenge when keys may come as `Authorization: Bearer` (`bearer`) — and `503` with `Retry-After: 1` when the hook
- * failed.
+ * needed and missing, not valid, matching no plan or unknown to the `verify` hook, or a signed plan's key refused (its
+ * `code` in the body: which check it failed) — with the `WWW-Authenticate` challenge when keys may come as
+ * `Authorization: Bearer` (`bearer`) — and `503` with `Retry-After: 1` when the hook failed.
  */
 export function httpErrorOf(e: LimiterError, bearer = false): HttpError {
   const [status, title] = PROBLEMS[e.code];
@@ -154,7 +161,9 @@ export function httpErrorOf(e: LimiterError, bearer = false): HttpError {
       : status === 503
         ? { "Retry-After": "1" }
         : {};
-  return new HttpError(status, title, e.message, { headers });
+  // A signed key's refusals say which check failed (the others' codes are older than the field).
+  const signed = e.code.startsWith("key_") && e.code !== "key_required";
+  return new HttpError(status, title, e.message, { headers, ...(signed ? { extra: { code: e.code } } : {}) });
 }
 
 /** The error of a key the `verify` hook does not know (it answered null): `401`, nothing counted. */

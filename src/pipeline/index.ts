@@ -15,11 +15,13 @@ import { costFor, routeFor } from "../config/lookup.ts";
 import type { AddressBudget, LimiterConfig, Plan, Route } from "../config/types.ts";
 import { decideAll, type ExtraBudget } from "./all-or-nothing.ts";
 import type { AdapterOptions, AddressAsking, Asking, Decided, DecisionObserver } from "./asking.ts";
+import { countGuess } from "./guesses.ts";
 import { clientSignal, isWebSocketUpgrade, normalizedPath, pathnameOf } from "./http.ts";
 import { checkKey, type Identity, identify, noClientAddress, objectName, readKey } from "./key.ts";
 import { costOfRequest } from "./reservation.ts";
 import { untilEnd } from "./response-end.ts";
 import { type Settled, settledWhenEnded, settleResult } from "./settle.ts";
+import { provenIdentity } from "./signed.ts";
 import { recordDecision, type TelemetryEnv } from "./telemetry.ts";
 import type { KeyVerifier } from "./verify-hook.ts";
 
@@ -92,8 +94,21 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     const once = read && { ...asking, path: () => (path ??= read()) };
     const cost = await this.#cost(once || asking);
     if (cost === 0) return null;
-    const key = typeof asking.key === "function" ? (await asking.key()) || null : asking.key;
-    const identity = await this.identifyFor(env, key, asking.ip ?? null);
+    let key: string | null = null;
+    let identity: Identity;
+    try {
+      key = typeof asking.key === "function" ? (await asking.key()) || null : asking.key;
+      // A signed plan's key is proven in the isolate (signed.ts): one refused there never reaches an object.
+      const at = { env, now: this.client.now() };
+      identity = await provenIdentity(this.config, await this.identifyFor(env, key, asking.ip ?? null), key, at);
+    } catch (e) {
+      // A key refused here may count against its address (guesses.ts): past its budget, that refusal is the answer.
+      const { config, client, scope } = this;
+      const { ip, bg } = asking;
+      const guess = await countGuess(env, { config, client, ns, scope, key, ip, ...(bg ? { bg } : {}) }, e);
+      if (guess) return { result: guess.result, identity: { name: guess.name, plan: guess.plan } };
+      throw e;
+    }
     const route = this.#route(identity.plan, once || asking);
     const request: LimitRequest = {
       ns,

@@ -60,7 +60,10 @@ export interface Identity {
   /** The key's object name: `key:<key>`, or `ip:<address>` for a request without a key; `<scope>/` before it in a named limiter. */
   readonly name: string;
   readonly plan: Plan;
-  /** The account the key belongs to (docs/configuration.md, "Accounts"); null or missing: none known. */
+  /**
+   * The account the key belongs to (a customer with several keys; docs/configuration.md, "Accounts"): a minted key's
+   * ("Signed keys"), the `verify` hook's, or the caller's; null or missing: none known.
+   */
   readonly account?: string | null;
 }
 

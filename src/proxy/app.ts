@@ -35,6 +35,10 @@ export interface WorkerEnv {
   readonly ORIGIN_SERVICE?: Fetcher;
   readonly ADMIN_TOKEN?: string;
   readonly LIMITER_ANALYTICS?: AnalyticsEngineDataset;
+  /** The secret signed keys are minted and checked with (docs/configuration.md, "Signed keys"). */
+  readonly KEY_SECRET?: string;
+  /** The secret before `KEY_SECRET`, still accepted while keys move over (docs/operating.md, "Rotating KEY_SECRET"). */
+  readonly KEY_SECRET_PREVIOUS?: string;
 }
 
 /** Observers of the proxy's work, and the runtime's `waitUntil` for work after the response. */

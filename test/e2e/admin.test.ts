@@ -256,7 +256,7 @@ describe("the page in headless Chromium", () => {
 
     await page.click("#reset");
     await page.waitForSelector("#message.ok");
-    expect(await page.textContent("#message")).toBe("Usage reset.");
+    expect(await page.textContent("#message")).toBe("Windows reset.");
     expect(await page.textContent(".limit[data-limit='per-minute'] .usage")).toMatch(/^0 used · 20 left/);
     expect(await page.textContent(".limit[data-limit='search'] .usage")).toMatch(/^0 used · 5 left/);
     expect(await page.$$("#chart rect")).toHaveLength(0);

@@ -311,6 +311,7 @@ describe("the package's root entry", () => {
         "RateLimiter",
         "createLimiter",
         "headersOf",
+        "mintKey",
         "problemFor",
         "refusal",
         "violated",

@@ -244,7 +244,7 @@ describe("settings", () => {
     expect(() => createLimiter({ ...perMinute(1), headers: "draft-5" as never })).toThrow(/^createLimiter\.headers: /);
     // A misspelt setting's error lists the limiter's own options too.
     expect(() => createLimiter({ ...perMinute(1), nmae: "api" } as never)).toThrow(
-      /^createLimiter\.nmae: unknown setting; expected one of limits, .*, usage, name, binding, clock, verify, verifyCache$/,
+      /^createLimiter\.nmae: unknown setting; expected one of limits, .*, usage, guesses, name, binding, clock, verify, verifyCache$/,
     );
   });
 

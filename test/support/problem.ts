@@ -35,6 +35,8 @@ const MEMBERS = new Set([
   // A refusal for want of credits (docs/http.md): the key's balance and the request's cost.
   "balance",
   "cost",
+  // A signed key's refusal (docs/http.md): which check it failed.
+  "code",
 ]);
 
 /**

@@ -159,6 +159,10 @@ describe("parseConfig: valid configs", () => {
       concurrencyTimeoutMs: 60_000,
       preflightLimits: [{ limit: 60, window: "1m" }],
       reserveMaxBody: 1_048_576,
+      guesses: {
+        limits: [{ limit: 10, window: "1m" }],
+        penalty: { after: 3, within: "10m", block: "15m", max_block: "1d" },
+      },
     });
   });
 

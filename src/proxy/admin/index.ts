@@ -15,6 +15,7 @@ import { HttpError, problem } from "../../pipeline/http.ts";
 import { objectsOf } from "../objects.ts";
 import { topUp, topUpLog, usageOf } from "./billing.ts";
 import { bad, notAllowed, readBody, subjectOf, unknownFields, when } from "./body.ts";
+import { KEY_FIELDS, mint } from "./keys.ts";
 import { page } from "./page.ts";
 import { iso, json, limitJson, statusJson } from "./status.ts";
 import { authorized, tokenCarrier } from "./token.ts";
@@ -24,6 +25,8 @@ export interface AdminEnv {
   /** The operators' bearer token (a secret); unset: no admin API, the paths are ordinary traffic. */
   readonly ADMIN_TOKEN?: string;
   readonly LIMITER: DurableObjectNamespace<RateLimiter>;
+  /** The secret keys are minted with (`keys`; docs/configuration.md, "Signed keys"). */
+  readonly KEY_SECRET?: string;
 }
 
 /** What the Worker lends the admin API. */
@@ -48,7 +51,7 @@ export function isAdminRequest(request: Request, path: string, env: AdminEnv, co
   return path.startsWith(config.admin.path) || tokenCarrier(request, env.ADMIN_TOKEN) !== null;
 }
 
-type Action = "status" | "reset" | "block" | "unblock" | "override" | "override/delete" | "credits" | "usage";
+type Action = "status" | "reset" | "block" | "unblock" | "override" | "override/delete" | "credits" | "usage" | "keys";
 const ACTIONS: readonly Action[] = [
   "status",
   "reset",
@@ -58,6 +61,7 @@ const ACTIONS: readonly Action[] = [
   "override/delete",
   "credits",
   "usage",
+  "keys",
 ];
 /** Whose budget a call is about: exactly one of these (`plan` only with `ip`, for a plan's own `ip`). */
 const SUBJECT = ["key", "ip", "anonymous", "plan"];
@@ -71,6 +75,7 @@ const FIELDS: Record<Action, readonly string[]> = {
   "override/delete": SUBJECT,
   credits: ["key", "add", "id"],
   usage: ["key", "period", "from", "to"],
+  keys: KEY_FIELDS,
 };
 
 /** Answers one admin request; never throws, never proxies. */
@@ -119,6 +124,7 @@ export async function handleAdmin(
     const body = await readBody(request);
     unknownFields(body, FIELDS[action]);
     if (action === "usage") return await usageOf(request, body, env, config);
+    if (action === "keys") return await mint(body, env, config, ctx.now());
     return await run(action, body, env, config, ctx);
   } catch (e) {
     if (e instanceof HttpError) return e.toResponse();

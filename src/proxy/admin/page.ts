@@ -6,10 +6,12 @@
  */
 
 import type { Config } from "../../config/types.ts";
+import { MINT_SECTION, mintScript } from "./page-mint.ts";
 
 /** The page as the admin API serves it (`GET <admin.path>`), with headers that keep it to its own origin. */
 export function page(config: Config): Response {
-  return new Response(adminPage(config.admin.path), {
+  const signed = config.plans.filter((p) => p.signed).map((p) => p.name);
+  return new Response(adminPage(config.admin.path, signed), {
     headers: {
       "content-type": "text/html; charset=utf-8",
       "cache-control": "no-store",
@@ -22,9 +24,11 @@ export function page(config: Config): Response {
   });
 }
 
-/** The page, calling the admin API under `path`. */
-export function adminPage(path: string): string {
-  return PAGE.replace("__ADMIN_PATH__", JSON.stringify(path).replace(/</g, "\\u003c"));
+/** The page, calling the admin API under `path`, with a form minting keys for the `signed` plans (when any). */
+export function adminPage(path: string, signed: readonly string[] = []): string {
+  return PAGE.replace("__ADMIN_PATH__", JSON.stringify(path).replace(/</g, "\\u003c"))
+    .replace("__MINT_SECTION__", MINT_SECTION)
+    .replace("__MINT_SCRIPT__", mintScript(signed));
 }
 
 const PAGE = `<!doctype html>
@@ -79,6 +83,7 @@ const PAGE = `<!doctype html>
     </form>
   </section>
   <p id="message" role="status"></p>
+  __MINT_SECTION__
   <div id="result" hidden>
     <section>
       <h2>Key</h2>
@@ -101,7 +106,7 @@ const PAGE = `<!doctype html>
     <section class="actions">
       <h2>Steer</h2>
       <div class="row">
-        <button id="reset" class="secondary" type="button">Reset usage</button>
+        <button id="reset" class="secondary" type="button" title="Empties the key's windows (its routes' too) and its penalty count; blocks, overrides, quotas, credits and usage stay">Reset windows</button>
         <label>Block for<input id="block-for" value="10m" size="6"></label>
         <button id="do-block" class="danger" type="button">Block</button>
         <button id="unblock" class="secondary" type="button">Unblock</button>
@@ -265,7 +270,7 @@ form.addEventListener("submit", async (ev) => {
   try { render(await call("status", { key })); say("", ""); }
   catch (e) { $("result").hidden = true; current = null; say(e.message, "error"); }
 });
-$("reset").addEventListener("click", () => act("reset", {}, "Usage reset."));
+$("reset").addEventListener("click", () => act("reset", {}, "Windows reset."));
 $("do-block").addEventListener("click", () => act("block", { for: $("block-for").value.trim() }, "Blocked."));
 $("unblock").addEventListener("click", () => act("unblock", {}, "Unblocked."));
 $("do-override").addEventListener("click", () => {
@@ -276,6 +281,7 @@ $("do-override").addEventListener("click", () => {
 });
 $("remove-override").addEventListener("click", () => act("override/delete", {}, "Override removed."));
 $("do-credit").addEventListener("click", addCredits);
+__MINT_SCRIPT__
 </script>
 </body>
 </html>
