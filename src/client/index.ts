@@ -211,7 +211,10 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
       if (this.leases.refund(grant.name, grant.lease, grant.id, unused))
         return debt === 0 || this.#p.calls.refund(ns, { ...settle, units: 0 });
       // Settled since, in this isolate: its record stays where its use put it; its unused quota units go back.
-      if (!this.leases.refundSettled(grant.name, grant.lease, grant.id)) return false;
+      // Another isolate's lease (or one this isolate no longer knows): nothing to give back here, but a debt is
+      // recorded at the object all the same (it gives each grant id once).
+      if (!this.leases.refundSettled(grant.name, grant.lease, grant.id))
+        return debt > 0 && this.#p.calls.refund(ns, { ...settle, units: 0 });
       return (grant.at === undefined && debt === 0) || this.#p.calls.refund(ns, settle);
     }
     const done = await this.#p.calls.refund(ns, { ...grant, units: unused, settle: true, debt });

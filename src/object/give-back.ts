@@ -53,17 +53,22 @@ export function refund(k: KeyStores, now: number, call: GiveBackCall): boolean {
   const { grant, route } = call;
   checkGrant(grant, route);
   if (k.once.seen("refund", grant.id)) return false;
-  if (k.db.empty) return grant.settle === true && (grant.debt ?? 0) > 0 && debtAlone(k, now, call);
+  const indebted = grant.settle === true && (grant.debt ?? 0) > 0;
+  if (k.db.empty) return indebted && debtAlone(k, now, call);
   const forgetAt = grant.quotasOnly === true ? refundQuotas(k, now, grant) : giveBack(k, now, call);
-  if (forgetAt === null) return false;
-  if ((grant.debt ?? 0) > 0) recordDebt(k, now, call);
-  k.once.remember("refund", grant.id, forgetAt);
-  return true;
+  if (forgetAt !== null) {
+    if (indebted) recordDebt(k, now, call);
+    k.once.remember("refund", grant.id, forgetAt);
+    return true;
+  }
+  // Nothing to give back where the grant was recorded (its limits changed since): a debt is recorded all the same.
+  return indebted && debtAlone(k, now, call);
 }
 
 /**
- * A settle's debt on a key with no state (the idle alarm deleted it: the grant has left every window, nothing to give
- * back): recorded all the same, its id kept while the debt counts. True.
+ * A settle's debt where nothing can be given back — a key with no state (the idle alarm deleted it: the grant has
+ * left every window), or logs kept under other limits since the grant — recorded all the same (a debt uses nothing
+ * of the grant's record), its id kept while the debt counts. True.
  */
 function debtAlone(k: KeyStores, now: number, call: GiveBackCall): true {
   recordDebt(k, now, call);

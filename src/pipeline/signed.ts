@@ -83,7 +83,8 @@ export async function provenIdentity(
   const { plan } = identity;
   if (key === null || !plan.signed) return identity;
   const claims = await verifyKey(config, plan, key, at);
-  return { ...identity, account: claims?.account ?? null };
+  // A minted key's account is proven by its signature; else the account the identity had (the verify hook's) stands.
+  return { ...identity, account: claims?.account ?? identity.account ?? null };
 }
 
 /**
@@ -101,6 +102,11 @@ export async function verifyKey(config: LimiterConfig, plan: Plan, key: string, 
   const proven = verifiedBy(current, previous);
   let claims = proven.get(key);
   if (claims === undefined) {
+    // A key whose plan the verify hook named need not start with the plan's prefix: then it was not minted for it.
+    if (!key.startsWith(plan.keyPrefix)) {
+      if (plan.signed === "optional") return null;
+      throw refused("key_plan_mismatch");
+    }
     const read = readMinted(key.slice(plan.keyPrefix.length));
     if (typeof read === "string") {
       if (plan.signed === "optional") return null;
@@ -200,12 +206,12 @@ function readMinted(rest: string): Read {
   } catch {
     return "key_malformed";
   }
+  // JSON that is not an object (`null`, a number, a list) is no minted key's body.
+  if (typeof wire !== "object" || wire === null || Array.isArray(wire)) return "key_malformed";
   const w = wire as Record<string, unknown>;
   const account = w.a === undefined ? null : w.a;
   const expires = w.e === undefined ? null : w.e;
   const wellFormed =
-    typeof wire === "object" &&
-    wire !== null &&
     w.v === 1 &&
     typeof w.p === "string" &&
     PLAN_NAME.test(w.p) &&

@@ -125,6 +125,17 @@ describe("settling a grant at the key's object", () => {
     expect(await o.alarm()).not.toBeNull();
   });
 
+  it("a debt is recorded also when the key's limits changed since the grant (nothing given back there), once", async () => {
+    const o = await object();
+    const d = await o.take(tenPerSecond, 4);
+    const twenty: LimitSpec[] = [{ limit: 20, windowMs: 1_000, tickMs: 1 }];
+    // Under other limits: a settle for less gives nothing back; one for more records its debt, once.
+    expect(await o.stub.refund(twenty, settled("c1", d, 2))).toBe(false);
+    expect(await o.stub.refund(twenty, settled("c2", d, 0, 6))).toBe(true);
+    expect(await o.stub.refund(twenty, settled("c2", d, 0, 6))).toBe(false);
+    expect((await o.peek(twenty)).limits[0]?.remaining).toBe(20 - 4 - 6);
+  });
+
   it("a debt takes a quota over its limit and credits down to 0, never below", async () => {
     const o = await object();
     const few = { quotas: [{ limit: 5, period: "day", zone: "UTC" } as QuotaSpec], credits: { initial: 6 } };

@@ -165,6 +165,14 @@ describe("settling a grant spent from a lease", () => {
     const s = await leased(t, 4);
     expect(await other.settle(t.ns, grantOf(s), 0)).toBe(false);
     expect(await t.client.settle(t.ns, grantOf(s), 0)).toBe(true);
+    // A debt settled there is recorded at the object all the same, once.
+    const u = await leased(t, 2);
+    const used = quotaUsed(t);
+    expect(await other.settle(t.ns, grantOf(u), 5)).toBe(true);
+    expect(t.store.calls.at(-1)).toMatchObject({ method: "refund", units: 0 });
+    expect(quotaUsed(t)).toBe(used + 3);
+    expect(await other.settle(t.ns, grantOf(u), 5)).toBe(false);
+    expect(quotaUsed(t)).toBe(used + 3);
   });
 
   it("debt of a leased grant goes to the object; a lease settled since: the unused units to the quota", async () => {

@@ -8,7 +8,7 @@ import { base64url, fromBase64url } from "../../src/base/hmac.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import { ConfigError, type Plan } from "../../src/config/types.ts";
 import { problemFor } from "../../src/pipeline/http.ts";
-import { mintKey, verifyKey } from "../../src/pipeline/signed.ts";
+import { mintKey, provenIdentity, verifyKey } from "../../src/pipeline/signed.ts";
 
 const NOW = Date.UTC(2026, 10, 28);
 const limits = [{ limit: 10, window: "1m" }];
@@ -89,6 +89,10 @@ describe("signed keys", () => {
       [`live_${good.slice(8)}`, "key_malformed"],
       [`live_.${sig}`, "key_malformed"],
       [`live_bm90IGpzb24.${sig}`, "key_malformed"],
+      // JSON, but not an object: `null`, a number, a list.
+      [`live_bnVsbA.${sig}`, "key_malformed"],
+      [`live_NDI.${sig}`, "key_malformed"],
+      [`live_WzFd.${sig}`, "key_malformed"],
       [withBody(good, "live_", { ...wire, v: 2 }), "key_malformed"],
       [withBody(good, "live_", { ...wire, e: "soon" }), "key_malformed"],
       [withBody(good, "live_", { ...wire, a: "a b" }), "key_malformed"],
@@ -154,6 +158,20 @@ describe("signed keys", () => {
     expect(await codeOf(forged, plan("pro"), { KEY_SECRET: "spy-secret" })).toBe("key_signature");
     expect(await codeOf(forged, plan("pro"), { KEY_SECRET: "spy-secret" })).toBe("key_signature");
     expect(verify).toHaveBeenCalledTimes(3);
+  });
+
+  it("a key a verify hook gave a signed plan must still start with its prefix; the hook's account stands unless the key proves one", async () => {
+    const minted = (await mintKey(env, plan("pro"), { now: NOW })).key;
+    expect(await codeOf(minted.replace(/^live_/, "other_"))).toBe("key_plan_mismatch");
+    expect(await verifyKey(config, plan("beta"), "other_key", { env, now: NOW })).toBeNull();
+    const at = { env, now: NOW };
+    const hooked = { name: "key:x", plan: plan("pro"), account: "from-hook" };
+    expect((await provenIdentity(config, hooked, minted, at)).account).toBe("from-hook");
+    const withAccount = (await mintKey(env, plan("pro"), { account: "acme", now: NOW })).key;
+    expect((await provenIdentity(config, hooked, withAccount, at)).account).toBe("acme");
+    const optional = { name: "key:y", plan: plan("beta"), account: "from-hook" };
+    expect((await provenIdentity(config, optional, "beta_unsigned", at)).account).toBe("from-hook");
+    expect((await provenIdentity(config, { name: "key:z", plan: plan("pro") }, minted, at)).account).toBeNull();
   });
 
   it("an optional plan lets keys that do not read as minted pass unsigned, and checks those that do", async () => {
