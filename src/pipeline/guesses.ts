@@ -1,6 +1,6 @@
 /**
  * @module Addresses that guess (docs/configuration.md, "Addresses that guess"): a request refused in the isolate for
- * its key — not minted, forged, expired, malformed, not `key.pattern`, of no plan — counts one unit against its
+ * its key — not minted, forged, expired, malformed, not `key.pattern`, of no plan, unknown to the verify hook — counts one unit against its
  * client address's `guesses` budget, so an address that keeps guessing gets `429` and then the budget's penalty,
  * without any key's object being touched. A blocked address is answered from the deny cache: no call at all.
  */
@@ -19,6 +19,8 @@ const GUESSES: ReadonlySet<LimiterErrorCode> = new Set<LimiterErrorCode>([
   "malformed_key",
   "invalid_key",
   "no_plan",
+  // A key the verify hook does not know: each distinct one costs a lookup, so an address inventing them is a guesser.
+  "unknown_key",
   "key_unsigned",
   "key_malformed",
   "key_signature",

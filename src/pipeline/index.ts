@@ -58,15 +58,21 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
   }
 
   /**
-   * {@link identify}, and for a key of a limiter with a `verify` hook, the hook's plan and account (cached).
+   * {@link identify}, and for a key of a limiter with a `verify` hook, the hook's plan and account (cached); a signed
+   * plan's key proven in the isolate (signed.ts), with the account it carries. Every call that reaches a key's object
+   * (a decision, and the library's peek, reset, credit and usage) identifies it here: a key refused here reaches none.
    *
-   * @throws LimiterError as {@link identify}; `unknown_key` or `verify_failed` from the hook
-   * @throws ConfigError for a hook's answer that names no plan
+   * @throws LimiterError as {@link identify}; `unknown_key` or `verify_failed` from the hook; a signed key's refusal
+   * @throws ConfigError for a hook's answer that names no plan, or a signed plan without `KEY_SECRET`
    */
   async identifyFor(env: object, key: string | null, ip: string | null = null): Promise<Identity> {
-    if (key === null || this.verifier === null) return this.identify(key, ip);
-    checkKey(key, "the key given", this.config.key.maxLength);
-    return this.verifier.identify(env, key, this.scope);
+    let identity: Identity;
+    if (key === null || this.verifier === null) identity = this.identify(key, ip);
+    else {
+      checkKey(key, "the key given", this.config.key.maxLength);
+      identity = await this.verifier.identify(env, key, this.scope);
+    }
+    return provenIdentity(this.config, identity, key, { env, now: this.client.now() });
   }
 
   /**
@@ -98,9 +104,7 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     let identity: Identity;
     try {
       key = typeof asking.key === "function" ? (await asking.key()) || null : asking.key;
-      // A signed plan's key is proven in the isolate (signed.ts): one refused there never reaches an object.
-      const at = { env, now: this.client.now() };
-      identity = await provenIdentity(this.config, await this.identifyFor(env, key, asking.ip ?? null), key, at);
+      identity = await this.identifyFor(env, key, asking.ip ?? null);
     } catch (e) {
       // A key refused here may count against its address (guesses.ts): past its budget, that refusal is the answer.
       const { config, client, scope } = this;

@@ -113,7 +113,7 @@ class Usage {
   constructor(settle: Settle) {
     this.#settle = settle;
     const last = settle.from === "json" ? (settle.path[settle.path.length - 1] as string) : null;
-    this.mentions = last === null ? /"usage"\s*:\s*\{/ : new RegExp(`"${last.replace(/[^\w]/g, "\\$&")}"s*:`);
+    this.mentions = last === null ? /"usage"\s*:\s*\{/ : new RegExp(`"${last.replace(/[^\w]/g, "\\$&")}"\\s*:`);
   }
 
   /** Reads one JSON value: a whole body, or one event's data. */

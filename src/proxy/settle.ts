@@ -68,7 +68,13 @@ export function settledResponse(response: Response, s: Settling): Response {
     s.bg.waitUntil?.(done);
   };
   if (response.body === null) {
-    end("complete");
+    // No body (a HEAD, a 204): what a header reported, else nothing was — not a body that could not be read.
+    const reported = usage.reported();
+    const done =
+      reported === null
+        ? kept(s.result, { none: "no_usage", detail: "the response has no body" })
+        : s.settleTo(reported).catch(() => {});
+    s.bg.waitUntil?.(done);
     return response;
   }
   const source = response.body.getReader();

@@ -289,4 +289,24 @@ describe("the library", () => {
     await expect(limiter.limit(e, `${key.slice(0, -1)}`)).rejects.toMatchObject({ code: "key_malformed" });
     await expect(limiter.mintKey(e, "nope")).rejects.toThrow(/^plan: /);
   });
+
+  it("peek, reset, credit and usage refuse a forged key as limit() does, and call no object for it", async () => {
+    const spy = recorded();
+    const limiter = createLimiter({
+      name: "signed-lib-reads",
+      plans: [{ name: "pro", key_prefix: "live_", signed: true, limits, credits: { initial: 5 }, usage: true }],
+    });
+    const e = { ...(env as object), LIMITER: spy.namespace, KEY_SECRET: SECRET };
+    const { key } = await limiter.mintKey(e, "pro");
+    const forged = `${key.slice(0, -2)}${key.at(-2) === "A" ? "B" : "A"}${key.at(-1)}`;
+    const refused = { code: "key_signature" };
+    await expect(limiter.peek(e, forged)).rejects.toMatchObject(refused);
+    await expect(limiter.reset(e, forged)).rejects.toMatchObject(refused);
+    await expect(limiter.credit(e, forged, 10)).rejects.toMatchObject(refused);
+    await expect(limiter.usage(e, forged, { period: "day" })).rejects.toMatchObject(refused);
+    expect(spy.calls).toEqual([]);
+    // The minted key itself reads as before.
+    expect((await limiter.peek(e, key)).allowed).toBe(true);
+    expect(spy.calls.length).toBeGreaterThan(0);
+  });
 });

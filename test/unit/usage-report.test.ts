@@ -184,6 +184,8 @@ describe("the usage of a JSON body", () => {
     ).toEqual({
       actual: 2,
     });
+    // Spaces around the colon, as a pretty-printing origin writes it.
+    expect(everyWay(settle, SSE, 'data: {"meta": {"cost" : 3}}\n\n')).toEqual({ actual: 3 });
     expect(read(settle, JSON_TYPE, bytes(body({ meta: {} })))).toMatchObject({ none: "no_usage" });
     expect(read(settle, JSON_TYPE, bytes(body({ meta: { cost: 1.5 } })))).toEqual({
       none: "unreadable",
