@@ -28,7 +28,8 @@ $("mint").addEventListener("submit", async (ev) => {
   const account = $("mint-account").value.trim();
   const expires = $("mint-expires").value.trim();
   if (account) body.account = account;
-  if (expires) body[/^\\d{4}-/.test(expires) ? "expires" : "for"] = expires;
+  // A date alone is its midnight UTC (the API's expires wants a time).
+  if (expires) body[/^\\d{4}-/.test(expires) ? "expires" : "for"] = /^\\d{4}-\\d\\d-\\d\\d$/.test(expires) ? expires + "T00:00:00Z" : expires;
   try {
     const k = await call("keys", body);
     $("minted").textContent = k.key;
