@@ -17,6 +17,13 @@ export default {
     "src/pipeline/key.ts",
     "src/pipeline/http.ts",
     "src/pipeline/telemetry.ts",
+    // The pipeline's pure rules added with settled costs, signed keys, the verify hook and accounts.
+    "src/pipeline/signed.ts",
+    "src/pipeline/usage-report.ts",
+    "src/pipeline/reservation.ts",
+    "src/pipeline/guesses.ts",
+    "src/pipeline/verify-hook.ts",
+    "src/pipeline/all-or-nothing.ts",
   ],
   incremental: true,
   incrementalFile: "test/mutation/incremental.json",
