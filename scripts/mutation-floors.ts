@@ -5,8 +5,8 @@
  */
 
 /**
- * The least score (%) per file of the gate (the core, the client, config, base/, and the pipeline's key, http and
- * telemetry: stryker.config.mjs): a run's score rounded down, less one point of slack, from the gate's own run
+ * The least score (%) per file of the gate (the core, the client, config, base/, and the pipeline's pure rules: key, http,
+ * telemetry, signed, guesses, verify-hook, reservation, usage-report, all-or-nothing: stryker.config.mjs): a run's score rounded down, less one point of slack, from the gate's own run
  * against the unit tests (2026-11-25, after settled leases). The object, the proxy and the adapters are not mutated
  * (CONTRIBUTING.md, "Mutation testing", says why).
  */
