@@ -77,6 +77,8 @@ export function settledResponse(response: Response, s: Settling): Response {
     s.bg.waitUntil?.(done);
     return response;
   }
+  const left = s.left ?? null;
+  if (left !== null && isEventStream(response)) return teed(response, response.body, { left, usage, end, bg: s.bg });
   const source = response.body.getReader();
   const body = new ReadableStream<Uint8Array>(
     {
@@ -109,6 +111,50 @@ export function settledResponse(response: Response, s: Settling): Response {
     },
     { highWaterMark: 0 },
   );
+  return new Response(body, response);
+}
+
+/** Whether `response` is a server-sent event stream (a model's tokens as they come). */
+function isEventStream(response: Response): boolean {
+  return /^text\/event-stream\b/i.test(response.headers.get("content-type") ?? "");
+}
+
+/** What {@link teed} reads a stream's copy with. */
+interface Teeing {
+  /** The client's signal: when it aborts, the origin's request is cancelled (src/proxy/forward.ts) and so the copy. */
+  readonly left: AbortSignal;
+  readonly usage: { push(chunk: Uint8Array): void };
+  readonly end: (how: Ending) => void;
+  readonly bg: Background;
+}
+
+/**
+ * An event stream passed on by the runtime itself, no JavaScript between the origin's chunks and the client (a tee's
+ * first branch), while its copy is read for the usage in the background (`bg.waitUntil`): no delay added to a token.
+ * Only with the client's signal, which cancels the origin's request when the client leaves (a tee's branch cancelled
+ * alone would not); and only for event streams, whose tokens come slower than a client reads them, so the client's
+ * branch holds next to nothing (a slow client on a large body would make it hold the body).
+ */
+function teed(response: Response, source: ReadableStream<Uint8Array>, t: Teeing): Response {
+  const [body, copy] = source.tee();
+  const reader = copy.getReader();
+  const read = async (): Promise<void> => {
+    for (;;) {
+      let chunk: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        chunk = await reader.read();
+      } catch {
+        return t.end(t.left.aborted ? "client_left" : "cut_short");
+      }
+      if (chunk.done) return t.end(t.left.aborted ? "client_left" : "complete");
+      try {
+        t.usage.push(chunk.value);
+      } catch {
+        // A fault in reading the usage never stops the body: it reports nothing then.
+      }
+    }
+  };
+  t.bg.waitUntil?.(read());
   return new Response(body, response);
 }
 

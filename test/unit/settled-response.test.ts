@@ -21,7 +21,14 @@ function settling(settle: Settle) {
     settleTo: async (actual: number) => settledTo.push(actual),
     bg: { waitUntil: (p: Promise<unknown>) => waited.push(p) },
   };
-  return { s, settledTo, done: () => Promise.all(waited) };
+  // Until no more work is handed to waitUntil (a settle's end hands it its settlement or its log line).
+  const done = async () => {
+    for (let seen = -1; seen !== waited.length; ) {
+      seen = waited.length;
+      await Promise.all(waited);
+    }
+  };
+  return { s, settledTo, done };
 }
 
 /** The `reservation_kept` lines logged while `run` runs. */
@@ -44,6 +51,36 @@ describe("settledResponse", () => {
     expect(await out.text()).toBe(text);
     await t.done();
     expect(t.settledTo).toEqual([42]);
+  });
+
+  it("an event stream with the client's signal: passed on by a tee, its copy read for the usage", async () => {
+    const t = settling(openai);
+    const left = new AbortController();
+    const text = sse('{"choices":[]}', '{"choices":[],"usage":{"total_tokens":9}}', "[DONE]");
+    const headers = { "content-type": "text/event-stream; charset=utf-8" };
+    const out = settledResponse(new Response(text, { headers }), { ...t.s, left: left.signal });
+    expect(await out.text()).toBe(text);
+    await t.done();
+    expect(t.settledTo).toEqual([9]);
+
+    // The client leaves: its signal cancels the origin's request (forward.ts), and so the copy — the reservation stands.
+    const u = settling(openai);
+    let origin!: ReadableStreamDefaultController<Uint8Array>;
+    const body = new ReadableStream<Uint8Array>({
+      start(c) {
+        origin = c;
+      },
+    });
+    origin.enqueue(new TextEncoder().encode(sse('{"choices":[]}')));
+    const lines = await keptLines(async () => {
+      const reader = settledResponse(new Response(body, { headers }), { ...u.s, left: left.signal }).body?.getReader();
+      await reader?.read();
+      left.abort();
+      origin.error(new Error("aborted"));
+      await u.done();
+    });
+    expect(u.settledTo).toEqual([]);
+    expect(lines).toMatchObject([{ reason: "client_left" }]);
   });
 
   it("a response without a body: a header's report settles it; else its reservation is kept as no_usage", async () => {
