@@ -96,12 +96,12 @@ export const FLOORS: Readonly<Record<string, number>> = {
   "src/pipeline/http.ts": 94,
   "src/pipeline/telemetry.ts": 87,
   // The pipeline's pure rules added with settled costs, signed keys, the verify hook and accounts, from their first
-  // gate run (2026-11-28): each score rounded down, less one point. guesses.ts is held by the workerd tests
-  // (test/integration/signed.test.ts: guesses counted, refused, blocked from the deny cache); no unit test reaches it.
+  // gate run (2026-11-28): each score rounded down, less one point (guesses.ts from its own run with its unit tests,
+  // 82.35 %).
   "src/pipeline/signed.ts": 73,
   "src/pipeline/usage-report.ts": 74,
   "src/pipeline/reservation.ts": 85,
-  "src/pipeline/guesses.ts": 0,
+  "src/pipeline/guesses.ts": 81,
   "src/pipeline/verify-hook.ts": 92,
   "src/pipeline/all-or-nothing.ts": 79,
   // Split out of telemetry.ts (its key ids and log lines). Its survivors: the key-id cache's bound (`ids.size >=
