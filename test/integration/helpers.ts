@@ -129,8 +129,11 @@ export function problemBody(response: Response): Promise<Problem> {
 export function spyLimiter(instead: () => Promise<unknown> | undefined = () => undefined): {
   namespace: WorkerEnv["LIMITER"];
   calls: string[];
+  /** The same calls as `<object name> <method>`. */
+  byObject: string[];
 } {
   const calls: string[] = [];
+  const byObject: string[] = [];
   const real = (env as unknown as WorkerEnv).LIMITER;
   const namespace = {
     getByName: (name: string) =>
@@ -140,13 +143,14 @@ export function spyLimiter(instead: () => Promise<unknown> | undefined = () => u
           if (typeof value !== "function") return value;
           return (...args: unknown[]) => {
             calls.push(String(prop));
+            byObject.push(`${name} ${String(prop)}`);
             // Reflect.apply: `.apply` on an RPC method would itself be an RPC property.
             return instead() ?? Reflect.apply(value as (...a: unknown[]) => unknown, target, args);
           };
         },
       }),
   } as unknown as WorkerEnv["LIMITER"];
-  return { namespace, calls };
+  return { namespace, calls, byObject };
 }
 
 /** Hooks that keep the Worker's background work (refills, give-backs, a slot's release) so a test can wait for it. */

@@ -8,7 +8,7 @@ import { createLimiter } from "../../src/index.ts";
 import { mintKey } from "../../src/pipeline/signed.ts";
 import { createProxy } from "../../src/proxy/app.ts";
 import { problemOf } from "../support/problem.ts";
-import { arrivalsFor, envWith, request, type WorkerEnv } from "./helpers.ts";
+import { arrivalsFor, envWith, request, spyLimiter, type WorkerEnv } from "./helpers.ts";
 
 const SECRET = "integration-key-secret";
 const TOKEN = "signed-admin-token";
@@ -22,22 +22,8 @@ afterEach(() => vi.restoreAllMocks());
 
 /** The real LIMITER namespace, recording `<object name> <method>` for every call on any object. */
 function recorded(): { namespace: WorkerEnv["LIMITER"]; calls: string[] } {
-  const calls: string[] = [];
-  const real = (env as unknown as WorkerEnv).LIMITER;
-  const namespace = {
-    getByName: (name: string) =>
-      new Proxy(real.getByName(name), {
-        get(target, prop) {
-          const value = Reflect.get(target, prop);
-          if (typeof value !== "function") return value;
-          return (...args: unknown[]) => {
-            calls.push(`${name} ${String(prop)}`);
-            return Reflect.apply(value as (...a: unknown[]) => unknown, target, args);
-          };
-        },
-      }),
-  } as unknown as WorkerEnv["LIMITER"];
-  return { namespace, calls };
+  const spy = spyLimiter();
+  return { namespace: spy.namespace, calls: spy.byObject };
 }
 
 const limits = [{ limit: 100, window: "1m" as const }];
