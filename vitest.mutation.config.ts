@@ -12,5 +12,7 @@ export default defineConfig({
     exclude: ["test/unit/function-shape.test.ts", "test/unit/holders.test.ts"],
     // One worker reused across Stryker's many small runs (its runner already limits Vitest to one worker).
     isolate: false,
+    // One fast-check seed for every run (test/support/fixed-seed.ts): the same mutants killed, the same coverage.
+    setupFiles: ["test/support/fixed-seed.ts"],
   },
 });

@@ -225,6 +225,24 @@ describe("KeyLog.record: the object records grants made alone", () => {
     expect(log.check(T0 + 20_000, 1).limits.map((l) => l.remaining)).toEqual([9, 99]);
   });
 
+  it("skips a use whose record would fall exactly on the longest window's edge, and keeps one a millisecond inside", () => {
+    // ageMs 10,206: recorded at t − 10,206 + 1 + leaseMargin (205) = t − 10,000, the 10 s window's open edge.
+    const edge = new KeyLog([
+      { limit: 10, windowMs: 1000 },
+      { limit: 100, windowMs: 10_000 },
+    ]);
+    expect(edge.record(T0 + 20_000, [{ ageMs: 10_206, units: 1 }])).toEqual([]);
+    expect(edge.check(T0 + 20_000, 1).limits.map((l) => l.remaining)).toEqual([10, 100]);
+    // ageMs 10,205: at t − 9,999, inside the 10 s window; kept inside the 1 s one (later than its use).
+    const inside = new KeyLog([
+      { limit: 10, windowMs: 1000 },
+      { limit: 100, windowMs: 10_000 },
+    ]);
+    const rows = inside.record(T0 + 20_000, [{ ageMs: 10_205, units: 1 }]);
+    expect(rows.map((r) => r.ts)).toEqual([T0 + 20_000 - 1000 + 1]);
+    expect(inside.check(T0 + 20_000, 1).limits.map((l) => l.remaining)).toEqual([9, 99]);
+  });
+
   it("rejects what is not a list of uses", () => {
     const log = new KeyLog(limits);
     expect(() => log.record(T0, "x" as never)).toThrow(/uses: expected a list/);
