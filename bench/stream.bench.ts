@@ -3,11 +3,14 @@
  * The product's bundle in workerd (Miniflare's API, direct sockets, as the e2e suite and the soak run it) in front of
  * the recording origin's fake model, which writes an OpenAI chat completion's events 20 ms apart and records when it
  * wrote each one. Streams through a settled `costs` rule (read as they pass, settled at their end) and through a
- * plain one (cost 1, passed through untouched) run side by side, interleaved, 40 at once; for every event, the time
- * from the origin writing it to the client reading it (one clock: both in this process's machine).
+ * plain one (cost 1, passed through untouched) run side by side, 40 at once (the kinds alternating, which goes first
+ * swapped each round), in two shapes: started 25 ms apart as clients arrive, and all in one millisecond. For every
+ * event, the time from the origin writing it to the client reading it (one clock: both in this process's machine).
+ * The first event of a stream also carries the response's start (the decision, the origin's headers): it is reported
+ * apart from the events passed on after it.
  *
- *   npm run bench:stream                  # ~1 min (the bundle's build included)
- *   STREAM_ROUNDS=10 npm run bench:stream
+ *   npm run bench:stream                  # ~40 s (the bundle's build included)
+ *   STREAM_ROUNDS=30 npm run bench:stream
  */
 
 import { tempDir } from "../test/support/harness.ts";
@@ -20,6 +23,11 @@ const ROUNDS = Number(process.env.STREAM_ROUNDS) || 5;
 const STREAMS = 40;
 const EVENTS = 50;
 const PACE_MS = 20;
+/** Between two streams' starts: 40 streams arrive over a second, as clients do; then all 40 in one millisecond. */
+const SHAPES = [
+  { name: "arriving 25 ms apart", arrivalMs: 25 },
+  { name: "all at once", arrivalMs: 0 },
+] as const;
 
 const origin = await startOrigin();
 const bundle = await buildBundle();
@@ -75,25 +83,33 @@ async function stream(key: string, path: string): Promise<number[]> {
   }
 }
 
-const delays: Record<"settled" | "plain", number[]> = { settled: [], plain: [] };
+type Kind = "settled" | "plain";
+/** Per shape and kind: the first event's delays (the response's start) and every later event's (passed on). */
+type Delays = Record<Kind, { first: number[]; later: number[] }>;
+const delays: Delays[] = SHAPES.map(() => ({ settled: { first: [], later: [] }, plain: { first: [], later: [] } }));
 try {
-  for (let round = 0; round < ROUNDS; round++) {
-    const runs = Array.from({ length: STREAMS }, async (_, i) => {
-      const kind = i % 2 === 0 ? "settled" : "plain";
-      const key = `bench_${round}_${i}`;
-      const read = await stream(
-        key,
-        kind === "settled" ? "/__special/llm/openai-chat" : "/plain/__special/llm/openai-chat",
-      );
-      return { kind, key, read } as const;
-    });
-    const done = await Promise.all(runs);
-    const reports = (await (await fetch(`${origin.url}/__special/llm-reports`)).json()) as LlmReport[];
-    for (const d of done) {
-      const report = reports.find((r) => r.key === d.key);
-      if (!report || report.sent.length !== d.read.length)
-        throw new Error(`events: ${report?.sent.length} sent, ${d.read.length} read`);
-      for (const [e, at] of report.sent.entries()) delays[d.kind].push((d.read[e] as number) - at);
+  for (const [s, shape] of SHAPES.entries()) {
+    for (let round = 0; round < ROUNDS; round++) {
+      const runs = Array.from({ length: STREAMS }, async (_, i) => {
+        const kind: Kind = (i + round) % 2 === 0 ? "settled" : "plain";
+        const key = `bench_${s}_${round}_${i}`;
+        if (shape.arrivalMs > 0) await new Promise((resolve) => setTimeout(resolve, i * shape.arrivalMs));
+        const read = await stream(
+          key,
+          kind === "settled" ? "/__special/llm/openai-chat" : "/plain/__special/llm/openai-chat",
+        );
+        return { kind, key, read } as const;
+      });
+      const done = await Promise.all(runs);
+      const reports = (await (await fetch(`${origin.url}/__special/llm-reports`)).json()) as LlmReport[];
+      for (const d of done) {
+        const report = reports.find((r) => r.key === d.key);
+        if (!report || report.sent.length !== d.read.length)
+          throw new Error(`events: ${report?.sent.length} sent, ${d.read.length} read`);
+        for (const [e, at] of report.sent.entries()) {
+          (delays[s] as Delays)[d.kind][e === 0 ? "first" : "later"].push((d.read[e] as number) - at);
+        }
+      }
     }
   }
 } finally {
@@ -106,12 +122,18 @@ try {
 const row = (name: string, xs: number[]) => {
   const sorted = [...xs].sort((a, b) => a - b);
   const q = (p: number) => quantile(sorted, p);
-  return `| ${name} | ${xs.length} | ${q(0.5)} | ${q(0.9)} | ${q(0.99)} | ${sorted[sorted.length - 1]} |`;
+  const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
+  return `| ${name} | ${xs.length} | ${mean.toFixed(2)} | ${q(0.5)} | ${q(0.9)} | ${q(0.99)} | ${sorted[sorted.length - 1]} |`;
 };
 console.log(
-  `Per event, origin write → client read (ms): ${STREAMS} streams at once (half each way), ${EVENTS + 3} events ${PACE_MS} ms apart, ${ROUNDS} rounds`,
+  `Per event, origin write → client read (ms): ${STREAMS} streams (half each way), ${EVENTS + 3} events ${PACE_MS} ms apart, ${ROUNDS} rounds per shape`,
 );
-console.log("| route | events | p50 | p90 | p99 | max |");
-console.log("| --- | ---: | ---: | ---: | ---: | ---: |");
-console.log(row("settled (read for its usage as it passes)", delays.settled));
-console.log(row("plain (cost 1, passed through)", delays.plain));
+console.log("| streams | route, events | events | mean | p50 | p90 | p99 | max |");
+console.log("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+for (const [s, shape] of SHAPES.entries()) {
+  const d = delays[s] as Delays;
+  console.log(row(`${shape.name} | settled, passed on (2nd on)`, d.settled.later));
+  console.log(row(`${shape.name} | plain, passed on (2nd on)`, d.plain.later));
+  console.log(row(`${shape.name} | settled, first (the response's start)`, d.settled.first));
+  console.log(row(`${shape.name} | plain, first (the response's start)`, d.plain.first));
+}
