@@ -2,11 +2,12 @@
  * @module `npm run bench:profile`: where one bench Worker spends its CPU. Starts the bench runtime with workerd's
  * inspector (`BENCH_INSPECT`), loads one Worker with autocannon while V8's sampling profiler runs in it, and prints
  * the functions with the most self time (and the whole profile to a file, for DevTools). The load is 8 saturating
- * connections, on one hot key or on 1,000 keys met fresh; the hono roles' limits are the bench's (the product's here
+ * connections, on one hot key, on 1,000 keys met fresh or on 1,000 re-seen; the hono roles' limits are the bench's (the product's here
  * are a million a second: nothing is refused). The profiler's own overhead makes times larger than the bench's.
  *
  *   npm run bench:profile                                   # hono-ours, a hot key, 5 s
  *   PROFILE_WORKER=hono-ours PROFILE_KEYS=young npm run bench:profile   # 1,000 keys met fresh
+ *   PROFILE_WORKER=hono-ours-off PROFILE_KEYS=seen npm run bench:profile   # the same 1,000 keys, slice after slice
  *   PROFILE_WORKER=product PROFILE_OUT=/tmp/p.cpuprofile npm run bench:profile
  */
 
@@ -19,6 +20,8 @@ const PORT = 9229;
 const WORKER = (process.env.PROFILE_WORKER ?? "hono-ours") as BenchWorkerName;
 const SECONDS = Number(process.env.PROFILE_SECONDS) || 5;
 const YOUNG = process.env.PROFILE_KEYS === "young";
+/** The same 1,000 keys in random order for the warm-up and the run (re-seen, as bench's `…seen` targets). */
+const SEEN = process.env.PROFILE_KEYS === "seen";
 const OUT = process.env.PROFILE_OUT ?? "/tmp/bench.cpuprofile";
 
 interface ProfileNode {
@@ -101,7 +104,11 @@ try {
   if (!target) throw new Error(`no inspector target for ${WORKER}: ${targets.map((t) => t.id).join(", ")}`);
   // Warm-up, then the profiled run; young keys: a new set of 1,000 for each.
   let set = 0;
-  const key = YOUNG ? () => `y${set}_${Math.floor(Math.random() * 1000)}` : "hot";
+  const key = YOUNG
+    ? () => `y${set}_${Math.floor(Math.random() * 1000)}`
+    : SEEN
+      ? () => `s_${Math.floor(Math.random() * 1000)}`
+      : "hot";
   await load({ url, duration: 2, connections: 8, key });
   set += 1;
   const cdp = await session(target.webSocketDebuggerUrl);
@@ -115,7 +122,7 @@ try {
   const times = selfTimes(profile);
   const total = times.reduce((s, [, ms]) => s + ms, 0);
   console.log(
-    `${WORKER}, ${YOUNG ? "1,000 young keys" : "a hot key"}: ${run.total} responses in ${SECONDS} s (${Math.round(run.rps)}/s), ${fmt((total * 1000) / run.total)} µs of sampled time per response in this isolate (idle included); profile in ${OUT}`,
+    `${WORKER}, ${YOUNG ? "1,000 young keys" : SEEN ? "1,000 keys re-seen" : "a hot key"}: ${run.total} responses in ${SECONDS} s (${Math.round(run.rps)}/s), ${fmt((total * 1000) / run.total)} µs of sampled time per response in this isolate (idle included); profile in ${OUT}`,
   );
   console.log("\n| self ms | share | function |\n| ---: | ---: | --- |");
   for (const [name, ms] of times.slice(0, 30)) console.log(`| ${fmt(ms)} | ${fmt((100 * ms) / total)}% | ${name} |`);
