@@ -79,8 +79,8 @@ export interface RateLimitResult {
   readonly route: string | null;
   /**
    * Which budget refused it: `"key"` (the key's limits or its route's; the `anonymous` limits for a
-   * request without a key), `"ip"` (its client address's `ip` limits), `"account"` (its account's limits), null
-   * when it was allowed.
+   * request without a key), `"ip"` (its client address's `ip` limits, or its `guesses` budget), `"account"` (its
+   * account's limits), null when it was allowed.
    */
   readonly refusedBy: "key" | "ip" | "account" | null;
   /** The units the request asked for. */

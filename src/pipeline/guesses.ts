@@ -69,5 +69,6 @@ export async function countGuess(env: object, guess: Guess, e: unknown): Promise
   const name = objectName(budget.kind, address, scope);
   const result = await client.limit({ ns, name, plan: budget.plan, cost: 1, ...(bg ? { bg } : {}) });
   await recordDecision(env as TelemetryEnv, name, result);
-  return result.allowed ? null : { result, name, plan: budget.plan };
+  // The address's budget refused it: `refusedBy` says so (its answer names the address, not a key).
+  return result.allowed ? null : { result: { ...result, refusedBy: "ip" }, name, plan: budget.plan };
 }

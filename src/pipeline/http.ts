@@ -86,15 +86,19 @@ export function refusal(r: RateLimitResult, form: HeaderForm = "draft-11"): Resp
   return new Response(JSON.stringify(body), { status: 429, headers });
 }
 
+/** What a block or a penalty holds, by the budget that refused: the key, its client address or its account. */
+const SUBJECTS = { key: "This API key", ip: "This client address", account: "This account" } as const;
+
 /** A refusal's `detail`: what refused it, in words, and how long to wait. */
 function detailOf(r: RateLimitResult, names: readonly string[], never: boolean): string {
   const wait = `retry after ${seconds(r.retryAfterMs)} s.`;
   const listed = names.join(", ");
+  const subject = SUBJECTS[r.refusedBy ?? "key"];
   switch (r.reason) {
     case "blocked":
-      return `This API key is blocked by an operator; ${wait}`;
+      return `${subject} is blocked by an operator; ${wait}`;
     case "penalty":
-      return `This API key is blocked for a while after repeated requests over its limit; ${wait}`;
+      return `${subject} is blocked for a while after repeated requests over its limit; ${wait}`;
     case "concurrency":
       return `This API key already has as many requests in flight as its concurrency allows; ${wait}`;
     case "limiter_fallback":

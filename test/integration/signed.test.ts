@@ -107,6 +107,8 @@ describe("signed keys through the proxy", () => {
     ]);
     const blocked = await problemOf(await proxy.handle(from(ip, forged()), e), 429);
     expect(blocked.reason).toBe("penalty");
+    // The block is the address's (no key was ever valid here): the answer says so.
+    expect(blocked.detail).toMatch(/^This client address is blocked for a while/);
     expect(blocked.retry_after).toBeGreaterThan(590);
     const calls = spy.calls.length;
     // While blocked the isolate answers from its deny cache: no object call at all.

@@ -35,7 +35,7 @@ describe("countGuess", () => {
     expect(await countGuess({}, guess("198.51.100.7"), e)).toBeNull();
     expect(await countGuess({}, guess("198.51.100.7"), e)).toBeNull();
     const refused = await countGuess({}, guess("198.51.100.7"), e);
-    expect(refused).toMatchObject({ name: "guess:198.51.100.7", result: { allowed: false } });
+    expect(refused).toMatchObject({ name: "guess:198.51.100.7", result: { allowed: false, refusedBy: "ip" } });
     expect(refused?.plan.limits?.[0]).toMatchObject({ limit: 2 });
     // Another address has its own budget. A guess under the budget is one call to its address's object; the refusal
     // past it came from the isolate's deny cache (the second grant left nothing).

@@ -180,6 +180,23 @@ describe("refusal", () => {
     });
   });
 
+  it("a block or a penalty names what the refusing budget holds: the key, its client address or its account", async () => {
+    const detail = async (reason: "blocked" | "penalty", refusedBy: "key" | "ip" | "account") =>
+      (
+        await body(
+          refusal(result({ reason, refusedBy, retryAfterMs: 60_000, limits: [limit({ exceeded: false })] }), "draft-11"),
+        )
+      ).detail;
+    expect(await detail("penalty", "ip")).toBe(
+      "This client address is blocked for a while after repeated requests over its limit; retry after 60 s.",
+    );
+    expect(await detail("penalty", "account")).toBe(
+      "This account is blocked for a while after repeated requests over its limit; retry after 60 s.",
+    );
+    expect(await detail("blocked", "ip")).toBe("This client address is blocked by an operator; retry after 60 s.");
+    expect(await detail("blocked", "key")).toBe("This API key is blocked by an operator; retry after 60 s.");
+  });
+
   it.each([
     ["over_limit", 1500, "Rate limit exceeded (per-minute); retry after 2 s."],
     ["cached_denial", 1500, "Rate limit exceeded (per-minute); retry after 2 s."],
