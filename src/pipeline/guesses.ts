@@ -67,8 +67,9 @@ export async function countGuess(env: object, guess: Guess, e: unknown): Promise
   const address = ip === undefined || ip === null ? null : clientOf(ip, config.ipv6Subnet);
   if (!budget || address === null) return null;
   const name = objectName(budget.kind, address, scope);
-  const result = await client.limit({ ns, name, plan: budget.plan, cost: 1, ...(bg ? { bg } : {}) });
+  const decided = await client.limit({ ns, name, plan: budget.plan, cost: 1, ...(bg ? { bg } : {}) });
+  // The address's budget refused it: `refusedBy` says so, in the log line and the answer (which names the address).
+  const result: RateLimitResult = decided.allowed ? decided : { ...decided, refusedBy: "ip" };
   await recordDecision(env as TelemetryEnv, name, result);
-  // The address's budget refused it: `refusedBy` says so (its answer names the address, not a key).
-  return result.allowed ? null : { result: { ...result, refusedBy: "ip" }, name, plan: budget.plan };
+  return result.allowed ? null : { result, name, plan: budget.plan };
 }

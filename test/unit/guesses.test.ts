@@ -30,12 +30,16 @@ function guessing(over: Record<string, unknown> = {}) {
 describe("countGuess", () => {
   it("counts each refused key against its address: under the budget the key's refusal, past it the budget's", async () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
+    const log = vi.spyOn(console, "log").mockImplementation(() => {});
     const { t, guess } = guessing();
     const e = new LimiterError("key_signature", "the key's signature does not prove it");
     expect(await countGuess({}, guess("198.51.100.7"), e)).toBeNull();
     expect(await countGuess({}, guess("198.51.100.7"), e)).toBeNull();
     const refused = await countGuess({}, guess("198.51.100.7"), e);
+    // The address's budget refused it, and says so in the answer and in its `denied` line.
     expect(refused).toMatchObject({ name: "guess:198.51.100.7", result: { allowed: false, refusedBy: "ip" } });
+    const denied = log.mock.calls.map((c) => JSON.parse(String(c[0]))).filter((l) => l.event === "denied");
+    expect(denied).toMatchObject([{ refused_by: "ip" }]);
     expect(refused?.plan.limits?.[0]).toMatchObject({ limit: 2 });
     // Another address has its own budget. A guess under the budget is one call to its address's object; the refusal
     // past it came from the isolate's deny cache (the second grant left nothing).
