@@ -184,7 +184,10 @@ describe("refusal", () => {
     const detail = async (reason: "blocked" | "penalty", refusedBy: "key" | "ip" | "account") =>
       (
         await body(
-          refusal(result({ reason, refusedBy, retryAfterMs: 60_000, limits: [limit({ exceeded: false })] }), "draft-11"),
+          refusal(
+            result({ reason, refusedBy, retryAfterMs: 60_000, limits: [limit({ exceeded: false })] }),
+            "draft-11",
+          ),
         )
       ).detail;
     expect(await detail("penalty", "ip")).toBe(
