@@ -37,10 +37,12 @@
  * native binding `NATIVE_CHART`), other keys a limit high enough that everything passes.
  */
 
+import type { Config } from "../../src/config/types.ts";
 import type { Ask, Decision } from "../../src/core/index.ts";
 import { RateLimiter } from "../../src/object/index.ts";
 import { createProxy, type Hooks, type WorkerEnv } from "../../src/proxy/app.ts";
-import { forward as proxy } from "../../src/proxy/forward.ts";
+import { forward } from "../../src/proxy/forward.ts";
+import { type Target, targetsOf } from "../../src/proxy/upstream.ts";
 import { emptyCounts, type StorageCounts } from "./counts.ts";
 import { HONO_ROLES, type HonoRole, honoApp } from "./hono.mts";
 import type { FixedWindow, Noop, TokenBucket } from "./objects.mts";
@@ -358,6 +360,22 @@ const standInObject = {
 
 const standInEnvs = new WeakMap<BenchEnv, WorkerEnv>();
 
+/** The origin of each config, its headers read (once: the proxy app does so when it loads a config). */
+const targets = new WeakMap<Config, Target>();
+
+/** The product's forward alone, as the proxy app calls it: the pass-through, and what the classic limiters front. */
+function proxy(request: Request, config: Config, env: BenchEnv): Promise<Response> {
+  let target = targets.get(config);
+  if (!target) {
+    target = targetsOf(config, env)[0] as Target;
+    targets.set(config, target);
+  }
+  const incoming = new URL(request.url);
+  const send = (r: Request) => fetch(r);
+  const { key: keySource, originTimeoutMs: timeoutMs } = config;
+  return forward(request, { target, send, incoming, path: incoming.pathname, keySource, caller: null, timeoutMs });
+}
+
 const denied = () =>
   new Response('{"title":"Too Many Requests"}', { status: 429, headers: { "content-type": "application/json" } });
 
@@ -368,9 +386,8 @@ export default {
     }
     const config = product.clientFor(env)?.config;
     if (!config) return new Response("invalid RATE_LIMIT", { status: 500 });
-    const send = (r: Request) => fetch(r);
     const role = env.BENCH_ROLE;
-    if (role === "pass") return proxy(request, config, send, new URL(request.url), new URL(request.url).pathname);
+    if (role === "pass") return proxy(request, config, env);
     if (role === "chart") {
       if (new URL(request.url).pathname === "/__bench/grants") {
         const out = Response.json(grants);
@@ -418,7 +435,7 @@ export default {
       await (env.NOOP as DurableObjectNamespace<Noop>)
         .getByName(`key:${key}`)
         .decide(config.defaultPlan?.limits ?? [], 1);
-      return proxy(request, config, send, new URL(request.url), new URL(request.url).pathname);
+      return proxy(request, config, env);
     }
     if (role === "stand-in") {
       // Made once per env: spreading env reads every binding, which is not the Worker's work.
@@ -454,6 +471,6 @@ export default {
     }
     if (grantedAt === 0) return denied();
     if (chart) grants.push(grantedAt);
-    return proxy(request, config, send, new URL(request.url), new URL(request.url).pathname);
+    return proxy(request, config, env);
   },
 } satisfies ExportedHandler<BenchEnv>;

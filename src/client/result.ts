@@ -174,7 +174,8 @@ export function joinHandles(a: Handle | null, b: Handle | null): Handle | null {
 
 /**
  * The response headers of a decision in `form`: `RateLimit-Policy` and `RateLimit` (none while the limiter is
- * unavailable: nothing is known), plus `Retry-After` when refused with a finite wait.
+ * unavailable: nothing is known); when refused, `Retry-After` and `retry-after-ms` with a finite wait, and
+ * `x-should-retry: false` when no wait a client's automatic retry makes can help ({@link worthRetrying}).
  */
 export function headersOf(r: RateLimitResult, form: HeaderForm): Headers {
   const headers = new Headers();
@@ -190,7 +191,25 @@ export function setHeadersOf(r: RateLimitResult, form: HeaderForm, headers: Head
     );
     setRateLimitHeaders(headers, form, { limits: r.limits, states, at: r.at });
   }
-  if (!r.allowed && Number.isFinite(r.retryAfterMs)) headers.set("Retry-After", String(seconds(r.retryAfterMs)));
+  if (r.allowed) return;
+  if (Number.isFinite(r.retryAfterMs)) {
+    headers.set("Retry-After", String(seconds(r.retryAfterMs)));
+    headers.set("retry-after-ms", String(r.retryAfterMs));
+  }
+  if (!worthRetrying(r)) headers.set("x-should-retry", "false");
+}
+
+/** The longest wait the model providers' SDKs make for a `429` (ms): they back off on their own past it. */
+export const SDK_MAX_WAIT_MS = 60_000;
+
+/**
+ * Whether a client's automatic retry of a refusal can succeed (docs/http.md, "Retries"): not for a cost over a limit
+ * or credits no refill covers (no wait helps), a block or a penalty (the key is held until it ends), or a wait longer
+ * than an SDK makes ({@link SDK_MAX_WAIT_MS}: it would retry too early).
+ */
+export function worthRetrying(r: Pick<RateLimitResult, "reason" | "retryAfterMs">): boolean {
+  if (r.reason === "blocked" || r.reason === "penalty") return false;
+  return r.retryAfterMs <= SDK_MAX_WAIT_MS;
 }
 
 /** The names of the limits that refused a request. */

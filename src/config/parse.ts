@@ -23,6 +23,7 @@ import {
   unknownFields,
   wholeNumber,
 } from "./fields.ts";
+import { parseUpstreams } from "./gateway.ts";
 import { parseGuesses } from "./guesses.ts";
 import { CREDITS, PENALTY, parseConcurrency, USAGE } from "./inherited.ts";
 import {
@@ -81,7 +82,15 @@ export const LIMITER_FIELDS = [
 ] as const;
 
 /** The settings only the proxy reads. */
-export const PROXY_FIELDS = ["origin_timeout", "admin", "refund", "cors"] as const;
+export const PROXY_FIELDS = [
+  "origin_timeout",
+  "admin",
+  "refund",
+  "cors",
+  "origins",
+  "origin_headers",
+  "forward_key",
+] as const;
 
 /**
  * Parses the proxy's vars. Each var may be given as TOML/JSON values or as a JSON string
@@ -90,13 +99,18 @@ export const PROXY_FIELDS = ["origin_timeout", "admin", "refund", "cors"] as con
  * @throws ConfigError naming the first bad field
  */
 export function parseConfig(vars: { ORIGIN?: unknown; RATE_LIMIT?: unknown }): Config {
-  const origin = parseOrigin(vars.ORIGIN);
   const root = "RATE_LIMIT";
+  // ORIGIN first: a bad one, or none where RATE_LIMIT cannot give origins either, is the first error.
+  const origin =
+    (vars.ORIGIN === undefined || vars.ORIGIN === "") && vars.RATE_LIMIT !== undefined
+      ? null
+      : parseOrigin(vars.ORIGIN);
   const rl = object(fromJsonString(vars.RATE_LIMIT, root), root);
   unknownFields(rl, [...LIMITER_FIELDS, ...PROXY_FIELDS], root);
+  const origins = parseUpstreams(origin, rl, root);
   return {
     ...limiterSettings(rl, root, true),
-    origin,
+    origins,
     originTimeoutMs: timeout(rl.origin_timeout, `${root}.origin_timeout`, DEFAULTS.originTimeoutMs),
     admin: parseAdmin(rl.admin, root),
     refundStatuses: parseRefund(rl.refund, root),

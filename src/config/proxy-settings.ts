@@ -12,7 +12,9 @@ import { type AdminSettings, ConfigError, type CorsSettings, DEFAULTS, type Leas
 /** `ORIGIN`: the absolute http(s) URL allowed requests go to, without credentials, query or fragment. */
 export function parseOrigin(value: unknown): URL {
   if (value === undefined || value === "") {
-    throw new ConfigError('ORIGIN: required, the base URL of your API, e.g. "https://api.example.com"');
+    throw new ConfigError(
+      'ORIGIN: required, the base URL of your API, e.g. "https://api.example.com" (or RATE_LIMIT.origins, several by path)',
+    );
   }
   let s: unknown = value;
   if (typeof s === "string" && s.trim().startsWith('"')) s = fromJsonString(s, "ORIGIN");

@@ -6,7 +6,7 @@
 
 import { describe } from "../core/duration.ts";
 import { nonEmptyString, type Obj, object, oneOf, POSITIVE, unknownFields, wholeNumber } from "./fields.ts";
-import { ConfigError, DEFAULTS, type Reserve, type Settle, type SettledCost } from "./types.ts";
+import { ConfigError, DEFAULTS, type JsonField, type Reserve, type Settle, type SettledCost } from "./types.ts";
 
 /** The most a reservation may read of a request body (`reserve.max_body`): 32 MiB. */
 export const MAX_RESERVE_BODY = 33_554_432;
@@ -46,7 +46,10 @@ export function parseSettled(c: Obj, field: string): { cost: number | null; sett
   return { cost, settled: { reserve, settle } };
 }
 
-/** `reserve`: a positive whole number, `{ header, default? }` or `{ json, input, default?, max_body? }`. */
+/**
+ * `reserve`: a positive whole number, `{ header, default? }` or `{ json, times?, max_times?, input, default?,
+ * max_body? }` (`json` and `times` a field or a list of fields).
+ */
 export function parseReserve(value: unknown, field: string): Reserve {
   if (typeof value === "number") return { from: "fixed", units: wholeNumber(value, field, POSITIVE) };
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
@@ -65,8 +68,16 @@ export function parseReserve(value: unknown, field: string): Reserve {
     unknownFields(r, ["header", "default"], field);
     return { from: "header", header: headerName(r.header, `${field}.header`), default: fallback };
   }
-  unknownFields(r, ["json", "input", "default", "max_body"], field);
-  const { field: name, path } = dotted(r.json, `${field}.json`);
+  unknownFields(r, ["json", "times", "max_times", "input", "default", "max_body"], field);
+  const fields = dottedList(r.json, `${field}.json`);
+  const times = r.times === undefined ? [] : dottedList(r.times, `${field}.times`);
+  if (r.max_times !== undefined && times.length === 0) {
+    throw new ConfigError(`${field}.max_times: only with times (the field that multiplies the reservation, "n")`);
+  }
+  const maxTimes = wholeNumber(r.max_times, `${field}.max_times`, {
+    ...POSITIVE,
+    fallback: DEFAULTS.reserveMaxTimes,
+  });
   if (r.input === undefined) {
     throw new ConfigError(
       `${field}.input: required with json: what the request's input may add, "bytes" (the body's length in bytes) or a whole number (0 when the field bounds the whole cost)`,
@@ -82,7 +93,7 @@ export function parseReserve(value: unknown, field: string): Reserve {
     expected: `a number of bytes from 1 to ${MAX_RESERVE_BODY} (32 MiB)`,
     fallback: DEFAULTS.reserveMaxBody,
   });
-  return { from: "json", field: name, path, input, default: fallback, maxBody };
+  return { from: "json", fields, times, maxTimes, input, default: fallback, maxBody };
 }
 
 /** `settle`: `"openai"`, `"anthropic"`, `{ header }` or `{ json }`. */
@@ -112,8 +123,18 @@ function headerName(value: unknown, field: string): string {
   return name.toLowerCase();
 }
 
+/** One dotted path, or a list of them (`["max_completion_tokens", "max_tokens"]`), in order. */
+function dottedList(value: unknown, field: string): JsonField[] {
+  if (!Array.isArray(value)) return [dotted(value, field)];
+  if (value.length === 0) throw new ConfigError(`${field}: expected a field name, or a list of at least one`);
+  const list = Array.from(value, (v, i) => dotted(v, `${field}[${i}]`));
+  const twice = list.find((f, i) => list.findIndex((g) => g.field === f.field) !== i);
+  if (twice) throw new ConfigError(`${field}: ${JSON.stringify(twice.field)} is listed twice`);
+  return list;
+}
+
 /** A dotted path into JSON (`"usage.total_tokens"`), as written and split. */
-function dotted(value: unknown, field: string): { field: string; path: string[] } {
+function dotted(value: unknown, field: string): JsonField {
   const name = nonEmptyString(value, field);
   if (!DOTTED.test(name)) {
     throw new ConfigError(

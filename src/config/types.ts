@@ -183,9 +183,15 @@ export interface SettledCost {
   readonly settle: Settle;
 }
 
+/** A field of a JSON body: a dotted `path`, as written in `field`. */
+export interface JsonField {
+  readonly field: string;
+  readonly path: readonly string[];
+}
+
 /**
- * Where a request's reservation comes from: a fixed number, a request header, or a field of its JSON body (a dotted
- * `path`, as written in `field`) plus a bound for its input (`input`: the body's length in bytes, or a number). A
+ * Where a request's reservation comes from: a fixed number, a request header, or fields of its JSON body (times
+ * another field's value) plus a bound for its input (`input`: the body's length in bytes, or a number). A
  * missing header or field takes `default` (null: none, a `400`).
  */
 export type Reserve =
@@ -193,8 +199,14 @@ export type Reserve =
   | { readonly from: "header"; readonly header: string; readonly default: number | null }
   | {
       readonly from: "json";
-      readonly field: string;
-      readonly path: readonly string[];
+      /** The fields read, in order: the first present is the reservation (`json = ["max_completion_tokens", "max_tokens"]`). */
+      readonly fields: readonly JsonField[];
+      /**
+       * Fields whose value multiplies the field's (`times = "n"`: the choices a completion returns, each up to the
+       * field's tokens): the largest present, else 1; over `maxTimes` a `400`.
+       */
+      readonly times: readonly JsonField[];
+      readonly maxTimes: number;
       readonly input: "bytes" | number;
       readonly default: number | null;
       /** The largest body read for it (bytes); a larger one is a `400`. */
@@ -209,7 +221,7 @@ export type Settle =
   | { readonly from: "openai" }
   | { readonly from: "anthropic" }
   | { readonly from: "header"; readonly header: string }
-  | { readonly from: "json"; readonly field: string; readonly path: readonly string[] };
+  | ({ readonly from: "json" } & JsonField);
 
 /** Where the API key is read from, in order of precedence. */
 export interface KeySource {
@@ -278,10 +290,39 @@ export interface LimiterConfig {
   readonly guesses?: AddressBudget | null;
 }
 
-/** The proxy's configuration: a limiter, its origin, and the operators' API. */
+/**
+ * The headers the proxy sets on every forwarded request to tell the origin who is calling (docs/llm.md, "The
+ * gateway"): the key's id as the logs show it, its plan, its account. Copies a client sends are removed first.
+ */
+export const IDENTITY_HEADERS = ["x-limiter-key-id", "x-limiter-plan", "x-limiter-account"] as const;
+
+/**
+ * A header the operator sets on forwarded requests: its value's text, with `${NAME}` parts read from the Worker's
+ * secret `NAME` when the configuration is loaded (never kept here). `field`: where the configuration gives it.
+ */
+export interface HeaderTemplate {
+  readonly name: string;
+  readonly parts: readonly (string | { readonly secret: string })[];
+  readonly field: string;
+}
+
+/** Where allowed requests under `path` go (`ORIGIN`: `/`, after every one of `origins`). */
+export interface Upstream {
+  /** The path prefix it serves, replaced by `url`'s own path. */
+  readonly path: string;
+  readonly url: URL;
+  /** The headers set on every request forwarded to it (`origin_headers`, then its own). */
+  readonly headers: readonly HeaderTemplate[];
+  /** Whether the client's key goes on to it (`forward_key`; by default, only when it has no headers). */
+  readonly forwardKey: boolean;
+  /** Where the configuration gives it (`ORIGIN`, `RATE_LIMIT.origins[0]`). */
+  readonly field: string;
+}
+
+/** The proxy's configuration: a limiter, its origins, and the operators' API. */
 export interface Config extends LimiterConfig {
-  /** Base URL allowed requests go to: ORIGIN + path + query. */
-  readonly origin: URL;
+  /** Where allowed requests go, in the order their paths are matched: `origins`, then `ORIGIN` (path `/`). */
+  readonly origins: readonly Upstream[];
   readonly originTimeoutMs: number;
   readonly admin: AdminSettings;
   /** Responses with these statuses give their request's units back (a refunded request is not counted). */
@@ -321,5 +362,6 @@ export const DEFAULTS = {
   /** Preflights per client address: generous for browsers (which cache one for its `Max-Age`), tight for a flood. */
   preflightLimits: [{ limit: 60, window: "1m" }],
   /** The largest request body read for a reservation from its JSON (`reserve.max_body`). */
+  reserveMaxTimes: 128,
   reserveMaxBody: 1_048_576,
 };

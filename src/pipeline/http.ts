@@ -6,7 +6,7 @@
 import { LimiterError, type LimiterErrorCode } from "../base/errors.ts";
 import { type NormalPath, normalizePath, PathError } from "../base/path.ts";
 import { seconds } from "../client/headers.ts";
-import { headersOf, type RateLimitResult, violated } from "../client/result.ts";
+import { headersOf, type RateLimitResult, UNAVAILABLE_RETRY_MS, violated } from "../client/result.ts";
 import type { HeaderForm, LimiterConfig } from "../config/types.ts";
 
 /** An error that is an HTTP response: thrown inside the Worker, turned into JSON at the edge. */
@@ -57,13 +57,7 @@ export function problem(
  */
 export function refusal(r: RateLimitResult, form: HeaderForm = "draft-11"): Response {
   if (r.reason === "limiter_timeout" || r.reason === "limiter_error") {
-    return problem(
-      503,
-      "Service Unavailable",
-      "The rate limiter is unavailable; retry shortly.",
-      {},
-      { "Retry-After": "1" },
-    );
+    return problem(503, "Service Unavailable", "The rate limiter is unavailable; retry shortly.", {}, UNAVAILABLE);
   }
   const never = !Number.isFinite(r.retryAfterMs);
   const names = violated(r);
@@ -85,6 +79,9 @@ export function refusal(r: RateLimitResult, form: HeaderForm = "draft-11"): Resp
   };
   return new Response(JSON.stringify(body), { status: 429, headers });
 }
+
+/** The wait an answer of the limiter unavailable asks for: 1 s, in both fields (an SDK reads the exact one first). */
+const UNAVAILABLE = { "Retry-After": "1", "retry-after-ms": String(UNAVAILABLE_RETRY_MS) } as const;
 
 /** What a block or a penalty holds, by the budget that refused: the key, its client address or its account. */
 const SUBJECTS = { key: "This API key", ip: "This client address", account: "This account" } as const;
@@ -160,11 +157,7 @@ const PROBLEMS: Record<LimiterErrorCode, readonly [status: number, title: string
 export function httpErrorOf(e: LimiterError, bearer = false): HttpError {
   const [status, title] = PROBLEMS[e.code];
   const headers: Record<string, string> =
-    status === 401 && bearer
-      ? { "WWW-Authenticate": 'Bearer realm="api"' }
-      : status === 503
-        ? { "Retry-After": "1" }
-        : {};
+    status === 401 && bearer ? { "WWW-Authenticate": 'Bearer realm="api"' } : status === 503 ? UNAVAILABLE : {};
   // A signed key's refusals say which check failed (the others' codes are older than the field).
   const signed = e.code.startsWith("key_") && e.code !== "key_required";
   return new HttpError(status, title, e.message, { headers, ...(signed ? { extra: { code: e.code } } : {}) });

@@ -145,6 +145,16 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     request: Request,
     options: AdapterOptions = {},
   ): Promise<RateLimitResult | null> {
+    return (await this.decideIncoming(env, ns, request, options))?.result ?? null;
+  }
+
+  /** {@link decideRequest}, with whom the decision counted against (the proxy tells the origin who is calling). */
+  async decideIncoming(
+    env: object,
+    ns: LimiterNamespace,
+    request: Request,
+    options: AdapterOptions = {},
+  ): Promise<Decided | null> {
     const { key, cost, ctx: bg = {}, path, observe } = options;
     let normal = path;
     const pathOf = () => (normal ??= normalizedPath(pathnameOf(request.url), this.config));
@@ -169,7 +179,17 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
     // AbortSignal, for every request).
     if (this.client.holdsSlot(result.handle?.slot ?? null) && !isWebSocketUpgrade(request))
       this.releaseOnAbort(ns, result, clientSignal(request), bg);
-    return result;
+    return decided;
+  }
+
+  /**
+   * Whom an HTTP request's key names ({@link identifyFor}: its key read as the `key` setting says, its address from
+   * `CF-Connecting-IP`), deciding nothing: the proxy's check of a request its `costs` rule frees.
+   *
+   * @throws LimiterError as {@link identifyFor}
+   */
+  async identifyRequest(env: object, request: Request): Promise<Identity> {
+    return this.identifyFor(env, readKey(request, this.config.key), request.headers.get("cf-connecting-ip"));
   }
 
   /**

@@ -8,7 +8,7 @@
 
 import { LimiterError } from "../base/errors.ts";
 import { costRuleFor } from "../config/lookup.ts";
-import type { LimiterConfig, Reserve } from "../config/types.ts";
+import type { JsonField, LimiterConfig, Reserve } from "../config/types.ts";
 
 /**
  * The units `request` is decided for: its first matching `costs` rule's cost, a settled rule's reservation read from
@@ -27,7 +27,8 @@ export function costOfRequest(config: LimiterConfig, request: Request, path: () 
   const reserve = rule.settled.reserve;
   if (reserve.from === "fixed") return reserve.units;
   if (reserve.from === "header") return reserveFromHeader(reserve, request.headers.get(reserve.header));
-  return readBody(request, reserve.maxBody, reserve.field).then((body) => reserveFromBody(reserve, body));
+  const named = reserve.fields.map((f) => f.field).join(" or ");
+  return readBody(request, reserve.maxBody, named).then((body) => reserveFromBody(reserve, body));
 }
 
 /** A reservation read from a header's value (null: missing). */
@@ -40,23 +41,59 @@ export function reserveFromHeader(reserve: Reserve & { from: "header" }, value: 
 }
 
 /**
- * A reservation read from a request body (`null`: none): its JSON field at `reserve.path` plus `reserve.input` (the
- * body's length in bytes, or that number).
+ * A reservation read from a request body (`null`: none): the first of its JSON fields present (else the rule's
+ * `default`), times the largest of its `times` fields present (else 1), plus `reserve.input` (the body's length in
+ * bytes, or that number).
+ *
+ * @throws LimiterError `bad_reservation` for a body that is not JSON, a field that is not a whole number ≥ 1, none
+ *   present and no default, or a `times` over the rule's `max_times`
  */
 export function reserveFromBody(reserve: Reserve & { from: "json" }, body: Uint8Array | null): number {
-  const field = `request body ${reserve.field}`;
   const bytes = body?.byteLength ?? 0;
   const input = reserve.input === "bytes" ? bytes : reserve.input;
-  if (bytes === 0) return fallback(reserve.default, field) + input;
+  const named = `request body ${reserve.fields.map((f) => f.field).join(" or ")}`;
+  if (bytes === 0) return fallback(reserve.default, named) + input;
   let json: unknown;
   try {
     json = JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(body as Uint8Array));
   } catch {
-    throw bad(`request body: not JSON, so ${reserve.field} cannot be read for the request's reservation; send JSON`);
+    const names = reserve.fields.map((f) => f.field).join(" or ");
+    throw bad(`request body: not JSON, so ${names} cannot be read for the request's reservation; send JSON`);
   }
-  const value = at(json, reserve.path);
-  if (value === undefined || value === null) return fallback(reserve.default, field) + input;
-  return whole(typeof value === "number" ? value : Number.NaN, field, JSON.stringify(value)) + input;
+  const each = firstPresent(json, reserve.fields);
+  const units = each === null ? fallback(reserve.default, named) : wholeAt(each.value, each.field.field);
+  return units * timesOf(json, reserve) + input;
+}
+
+/** The largest of the rule's `times` fields present in `json` (1: none is), at most its `max_times`. */
+function timesOf(json: unknown, reserve: Reserve & { from: "json" }): number {
+  let times = 1;
+  for (const f of reserve.times) {
+    const value = at(json, f.path);
+    if (value === undefined || value === null) continue;
+    const n = wholeAt(value, f.field);
+    if (n > reserve.maxTimes) {
+      throw bad(
+        `request body ${f.field}: at most ${reserve.maxTimes} here (each of the ${n} multiplies the request's reservation), got ${n}; ask for fewer`,
+      );
+    }
+    times = Math.max(times, n);
+  }
+  return times;
+}
+
+/** The first of `fields` present (not null) in `json`, and its value; null when none is. */
+function firstPresent(json: unknown, fields: readonly JsonField[]): { field: JsonField; value: unknown } | null {
+  for (const field of fields) {
+    const value = at(json, field.path);
+    if (value !== undefined && value !== null) return { field, value };
+  }
+  return null;
+}
+
+/** A JSON value read as a reservation's number: a whole number ≥ 1, else a `400` naming the body's field. */
+function wholeAt(value: unknown, field: string): number {
+  return whole(typeof value === "number" ? value : Number.NaN, `request body ${field}`, JSON.stringify(value));
 }
 
 /** The value at a dotted path of parsed JSON; undefined where the path leads nowhere. */

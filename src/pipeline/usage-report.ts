@@ -130,7 +130,8 @@ class Usage {
     const usage = isObject(json.usage) ? json.usage : isObject(json.response) ? json.response.usage : null;
     if (!isObject(usage)) return;
     const total =
-      usage.total_tokens !== undefined
+      // `total_tokens: null` beside the counts is no total: their sum is.
+      usage.total_tokens !== undefined && usage.total_tokens !== null
         ? (count(usage.total_tokens) ?? usage.total_tokens)
         : (sum(usage, ["prompt_tokens", "completion_tokens"]) ?? sum(usage, ["input_tokens", "output_tokens"]));
     this.#take(total, "usage.total_tokens");

@@ -12,15 +12,18 @@ import { errorName } from "../client/policy.ts";
 import type { RateLimitResult } from "../client/result.ts";
 import { costRuleFor } from "../config/lookup.ts";
 import { parseConfig } from "../config/parse.ts";
-import { type Config, ConfigError } from "../config/types.ts";
+import { type Config, ConfigError, type Settle } from "../config/types.ts";
 import type { RateLimiter } from "../object/index.ts";
 import { clientSignal, HttpError, normalized, problem, problemFor, refusal } from "../pipeline/http.ts";
 import { type DecisionObserver, Pipeline } from "../pipeline/index.ts";
+import type { Identity } from "../pipeline/key.ts";
 import { handleAdmin, isAdminRequest } from "./admin/index.ts";
 import { corsFor, isPreflight, withCors } from "./cors.ts";
-import { forward, type OriginFetcher } from "./forward.ts";
+import { type Forwarding, forward, type OriginFetcher } from "./forward.ts";
 import { objectsOf } from "./objects.ts";
+import { setProviderHeaders } from "./provider-headers.ts";
 import { settledResponse } from "./settle.ts";
+import { type Caller, type Target, targetFor, targetsOf } from "./upstream.ts";
 
 /**
  * The bindings the proxy reads: the generated `Env` (`npm run types`), with the vars as `unknown`
@@ -53,6 +56,8 @@ interface Loaded {
   readonly rateLimit: unknown;
   readonly config: Config | ConfigError;
   readonly pipeline: Pipeline<Config> | null;
+  /** The origins with their headers' secrets read (src/proxy/upstream.ts); empty while the config is invalid. */
+  readonly targets: readonly Target[];
 }
 
 /** The proxy as a Worker: `fetch` for the runtime, `handle` with hooks for tests and embedders. */
@@ -77,8 +82,10 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
     const found = loaded.find((l) => l.origin === env.ORIGIN && l.rateLimit === env.RATE_LIMIT);
     if (found) return found;
     let config: Config | ConfigError;
+    let targets: Target[] = [];
     try {
       config = parseConfig(env);
+      targets = targetsOf(config, env);
     } catch (e) {
       if (!(e instanceof ConfigError)) throw e;
       config = e;
@@ -86,14 +93,14 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
     }
     // The proxy names its objects `key:<key>` (no scope): it is the binding's one limiter.
     const pipeline = config instanceof ConfigError ? null : new Pipeline(new LimiterClient(config, options), null);
-    const entry: Loaded = { origin: env.ORIGIN, rateLimit: env.RATE_LIMIT, config, pipeline };
+    const entry: Loaded = { origin: env.ORIGIN, rateLimit: env.RATE_LIMIT, config, pipeline, targets };
     if (loaded.length >= MAX_CONFIGS) loaded.shift();
     loaded.push(entry);
     return entry;
   }
 
   async function handle(request: Request, env: WorkerEnv, hooks: Hooks = {}): Promise<Response> {
-    const { config, pipeline } = load(env);
+    const { config, pipeline, targets } = load(env);
     if (config instanceof ConfigError || !pipeline) {
       return problem(500, "Rate limiter misconfigured", (config as ConfigError).message);
     }
@@ -109,8 +116,11 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
           now,
         });
       }
+      // Before anything is counted: a path no origin serves is answered here.
+      const target = targetFor(targets, path.match, path.path);
+      if (target === null) throw noOrigin(targets);
       const ns = objectsOf(env, config);
-      return await limitAndForward({ request, url, path, env, ns, hooks }, pipeline, answer);
+      return await limitAndForward({ request, url, path, env, ns, hooks, target }, pipeline, answer);
     } catch (e) {
       if (e instanceof HttpError) return answer(e.toResponse(), true);
       if (e instanceof LimiterError) return answer(problemFor(e, config.key.bearer), true);
@@ -137,6 +147,8 @@ interface Proxied {
   /** The limiter's objects ({@link objectsOf}). */
   readonly ns: LimiterNamespace;
   readonly hooks: Hooks;
+  /** The origin its path goes to. */
+  readonly target: Target;
 }
 
 /**
@@ -148,15 +160,24 @@ async function limitAndForward(
   pipeline: Pipeline<Config>,
   answer: (response: Response, own: boolean) => Response,
 ): Promise<Response> {
-  const { request, url, path, env, ns, hooks } = q;
+  const { request, url, path, env, ns, hooks, target } = q;
   const { config } = pipeline;
   const send: OriginFetcher = env.ORIGIN_SERVICE ? (r) => (env.ORIGIN_SERVICE as Fetcher).fetch(r) : (r) => fetch(r);
+  const sending = (caller: Caller | null): Forwarding => ({
+    target,
+    send,
+    incoming: url,
+    path: path.path,
+    keySource: config.key,
+    caller,
+    timeoutMs: config.originTimeoutMs,
+  });
   if (isPreflight(request)) {
     // Not an API call and never keyed: through to the origin (which answers it), within its own budget per address.
     const ip = request.headers.get("cf-connecting-ip");
     const result = await pipeline.decideAddress(env, ns, { budget: config.cors.preflight, ip, bg: hooks });
     if (!result.allowed) return answer(refusal(result, config.headers), true);
-    return forward(request, config, send, url, path.path);
+    return forward(request, sending(null));
   }
   // Checked before anything is counted: fetch cannot send such a request on, and the origin would never see it.
   if (carriesBody(request)) {
@@ -164,37 +185,69 @@ async function limitAndForward(
   }
   // The pipeline's one path, as the library and the middleware take it, with the path normalised above (the rules
   // match it, and it is what is forwarded) and the proxy's observer.
-  const result = await pipeline.decideRequest(env, ns, request, {
+  const decided = await pipeline.decideIncoming(env, ns, request, {
     path: path.match,
     ctx: hooks,
     ...(hooks.onDecision ? { observe: hooks.onDecision } : {}),
   });
-  if (!result) return answer(await forward(request, config, send, url, path.path), false);
-  if (!result.allowed) return answer(refusal(result, config.headers), true);
+  if (!decided) {
+    // Free by its `costs` rule, so not decided: where the operator's credential goes with it, its key must still be
+    // one the limiter accepts (checked in the isolate, nothing counted), and the origin is told whose it is.
+    const caller = target.upstream.forwardKey ? null : callerOf(await pipeline.identifyRequest(env, request));
+    return answer(await forward(request, sending(caller)), false);
+  }
+  const { result, identity } = decided;
+  // A settled rule's provider (its settle's name): its own rate-limit fields are replaced by the key's.
+  const settle =
+    config.costs.length === 0 ? undefined : costRuleFor(config, request.method, path.match)?.settled?.settle;
+  const provider = settle?.from === "openai" || settle?.from === "anthropic" ? settle.from : null;
+  if (!result.allowed) {
+    const refused = refusal(result, config.headers);
+    if (provider) setProviderHeaders(refused.headers, provider, result);
+    return answer(refused, true);
+  }
   let response: Response;
   try {
-    response = await forward(request, config, send, url, path.path);
+    response = await forward(request, sending(callerOf(identity, result.plan)));
   } catch (e) {
     hooks.waitUntil?.(pipeline.release(ns, result));
     throw e;
   }
   pipeline.setHeaders(result, response.headers);
+  if (provider) setProviderHeaders(response.headers, provider, result);
   if (config.refundStatuses.has(response.status)) {
     // Started here, whether or not there is a waitUntil to keep it alive (`?.` would skip the call).
     const refund = pipeline.refund(ns, result);
     hooks.waitUntil?.(refund);
-  } else response = settling(q, pipeline, result, response);
+  } else if (settle) response = settling(q, pipeline, { result, settle }, response);
   return answer(pipeline.sent(ns, result, response, hooks), false);
 }
 
+/** Who is calling, as the origin is told: a key's object name (none for a request without a key), plan, account. */
+function callerOf(identity: Identity, plan: string = identity.plan.name): Caller {
+  return { name: identity.name.startsWith("key:") ? identity.name : null, plan, account: identity.account ?? null };
+}
+
+/** The answer to a path no origin serves (`origins` without `ORIGIN`): `404`, nothing counted. */
+function noOrigin(targets: readonly Target[]): HttpError {
+  const served = targets.map((t) => t.upstream.path).join(", ");
+  return new HttpError(404, "Not Found", `No origin is served at this path; the paths served start with ${served}.`);
+}
+
 /**
- * `response` as sent for a granted request whose `costs` rule settles its cost from the response (docs/llm.md): read
- * as it passes, the grant settled when its body ends (src/proxy/settle.ts). Any other response as it is.
+ * `response` as sent for a granted request whose `costs` rule settles its cost from the response (`settle`,
+ * docs/llm.md): read as it passes, the grant settled when its body ends (src/proxy/settle.ts). Any other response as
+ * it is.
  */
-function settling(q: Proxied, pipeline: Pipeline<Config>, result: RateLimitResult, response: Response): Response {
-  const settle = costRuleFor(pipeline.config, q.request.method, q.path.match)?.settled?.settle;
-  // Nothing to settle: no rule says so, or nothing was granted (an unlimited plan, failing open).
-  if (settle === undefined || !result.handle?.grants.length) return response;
+function settling(
+  q: Proxied,
+  pipeline: Pipeline<Config>,
+  granted: { readonly result: RateLimitResult; readonly settle: Settle },
+  response: Response,
+): Response {
+  const { result, settle } = granted;
+  // Nothing to settle: nothing was granted (an unlimited plan, failing open).
+  if (!result.handle?.grants.length) return response;
   return settledResponse(response, {
     settle,
     result,

@@ -16,7 +16,7 @@ export function isPreflight(request: Request): boolean {
   );
 }
 
-/** The fields of each header form a script may read (with `Retry-After`, for every form). */
+/** The fields of each header form a script may read (with the retry fields, for every form). */
 const EXPOSED: Readonly<Record<HeaderForm, readonly string[]>> = {
   "draft-11": ["RateLimit", "RateLimit-Policy"],
   "draft-8": ["RateLimit", "RateLimit-Policy"],
@@ -25,6 +25,9 @@ const EXPOSED: Readonly<Record<HeaderForm, readonly string[]>> = {
   legacy: ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"],
   none: [],
 };
+
+/** The fields a refusal tells a client when to retry with (src/client/result.ts, `setHeadersOf`). */
+const RETRY_FIELDS = ["Retry-After", "retry-after-ms", "x-should-retry"];
 
 /** What a listed origin's responses get: null when the request has no `Origin` or it is not listed. */
 export interface CorsAnswer {
@@ -39,7 +42,7 @@ export function corsFor(request: Request, cors: CorsSettings, form: HeaderForm):
   const origin = request.headers.get("origin");
   if (origin === null) return null;
   if (cors.origins !== "*" && !cors.origins.has(origin)) return null;
-  return { allowOrigin: cors.origins === "*" ? "*" : origin, expose: [...EXPOSED[form], "Retry-After"].join(", ") };
+  return { allowOrigin: cors.origins === "*" ? "*" : origin, expose: [...EXPOSED[form], ...RETRY_FIELDS].join(", ") };
 }
 
 /**

@@ -1,12 +1,14 @@
 /**
- * @module The streaming proxy to the origin: ORIGIN + path + query, hop-by-hop headers dropped,
+ * @module The streaming proxy to the origin: its URL + path + query, hop-by-hop headers dropped, the gateway's
+ * headers set (src/proxy/upstream.ts),
  * redirects passed back, WebSocket handshakes proxied as such, a deadline that holds even when the
  * fetcher ignores its abort signal.
  */
 
 import { errorName, withDeadline } from "../client/policy.ts";
-import type { Config } from "../config/types.ts";
+import type { KeySource } from "../config/types.ts";
 import { clientSignal, isWebSocketUpgrade, problem } from "../pipeline/http.ts";
+import { type Caller, setGatewayHeaders, type Target, targetUrl } from "./upstream.ts";
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded in either direction. */
 const HOP_BY_HOP = [
@@ -30,25 +32,32 @@ function dropHopByHop(headers: Headers): void {
 /** Where allowed requests go: a service binding when present, else the public fetch. */
 export type OriginFetcher = (request: Request) => Promise<Response>;
 
+/** What {@link forward} sends a request with, beside the request itself. */
+export interface Forwarding {
+  /** The origin it goes to, with the operator's headers (src/proxy/upstream.ts). */
+  readonly target: Target;
+  readonly send: OriginFetcher;
+  /** `request.url` parsed. */
+  readonly incoming: URL;
+  /** The normalised path the rules matched (src/base/path.ts). */
+  readonly path: string;
+  readonly keySource: KeySource;
+  /** Who is calling, for the identity fields; null: nobody known (a preflight). */
+  readonly caller: Caller | null;
+  readonly timeoutMs: number;
+}
+
 /**
- * Sends the request to ORIGIN + `path` + query, bodies streamed both ways, redirects passed
- * back. Resolves (never rejects for origin failures) to a problem-details `502` when the origin
- * cannot be reached or drops the connection before its response headers, or `504` when it
- * sends no response headers within the timeout — returned rather than thrown, so the caller
- * adds `RateLimit` headers to them like to any response that spent quota. A connection dropped
- * after the headers can no longer become a `502`: the client's read of the body fails instead.
- * `incoming` is `request.url` parsed; `path`, the normalised path the rules matched (src/base/path.ts).
+ * Sends the request to its origin (its URL + the path past the origin's prefix + query), bodies streamed both ways,
+ * redirects passed back. Resolves (never rejects for origin failures) to a problem-details `502` when the origin
+ * cannot be reached or drops the connection before its response headers, or `504` when it sends no response headers
+ * within the timeout — returned rather than thrown, so the caller adds `RateLimit` headers to them like to any
+ * response that spent quota. A connection dropped after the headers can no longer become a `502`: the client's read
+ * of the body fails instead.
  */
-export async function forward(
-  request: Request,
-  config: Config,
-  send: OriginFetcher,
-  incoming: URL,
-  path: string,
-): Promise<Response> {
-  const target = new URL(config.origin);
-  target.pathname = joinPath(config.origin.pathname, path);
-  target.search = incoming.search;
+export async function forward(request: Request, f: Forwarding): Promise<Response> {
+  const { target, send, incoming, path, keySource } = f;
+  const url = targetUrl(target, path, incoming, keySource);
 
   const headers = new Headers(request.headers);
   dropHopByHop(headers);
@@ -63,6 +72,7 @@ export async function forward(
   }
   headers.set("x-forwarded-proto", incoming.protocol.replace(":", ""));
   headers.set("x-forwarded-host", incoming.host);
+  await setGatewayHeaders(headers, target, keySource, f.caller);
 
   const abort = new AbortController();
   // The client's cancellation (workerd's `request.signal`, compatibility flag `enable_request_signal`) stops the
@@ -70,7 +80,7 @@ export async function forward(
   const left = clientSignal(request);
   let response: Response;
   try {
-    const outgoing = new Request(target, {
+    const outgoing = new Request(url, {
       method: request.method,
       headers,
       // A GET or HEAD here carries no body (the app refused one): drop an empty one too.
@@ -80,14 +90,14 @@ export async function forward(
     });
     // The signal asks the fetch to give up; the deadline holds even when the fetcher (an
     // ORIGIN_SERVICE binding's Worker, a test double) ignores the signal.
-    response = await withDeadline(send(outgoing), config.originTimeoutMs, () => {
+    response = await withDeadline(send(outgoing), f.timeoutMs, () => {
       abort.abort();
       return abort.signal.reason;
     });
   } catch (e) {
     if (left?.aborted) return problem(499, "Client Closed Request", "The client went away before the origin answered.");
     if (abort.signal.aborted) {
-      return problem(504, "Gateway Timeout", `The origin sent no response within ${config.originTimeoutMs} ms.`);
+      return problem(504, "Gateway Timeout", `The origin sent no response within ${f.timeoutMs} ms.`);
     }
     // workerd's messages end with a period ("Network connection lost."): don't double it.
     const reason = errorName(e).replace(/\.+$/, "");
@@ -105,9 +115,4 @@ export async function forward(
   const out = new Response(response.body, response);
   dropHopByHop(out.headers);
   return out;
-}
-
-/** ORIGIN's own path prefix joined with the request path: `/api` + `/v1/x` → `/api/v1/x`, `/` + `/v1/x` → `/v1/x`. */
-function joinPath(base: string, path: string): string {
-  return base.replace(/\/+$/, "") + path;
 }

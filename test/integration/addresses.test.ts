@@ -242,7 +242,9 @@ describe("browsers: CORS preflights and the headers a listed origin gets", () =>
     const key = freshKey();
     const ok = await handle(from(freshIp(), key, "/", { headers: { origin: APP } }), e);
     expect(ok.status).toBe(200);
-    expect(ok.headers.get("Access-Control-Expose-Headers")).toBe("RateLimit, RateLimit-Policy, Retry-After");
+    expect(ok.headers.get("Access-Control-Expose-Headers")).toBe(
+      "RateLimit, RateLimit-Policy, Retry-After, retry-after-ms, x-should-retry",
+    );
     expect(ok.headers.get("Access-Control-Allow-Origin")).toBeNull(); // the origin's to say
     const refused = await handle(from(freshIp(), key, "/", { headers: { origin: APP } }), e);
     expect(refused.status).toBe(429);

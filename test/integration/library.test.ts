@@ -33,6 +33,7 @@ describe("limit()", () => {
       "ratelimit-policy": '"per-minute";q=3;w=60',
       ratelimit: `"per-minute";r=0;t=${Math.ceil(refused.retryAfterMs / 1000)}`,
       "retry-after": String(Math.ceil(refused.retryAfterMs / 1000)),
+      "retry-after-ms": String(refused.retryAfterMs),
     });
     // setHeaders puts the same fields straight onto a response's own headers, keeping what it had.
     const response = new Response("no", { status: 429, headers: { "content-type": "text/plain" } });
@@ -59,6 +60,8 @@ describe("limit()", () => {
     expect(never).toMatchObject({ allowed: false, reason: "too_costly", retryAfterMs: Number.POSITIVE_INFINITY });
     expect(never.limits.map((l) => l.exceeded)).toEqual([true, false]);
     expect(limiter.headers(never).has("Retry-After")).toBe(false);
+    // No wait helps: a client's automatic retry is told not to try.
+    expect(limiter.headers(never).get("x-should-retry")).toBe("false");
     await expect(limiter.limit(env, key, { cost: 0 })).rejects.toThrow(RangeError);
   });
 

@@ -35,6 +35,7 @@ export async function llm(
   req: IncomingMessage,
   res: ServerResponse,
   ctx: LlmContext,
+  headers: Record<string, string> = {},
 ): Promise<void> {
   const at = Date.now();
   const chunks: Buffer[] = [];
@@ -48,15 +49,20 @@ export async function llm(
   }
   const params = url.searchParams;
   const maxTokens =
-    typeof body.max_tokens === "number"
-      ? body.max_tokens
-      : typeof body.max_output_tokens === "number"
-        ? body.max_output_tokens
-        : null;
-  const tokens = params.has("tokens") ? Number(params.get("tokens")) : Math.min(maxTokens ?? 5, 5);
+    typeof body.max_completion_tokens === "number"
+      ? body.max_completion_tokens
+      : typeof body.max_tokens === "number"
+        ? body.max_tokens
+        : typeof body.max_output_tokens === "number"
+          ? body.max_output_tokens
+          : null;
+  // `n` choices (chat completions) each write up to the tokens asked: one answer of n times the words here.
+  const choices = typeof body.n === "number" ? body.n : 1;
+  const tokens = (params.has("tokens") ? Number(params.get("tokens")) : Math.min(maxTokens ?? 5, 5)) * choices;
   const prompt = params.has("prompt") ? Number(params.get("prompt")) : Math.ceil(raw.length / 4);
   const words = Array.from({ length: tokens }, (_, i) => (i === 0 ? "tok" : " tok"));
   const key = typeof req.headers["x-api-key"] === "string" ? req.headers["x-api-key"] : null;
+  const keyId = typeof req.headers["x-limiter-key-id"] === "string" ? req.headers["x-limiter-key-id"] : null;
   const stream = body.stream === true;
   const includeUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
   let cancelled = false;
@@ -68,12 +74,12 @@ export async function llm(
   const record = (reported: number | null) => {
     if (recorded) return;
     recorded = true;
-    ctx.reports.push({ key, form, reported, maxTokens, at, endedAt: Date.now(), cancelled, sent });
+    ctx.reports.push({ key, keyId, form, reported, maxTokens, at, endedAt: Date.now(), cancelled, sent });
   };
 
   if (!stream) {
     const text = form === "anthropic" ? anthropicJson({ input: prompt, words }) : openaiChatJson({ prompt, words });
-    res.writeHead(200, { "content-type": "application/json" });
+    res.writeHead(200, { "content-type": "application/json", ...headers });
     res.end(text);
     record(prompt + tokens);
     return;
@@ -87,7 +93,7 @@ export async function llm(
   const reports = form !== "openai-chat" || includeUsage;
   // The events from the one that carries the final usage on: what the gate holds back and a cut never sends.
   const tail = form === "anthropic" ? 2 : form === "openai-chat" && includeUsage ? 2 : 1;
-  res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+  res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", ...headers });
   res.flushHeaders();
   const split = params.get("split") === "1";
   const pace = params.has("pace") ? Number(params.get("pace")) : 0;
@@ -120,4 +126,62 @@ export async function llm(
   }
   res.end();
   record(reports ? prompt + tokens : null);
+}
+
+/** The operator's credentials the fake providers accept (`provider/<name>/…`): what a gateway test puts as secrets. */
+export const OPERATOR_CREDENTIALS = { openai: "sk-operator-openai-test", anthropic: "sk-ant-operator-test" } as const;
+
+/** The providers' own rate-limit fields, as they send them: the operator's account, millions of tokens. */
+const ACCOUNT_FIELDS: Record<"openai" | "anthropic", Record<string, string>> = {
+  openai: {
+    "x-ratelimit-limit-requests": "10000",
+    "x-ratelimit-limit-tokens": "30000000",
+    "x-ratelimit-remaining-requests": "9999",
+    "x-ratelimit-remaining-tokens": "29999000",
+    "x-ratelimit-reset-requests": "6ms",
+    "x-ratelimit-reset-tokens": "2ms",
+  },
+  anthropic: {
+    "anthropic-ratelimit-requests-limit": "4000",
+    "anthropic-ratelimit-requests-remaining": "3999",
+    "anthropic-ratelimit-tokens-limit": "2000000",
+    "anthropic-ratelimit-tokens-remaining": "1999000",
+    "anthropic-ratelimit-input-tokens-limit": "2000000",
+    "anthropic-ratelimit-output-tokens-limit": "400000",
+  },
+};
+
+/**
+ * `/__special/provider/<openai|anthropic>/v1/…`: a model provider at its real paths — OpenAI's `v1/chat/completions`
+ * and `v1/responses`, Anthropic's `v1/messages` — accepting only the operator's credential
+ * ({@link OPERATOR_CREDENTIALS}: `Authorization: Bearer …`, Anthropic's `x-api-key`), answering with its own
+ * account's rate-limit fields; anything else a `401` or `404` as the provider words it.
+ */
+export async function provider(
+  rest: string,
+  url: URL,
+  req: IncomingMessage,
+  res: ServerResponse,
+  ctx: LlmContext,
+): Promise<void> {
+  const name = rest.startsWith("openai/") ? "openai" : rest.startsWith("anthropic/") ? "anthropic" : null;
+  const path = name === null ? rest : rest.slice(name.length + 1);
+  const form =
+    name === "openai" && path === "v1/chat/completions"
+      ? "openai-chat"
+      : name === "openai" && path === "v1/responses"
+        ? "openai-responses"
+        : name === "anthropic" && path === "v1/messages"
+          ? "anthropic"
+          : null;
+  const fail = (status: number, message: string) => {
+    req.resume();
+    res.writeHead(status, { "content-type": "application/json" });
+    res.end(JSON.stringify({ error: { type: status === 401 ? "authentication_error" : "not_found", message } }));
+  };
+  if (name === null || form === null) return fail(404, `no such path: ${rest}`);
+  const given = name === "openai" ? req.headers.authorization : req.headers["x-api-key"];
+  const expected = name === "openai" ? `Bearer ${OPERATOR_CREDENTIALS.openai}` : OPERATOR_CREDENTIALS.anthropic;
+  if (given !== expected) return fail(401, "invalid credential");
+  return llm(form, url, req, res, ctx, ACCOUNT_FIELDS[name]);
 }

@@ -6,6 +6,8 @@
 /** One answer the fake model gave: whose (`x-api-key`), and the usage it reported (null: none). */
 export interface LlmReport {
   readonly key: string | null;
+  /** The `x-limiter-key-id` the proxy told the origin (the gateway), or null. */
+  readonly keyId: string | null;
   readonly form: string;
   /** The total tokens its usage reported; null when it reported none (no include_usage, or cut before it). */
   readonly reported: number | null;

@@ -3,7 +3,7 @@
 import { createHash } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
-import { type LlmReport, llm } from "./llm-origin.ts";
+import { type LlmReport, llm, provider } from "./llm-origin.ts";
 
 /** One request that reached the origin. */
 export interface Arrival {
@@ -155,6 +155,8 @@ function intParam(params: URLSearchParams, name: string, fallback: number): numb
  * - `llm/<form>` — a fake language model answering as OpenAI chat completions (`openai-chat`), the responses API
  *   (`openai-responses`) or Anthropic messages (`anthropic`), streamed or JSON (test/support/llm-origin.ts); each
  *   answer's reported usage is recorded.
+ * - `provider/<openai|anthropic>/v1/…` — the fake model at a provider's real paths, accepting only the operator's
+ *   credential and answering with the provider's own rate-limit fields (test/support/llm-origin.ts, `provider`).
  * - `llm-reports?key=<key>` — those records (`LlmReport[]`), of one key's requests (`x-api-key`) or all.
  */
 async function special(
@@ -186,6 +188,10 @@ async function special(
       sha256: hash.digest("hex"),
     };
     return json(200, echo);
+  }
+  if (name.startsWith("provider/")) {
+    const released = (id: string) => context.counters.reach(`release:${id}`, 1);
+    return provider(name.slice("provider/".length), url, req, res, { reports: context.reports, released });
   }
   if (name.startsWith("llm/")) {
     const released = (id: string) => context.counters.reach(`release:${id}`, 1);

@@ -82,9 +82,14 @@ function parse(rateLimit: unknown, origin: unknown = ORIGIN): Config {
   return parseConfig({ ORIGIN: origin, RATE_LIMIT: rateLimit });
 }
 
-/** The config as plain data (`origin` as its href), so `toEqual` compares every field. */
-function plain(config: Config): Omit<Config, "origin"> & { origin: string } {
-  return { ...config, origin: config.origin.href };
+/**
+ * The config of one ORIGIN as plain data (`origin`: its href), so `toEqual` compares every field; the origins'
+ * own fields are the gateway's tests' (test/unit/gateway.test.ts).
+ */
+function plain(config: Config): Omit<Config, "origins"> & { origin: string } {
+  const { origins, ...rest } = config;
+  expect(origins.map((o) => [o.path, o.field, o.headers, o.forwardKey])).toEqual([["/", "ORIGIN", [], true]]);
+  return { ...rest, origin: (origins[0] as Config["origins"][number]).url.href };
 }
 
 /** The ConfigError `f` throws; fails the test when it throws nothing or anything else. */
@@ -158,6 +163,7 @@ describe("parseConfig: valid configs", () => {
       ipv6Subnet: 56,
       concurrencyTimeoutMs: 60_000,
       preflightLimits: [{ limit: 60, window: "1m" }],
+      reserveMaxTimes: 128,
       reserveMaxBody: 1_048_576,
       guesses: {
         limits: [{ limit: 10, window: "1m" }],
@@ -429,7 +435,7 @@ limits = [
     ["https://example.com/api/", "https://example.com/api/"],
     [" https://EXAMPLE.com ", "https://example.com/"],
   ])("ORIGIN %j is the URL %j", (origin, href) => {
-    expect(parse(MINIMUM, origin).origin.href).toBe(href);
+    expect(parse(MINIMUM, origin).origins[0]?.url.href).toBe(href);
   });
 
   it("needs no default limits when plans are given: keys no plan matches get no plan", () => {

@@ -4,6 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { parseConfig } from "../../src/config/parse.ts";
 import { forward } from "../../src/proxy/forward.ts";
+import { type Target, targetsOf } from "../../src/proxy/upstream.ts";
 
 const LIMITS = { limits: [{ limit: 100, window: "1s" }] };
 
@@ -15,17 +16,21 @@ async function send(
   fetcher?: (r: Request) => Promise<Response>,
 ): Promise<{ sent: Request | null; res: Response }> {
   let sent: Request | null = null;
-  const res = await forward(
-    request,
-    parseConfig({ ORIGIN: origin, RATE_LIMIT: LIMITS }),
-    fetcher ??
+  const config = parseConfig({ ORIGIN: origin, RATE_LIMIT: LIMITS });
+  const res = await forward(request, {
+    target: targetsOf(config, {})[0] as Target,
+    send:
+      fetcher ??
       (async (r) => {
         sent = r;
         return new Response("ok");
       }),
-    new URL(request.url),
+    incoming: new URL(request.url),
     path,
-  );
+    keySource: config.key,
+    caller: null,
+    timeoutMs: config.originTimeoutMs,
+  });
   return { sent, res };
 }
 

@@ -60,8 +60,9 @@ describe("a costs rule's reserve and settle", () => {
         settled: {
           reserve: {
             from: "json",
-            field: "max_tokens",
-            path: ["max_tokens"],
+            fields: [{ field: "max_tokens", path: ["max_tokens"] }],
+            times: [],
+            maxTimes: DEFAULTS.reserveMaxTimes,
             input: "bytes",
             default: null,
             maxBody: DEFAULTS.reserveMaxBody,
@@ -76,8 +77,9 @@ describe("a costs rule's reserve and settle", () => {
         settled: {
           reserve: {
             from: "json",
-            field: "max_tokens",
-            path: ["max_tokens"],
+            fields: [{ field: "max_tokens", path: ["max_tokens"] }],
+            times: [],
+            maxTimes: DEFAULTS.reserveMaxTimes,
             input: 500,
             default: 4096,
             maxBody: DEFAULTS.reserveMaxBody,
@@ -92,8 +94,9 @@ describe("a costs rule's reserve and settle", () => {
         settled: {
           reserve: {
             from: "json",
-            field: "max.output_tokens",
-            path: ["max", "output_tokens"],
+            fields: [{ field: "max.output_tokens", path: ["max", "output_tokens"] }],
+            times: [],
+            maxTimes: DEFAULTS.reserveMaxTimes,
             input: 0,
             default: null,
             maxBody: 10,
@@ -261,7 +264,7 @@ describe("a costs rule's reserve and settle", () => {
       what: "reserve unknown field",
       rule: { ...CHAT, reserve: { json: "m", input: 0, maximum: 3 }, settle: "openai" },
       field: "costs[0].reserve.maximum",
-      says: "expected one of json, input, default, max_body",
+      says: "expected one of json, times, max_times, input, default, max_body",
     },
     {
       what: "reserve.input with a header",
@@ -307,6 +310,42 @@ describe("a costs rule's reserve and settle", () => {
       says: '"usage."',
     },
     {
+      what: "reserve.json an empty list",
+      rule: { ...CHAT, reserve: { json: [], input: 0 }, settle: "openai" },
+      field: "costs[0].reserve.json",
+      says: "a list of at least one",
+    },
+    {
+      what: "reserve.json listing a field twice",
+      rule: { ...CHAT, reserve: { json: ["max_tokens", "max_tokens"], input: 0 }, settle: "openai" },
+      field: "costs[0].reserve.json",
+      says: '"max_tokens" is listed twice',
+    },
+    {
+      what: "reserve.json listing a bad path",
+      rule: { ...CHAT, reserve: { json: ["max_tokens", "a..b"], input: 0 }, settle: "openai" },
+      field: "costs[0].reserve.json[1]",
+      says: '"a..b"',
+    },
+    {
+      what: "reserve.times not a field",
+      rule: { ...CHAT, reserve: { json: "max_tokens", times: 2, input: 0 }, settle: "openai" },
+      field: "costs[0].reserve.times",
+      says: "got 2",
+    },
+    {
+      what: "reserve.max_times without times",
+      rule: { ...CHAT, reserve: { json: "max_tokens", max_times: 4, input: 0 }, settle: "openai" },
+      field: "costs[0].reserve.max_times",
+      says: "only with times",
+    },
+    {
+      what: "reserve.max_times 0",
+      rule: { ...CHAT, reserve: { json: "max_tokens", times: "n", max_times: 0, input: 0 }, settle: "openai" },
+      field: "costs[0].reserve.max_times",
+      says: "got 0",
+    },
+    {
       what: "unknown rule field",
       rule: { ...CHAT, reserve: 5, settle: "openai", reservation: 3 },
       field: "costs[0].reservation",
@@ -333,8 +372,9 @@ describe("a costs rule's reserve and settle", () => {
 
 const json = (max: Partial<Reserve & { from: "json" }> = {}): Reserve & { from: "json" } => ({
   from: "json",
-  field: "max_tokens",
-  path: ["max_tokens"],
+  fields: [{ field: "max_tokens", path: ["max_tokens"] }],
+  times: [],
+  maxTimes: 128,
   input: "bytes",
   default: null,
   maxBody: 1000,
@@ -364,7 +404,9 @@ describe("a reservation read from the request", () => {
     expect(reserveFromBody(json({ input: 1000 }), body)).toBe(1300);
     // A dotted path.
     const nested = bytes({ generation: { max: 42 } });
-    expect(reserveFromBody(json({ field: "generation.max", path: ["generation", "max"], input: 0 }), nested)).toBe(42);
+    expect(
+      reserveFromBody(json({ fields: [{ field: "generation.max", path: ["generation", "max"] }], input: 0 }), nested),
+    ).toBe(42);
   });
 
   it("a missing field, body or null takes the default (plus the input), else a 400 naming the field", () => {
@@ -379,9 +421,9 @@ describe("a reservation read from the request", () => {
     );
     expect(badReservation(() => reserveFromBody(json(), null))).toContain("request body max_tokens: missing");
     // A path through something that is not an object leads nowhere: missing.
-    expect(badReservation(() => reserveFromBody(json({ path: ["a", "b"], field: "a.b" }), bytes({ a: 5 })))).toContain(
-      "request body a.b: missing",
-    );
+    expect(
+      badReservation(() => reserveFromBody(json({ fields: [{ path: ["a", "b"], field: "a.b" }] }), bytes({ a: 5 }))),
+    ).toContain("request body a.b: missing");
   });
 
   it.each([
@@ -394,6 +436,64 @@ describe("a reservation read from the request", () => {
   ])("a field that is %s: a 400 naming it and quoting it", (_what, value, quoted) => {
     expect(badReservation(() => reserveFromBody(json({ default: 10 }), bytes({ max_tokens: value })))).toBe(
       `request body max_tokens: expected a whole number ≥ 1 for the request's reservation, got ${quoted}`,
+    );
+  });
+
+  it("fields listed: the first present (not null) is read, the rest ignored; none: the default", () => {
+    const either = json({
+      fields: [
+        { field: "max_completion_tokens", path: ["max_completion_tokens"] },
+        { field: "max_tokens", path: ["max_tokens"] },
+      ],
+      input: 0,
+    });
+    expect(reserveFromBody(either, bytes({ max_completion_tokens: 300, max_tokens: 50 }))).toBe(300);
+    expect(reserveFromBody(either, bytes({ max_tokens: 50 }))).toBe(50);
+    expect(reserveFromBody(either, bytes({ max_completion_tokens: null, max_tokens: 50 }))).toBe(50);
+    // The first present is read even when it is bad: a later one does not stand in for it.
+    expect(badReservation(() => reserveFromBody(either, bytes({ max_completion_tokens: "x", max_tokens: 50 })))).toBe(
+      `request body max_completion_tokens: expected a whole number ≥ 1 for the request's reservation, got "x"`,
+    );
+    expect(badReservation(() => reserveFromBody(either, bytes({ model: "m" })))).toBe(
+      "request body max_completion_tokens or max_tokens: missing, and this route has no default reservation; send it",
+    );
+    expect(reserveFromBody({ ...either, default: 700 }, bytes({ model: "m" }))).toBe(700);
+    expect(badReservation(() => reserveFromBody(either, bytes("[")))).toBe(
+      "request body: not JSON, so max_completion_tokens or max_tokens cannot be read for the request's reservation; send JSON",
+    );
+  });
+
+  it("times: the field (or default) times the largest times field present, then the input; over max_times a 400", () => {
+    const n = json({ times: [{ field: "n", path: ["n"] }], maxTimes: 8, default: 100 });
+    const body = bytes({ max_tokens: 500, n: 8 });
+    expect(reserveFromBody(n, body)).toBe(500 * 8 + body.byteLength);
+    const one = bytes({ max_tokens: 500 });
+    expect(reserveFromBody(n, one)).toBe(500 + one.byteLength);
+    const nullN = bytes({ max_tokens: 500, n: null });
+    expect(reserveFromBody(n, nullN)).toBe(500 + nullN.byteLength);
+    const byDefault = bytes({ n: 3 });
+    expect(reserveFromBody(n, byDefault)).toBe(300 + byDefault.byteLength);
+    expect(badReservation(() => reserveFromBody(n, bytes({ max_tokens: 500, n: 9 })))).toBe(
+      "request body n: at most 8 here (each of the 9 multiplies the request's reservation), got 9; ask for fewer",
+    );
+    expect(badReservation(() => reserveFromBody(n, bytes({ max_tokens: 500, n: 0 })))).toBe(
+      "request body n: expected a whole number ≥ 1 for the request's reservation, got 0",
+    );
+    expect(badReservation(() => reserveFromBody(n, bytes({ max_tokens: 500, n: 2.5 })))).toContain("got 2.5");
+    // Several: the largest present (the legacy completions' best_of, which is at least n and is what is charged).
+    const best = json({
+      times: [
+        { field: "n", path: ["n"] },
+        { field: "best_of", path: ["best_of"] },
+      ],
+      maxTimes: 20,
+      input: 0,
+    });
+    expect(reserveFromBody(best, bytes({ max_tokens: 10, n: 2, best_of: 5 }))).toBe(50);
+    expect(reserveFromBody(best, bytes({ max_tokens: 10, n: 4 }))).toBe(40);
+    expect(reserveFromBody(best, bytes({ max_tokens: 10, best_of: 21 - 1 }))).toBe(200);
+    expect(badReservation(() => reserveFromBody(best, bytes({ max_tokens: 10, n: 1, best_of: 21 })))).toContain(
+      "request body best_of: at most 20 here",
     );
   });
 

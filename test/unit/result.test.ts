@@ -12,8 +12,10 @@ import {
   type Outcome,
   type RateLimitResult,
   resultOf,
+  SDK_MAX_WAIT_MS,
   setHeadersOf,
   UNAVAILABLE_RETRY_MS,
+  worthRetrying,
 } from "../../src/client/result.ts";
 import { parseLimiterConfig } from "../../src/config/parse.ts";
 import type { LimiterConfig, Plan } from "../../src/config/types.ts";
@@ -93,7 +95,10 @@ describe("resultOf", () => {
         at: AT,
       });
       expect(closed).toMatchObject({ allowed: false, reason, retryAfterMs: UNAVAILABLE_RETRY_MS });
-      expect(Object.fromEntries(headersOf(closed, "draft-11"))).toEqual({ "retry-after": "1" });
+      expect(Object.fromEntries(headersOf(closed, "draft-11"))).toEqual({
+        "retry-after": "1",
+        "retry-after-ms": "1000",
+      });
       const c = config({ failure_mode: "open" });
       const open = resultOf(c, { plan: plan(c), shown: plan(c).limits ?? [], cost: 1, reason, fits: false, at: AT });
       expect(open).toMatchObject({ allowed: true, reason, retryAfterMs: 0 });
@@ -207,7 +212,7 @@ describe("allOf (a key and its address)", () => {
     const down = key({ reason: "limiter_timeout", fits: false });
     const r = both(down, address(true));
     expect(r).toMatchObject({ allowed: false, reason: "limiter_timeout", refusedBy: "key" });
-    expect(Object.fromEntries(headersOf(r, "draft-11"))).toEqual({ "retry-after": "1" });
+    expect(Object.fromEntries(headersOf(r, "draft-11"))).toEqual({ "retry-after": "1", "retry-after-ms": "1000" });
     const addressDown = resultOf(c, {
       plan: c.ip?.plan as Plan,
       shown: [],
@@ -216,7 +221,10 @@ describe("allOf (a key and its address)", () => {
       fits: false,
       at: AT,
     });
-    expect(Object.fromEntries(headersOf(both(key(), addressDown), "draft-11"))).toEqual({ "retry-after": "1" });
+    expect(Object.fromEntries(headersOf(both(key(), addressDown), "draft-11"))).toEqual({
+      "retry-after": "1",
+      "retry-after-ms": "1000",
+    });
   });
 });
 
@@ -284,6 +292,54 @@ describe("handles", () => {
     expect(headersOf(half, "draft-11").get("RateLimit")).toBeNull();
     const never = { ...r, retryAfterMs: Number.POSITIVE_INFINITY };
     expect(headersOf(never, "draft-11").has("Retry-After")).toBe(false);
+  });
+
+  it("headersOf a refusal: retry-after-ms exact beside Retry-After rounded up; x-should-retry false only where no SDK wait helps", () => {
+    const c = config({ limits: [{ limit: 2, window: "2m" }] });
+    const refused = (reason: RateLimitResult["reason"], retryAfterMs: number) =>
+      resultOf(c, {
+        plan: plan(c),
+        shown: plan(c).limits ?? [],
+        cost: 1,
+        reason,
+        fits: false,
+        states: [{ remaining: 0, resetMs: retryAfterMs }],
+        exceeded: [true],
+        retryAfterMs,
+        at: AT,
+      });
+    const fields = (r: RateLimitResult) => {
+      const h = headersOf(r, "draft-11");
+      return [h.get("Retry-After"), h.get("retry-after-ms"), h.get("x-should-retry")];
+    };
+    expect(fields(refused("over_limit", 1))).toEqual(["1", "1", null]);
+    expect(fields(refused("over_limit", 1001))).toEqual(["2", "1001", null]);
+    // The longest wait the providers' SDKs make, and a millisecond past it.
+    expect(fields(refused("over_limit", 60_000))).toEqual(["60", "60000", null]);
+    expect(fields(refused("over_limit", 60_001))).toEqual(["61", "60001", "false"]);
+    expect(fields(refused("over_limit", Number.POSITIVE_INFINITY))).toEqual([null, null, "false"]);
+    expect(fields(refused("blocked", 500))).toEqual(["1", "500", "false"]);
+    expect(fields(refused("penalty", 500))).toEqual(["1", "500", "false"]);
+    expect(fields(refused("concurrency", 1000))).toEqual(["1", "1000", null]);
+    // A grant carries none of them.
+    const granted = resultOf(c, {
+      plan: plan(c),
+      shown: plan(c).limits ?? [],
+      cost: 1,
+      reason: "granted",
+      fits: true,
+      at: AT,
+    });
+    expect(fields(granted)).toEqual([null, null, null]);
+  });
+
+  it("worthRetrying: the SDKs' longest wait is the bound; blocks and penalties never", () => {
+    expect(worthRetrying({ reason: "over_limit", retryAfterMs: SDK_MAX_WAIT_MS })).toBe(true);
+    expect(worthRetrying({ reason: "over_limit", retryAfterMs: SDK_MAX_WAIT_MS + 1 })).toBe(false);
+    expect(worthRetrying({ reason: "limiter_timeout", retryAfterMs: 1000 })).toBe(true);
+    expect(worthRetrying({ reason: "blocked", retryAfterMs: 0 })).toBe(false);
+    expect(worthRetrying({ reason: "penalty", retryAfterMs: 0 })).toBe(false);
+    expect(SDK_MAX_WAIT_MS).toBe(60_000);
   });
 });
 

@@ -54,6 +54,13 @@ describe("the usage of an OpenAI chat completions stream (stream_options.include
     expect(everyWay({ from: "openai" }, SSE, text)).toEqual({ actual: 10 });
   });
 
+  it("total_tokens null beside the counts: their sum (chat's prompt and completion, the responses API's input and output)", () => {
+    const chat = 'data: {"usage":{"prompt_tokens":4,"completion_tokens":6,"total_tokens":null}}\n\ndata: [DONE]\n\n';
+    expect(everyWay({ from: "openai" }, SSE, chat)).toEqual({ actual: 10 });
+    const responses = '{"response":{"usage":{"input_tokens":7,"output_tokens":5,"total_tokens":null}}}';
+    expect(read({ from: "openai" }, { "content-type": "application/json" }, bytes(responses))).toEqual({ actual: 12 });
+  });
+
   it("no usage without include_usage: none reported, the reservation stands", () => {
     const text = openaiChatStream({ prompt: 9, words: ["a", "b"], usage: false });
     expect(everyWay({ from: "openai" }, SSE, text)).toEqual({
