@@ -277,7 +277,7 @@ function checkClaims(config: LimiterConfig, plan: Plan, claims: Claims, now: num
   return claims;
 }
 
-/** The envs whose missing `KEY_SECRET` was logged: once each (a Worker's `env` is one object per isolate). */
+/** The envs whose missing `KEY_SECRET` was logged: once each, not once per request. */
 const missingLogged = new WeakSet<object>();
 
 /**
