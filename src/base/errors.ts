@@ -27,11 +27,11 @@ export type LimiterErrorCode =
    * missing with no default, or in a body too large or not JSON. Nothing is counted.
    */
   | "bad_reservation"
-  /** The key's plan has `signed = true` and the key carries no signature: it was not minted. */
+  /** The key's plan has `signed = true` and the key is not shaped like a minted key: it was never minted. */
   | "key_unsigned"
-  /** The key looks minted but is truncated or malformed (its body or signature cannot be read). */
+  /** The key is shaped like a minted key but cannot be read as one: cut short, a character dropped or added. */
   | "key_malformed"
-  /** The key's signature does not prove it: forged, or altered since it was minted. */
+  /** The key reads as minted but its signature does not prove it: forged, or a character changed since it was minted. */
   | "key_signature"
   /** The key was signed with a secret that is no longer `KEY_SECRET` nor `KEY_SECRET_PREVIOUS`. */
   | "key_secret_retired"

@@ -107,8 +107,8 @@ export interface Plan {
   readonly concurrency?: ConcurrencySpec | null;
   /**
    * Whether its keys must be minted (docs/configuration.md, "Signed keys"): `required` (`signed = true`: every key
-   * carries a valid signature), `optional` (a key that carries one must prove it; others pass unsigned, while
-   * customers move over); missing: not signed.
+   * carries a valid signature), `optional` (a key shaped like a minted key must prove itself; others pass unsigned,
+   * while customers move over); missing: not signed.
    */
   readonly signed?: SignedMode;
 }

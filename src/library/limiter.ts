@@ -188,8 +188,8 @@ export interface Limiter {
    * with an account and an expiry when given: `{ key, plan, account, expires }`. Nothing is stored: the key proves
    * itself.
    *
-   * @throws RangeError naming the field: no such plan, a plan not signed, a bad account or expiry, a key longer than
-   *   `key.max_length`; ConfigError when `KEY_SECRET` is not set
+   * @throws RangeError naming the field: no such plan, a plan not signed, a bad account or expiry, an account for a
+   *   plan without account limits, a key longer than `key.max_length`; ConfigError when `KEY_SECRET` is not set
    */
   mintKey(env: object, plan: string, options?: MintOptions): Promise<Minted>;
   /**

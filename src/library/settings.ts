@@ -70,7 +70,8 @@ export interface PlanSetting {
   readonly account?: { readonly limits: readonly LimitSetting[] };
   /**
    * Whether its keys must be minted (docs/configuration.md, "Signed keys"): `true` (only keys signed with the Worker
-   * secret `KEY_SECRET`), `"optional"` (signed keys are checked, others still pass, while customers move over).
+   * secret `KEY_SECRET`), `"optional"` (a key shaped like a minted key must prove itself, others still pass, while
+   * customers move over).
    */
   readonly signed?: boolean | "optional";
 }

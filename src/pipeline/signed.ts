@@ -8,6 +8,7 @@
 
 import { LimiterError, type LimiterErrorCode } from "../base/errors.ts";
 import { base64url, fromBase64url, hmac, hmacVerify } from "../base/hmac.ts";
+import { logEvent } from "../base/log.ts";
 import { ConfigError, KEY_CHARS, type LimiterConfig, type Plan } from "../config/types.ts";
 import type { Identity } from "./key.ts";
 
@@ -56,6 +57,10 @@ export interface MintPlan {
 
 /** Characters of a signature: 32 bytes in base64url. */
 const SIG_CHARS = 43;
+/** How every minted key's body begins after its plan's prefix: `{"v":1` in base64url. */
+const MINTED_LEAD = "eyJ2Ijox";
+/** How every minted key ends: a `.` and its signature's 43 base64url characters. */
+const SIGNED_TAIL = /\.[A-Za-z0-9_-]{43}$/;
 /** The longest account a key may carry. */
 export const MAX_ACCOUNT = 64;
 const PLAN_NAME = /^[A-Za-z0-9_.-]+$/;
@@ -89,8 +94,9 @@ export async function provenIdentity(
 
 /**
  * The claims of `key`, a key of the signed `plan` (its `signed` set), proven by its signature with `KEY_SECRET` or
- * `KEY_SECRET_PREVIOUS`; null for a key of an `optional` plan that does not read as minted (it passes unsigned). A key
- * proven once is remembered in the isolate (its plan and expiry are still checked on every request).
+ * `KEY_SECRET_PREVIOUS`; null for a key of an `optional` plan that is not shaped like a minted key ({@link looksMinted}:
+ * it passes unsigned). A key shaped like one proves itself or is refused, under `optional` too. A key proven once is
+ * remembered in the isolate (its plan and expiry are still checked on every request).
  *
  * @throws LimiterError saying why the key is refused (`key_unsigned`, `key_malformed`, `key_secret_retired`,
  *   `key_signature`, `key_plan_unknown`, `key_plan_mismatch`, `key_expired`): a `401`
@@ -107,19 +113,33 @@ export async function verifyKey(config: LimiterConfig, plan: Plan, key: string, 
       if (plan.signed === "optional") return null;
       throw refused("key_plan_mismatch");
     }
-    const read = readMinted(key.slice(plan.keyPrefix.length));
-    if (typeof read === "string") {
+    const rest = key.slice(plan.keyPrefix.length);
+    if (!looksMinted(rest)) {
       if (plan.signed === "optional") return null;
-      throw refused(read);
+      throw refused("key_unsigned");
     }
+    const read = readMinted(rest);
+    if (typeof read === "string") throw refused(read);
     const secret = read.secretId === (await secretId(current)) ? current : previous;
     if (secret === null || read.secretId !== (await secretId(secret))) throw refused("key_secret_retired");
-    if (!(await hmacVerify(secret, read.signature, read.body))) throw refused("key_signature");
+    // A signature not spelt as base64url writes 32 bytes (another spelling of them) is no minted key's: unproven.
+    if (read.signature === null || !(await hmacVerify(secret, read.signature, read.body))) {
+      throw refused("key_signature");
+    }
     claims = read.claims;
     if (proven.size >= MAX_VERIFIED) proven.clear();
     proven.set(key, claims);
   }
   return checkClaims(config, plan, claims, now);
+}
+
+/**
+ * Whether `rest` (a key after its plan's prefix) is shaped like a minted key: it begins as every minted key's body
+ * does (`eyJ2Ijox`, `{"v":1` in base64url) or ends as every minted key does (a `.` and 43 base64url characters). One
+ * character dropped, added or changed anywhere in a minted key leaves one of the two, so such a key must prove itself.
+ */
+function looksMinted(rest: string): boolean {
+  return rest.startsWith(MINTED_LEAD) || SIGNED_TAIL.test(rest);
 }
 
 /**
@@ -158,9 +178,24 @@ export async function mintKey(env: object, plan: MintPlan, options: MintOptions 
 }
 
 /**
- * {@link mintKey} for the plan of `config` named `name`, which must be signed; the key no longer than `key.max_length`.
+ * A key asked with an account for a plan that counts none (it has no `account` limits, docs/configuration.md,
+ * "Accounts"): the account would be carried and never counted. A RangeError naming `account`.
+ */
+export class NoAccountLimits extends RangeError {
+  constructor(plan: string) {
+    super(
+      `account: plan ${JSON.stringify(plan)} has no account limits, so a key's account would count nothing; give the plan account = { limits = [...] } first, or mint without an account`,
+    );
+    this.name = "NoAccountLimits";
+  }
+}
+
+/**
+ * {@link mintKey} for the plan of `config` named `name`, which must be signed; the key no longer than `key.max_length`,
+ * its account (if any) one the plan counts.
  *
- * @throws RangeError naming the field (`plan`: no such plan, or not signed; `account`, `expires`; `key`: too long)
+ * @throws RangeError naming the field (`plan`: no such plan, or not signed; `account`, `expires`; `key`: too long);
+ *   {@link NoAccountLimits} for an account the plan does not count
  * @throws ConfigError when `KEY_SECRET` is not set
  */
 export async function mintFor(
@@ -177,6 +212,7 @@ export async function mintFor(
   if (!plan.signed) {
     throw new RangeError(`plan: plan ${JSON.stringify(name)} is not signed (set signed = true or "optional" in it)`);
   }
+  if (options.account !== undefined && options.account !== null && !plan.account) throw new NoAccountLimits(name);
   const minted = await mintKey(env, plan, options);
   if (minted.key.length > config.key.maxLength) {
     throw new RangeError(
@@ -188,18 +224,26 @@ export async function mintFor(
 
 /** A key's parts after its prefix as read, or the code of why it is not a minted key. */
 type Read =
-  | { readonly body: string; readonly signature: Uint8Array; readonly secretId: string; readonly claims: Claims }
+  | {
+      readonly body: string;
+      /** Null: 43 characters that are not base64url's one spelling of 32 bytes (it proves nothing). */
+      readonly signature: Uint8Array | null;
+      readonly secretId: string;
+      readonly claims: Claims;
+    }
   | LimiterErrorCode;
 
-/** `rest` (a key after its prefix) as `<body>.<signature>` with the body's fields; what is wrong, else. */
+/**
+ * `rest` (a key after its prefix, shaped like a minted key) as `<body>.<signature>` with the body's fields;
+ * `key_malformed` when it cannot be read so: cut short, a character dropped or added, a body that is not a minted one's.
+ */
 function readMinted(rest: string): Read {
   const dot = rest.lastIndexOf(".");
-  if (dot === -1) return "key_unsigned";
-  const body = rest.slice(0, dot);
+  const body = rest.slice(0, Math.max(dot, 0));
   const text = rest.slice(dot + 1);
-  const signature = text.length === SIG_CHARS ? fromBase64url(text) : null;
   const bytes = fromBase64url(body);
-  if (signature === null || bytes === null) return "key_malformed";
+  if (dot === -1 || text.length !== SIG_CHARS || bytes === null) return "key_malformed";
+  const signature = fromBase64url(text);
   let wire: unknown;
   try {
     wire = JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes));
@@ -233,17 +277,26 @@ function checkClaims(config: LimiterConfig, plan: Plan, claims: Claims, now: num
   return claims;
 }
 
+/** The envs whose missing `KEY_SECRET` was logged: once each, not once per request. */
+const missingLogged = new WeakSet<object>();
+
 /**
  * `KEY_SECRET` and `KEY_SECRET_PREVIOUS` (null when unset or empty) of `env`.
  *
- * @throws ConfigError when `KEY_SECRET` is not set (a plan named `plan` needs it)
+ * @throws ConfigError when `KEY_SECRET` is not set (a plan named `plan` needs it), logged as `config_error` the first
+ *   time for `env`
  */
 function secretsOf(env: object, plan: string): [current: string, previous: string | null] {
   const { KEY_SECRET: current, KEY_SECRET_PREVIOUS: previous } = env as KeySecrets;
   if (typeof current !== "string" || current === "") {
-    throw new ConfigError(
-      `KEY_SECRET: not set, and plan ${JSON.stringify(plan)} has signed keys; set the secret with \`wrangler secret put KEY_SECRET\` (a long random string)`,
+    const e = new ConfigError(
+      `KEY_SECRET: not set, and plan ${JSON.stringify(plan)} has signed keys; set the secret with \`wrangler secret put KEY_SECRET\` (a long random string), or locally a line KEY_SECRET=<a long random string> in .dev.vars beside wrangler.toml, then restart wrangler dev (it reads .dev.vars when it starts)`,
     );
+    if (!missingLogged.has(env)) {
+      missingLogged.add(env);
+      logEvent("config_error", { message: e.message }, "error");
+    }
+    throw e;
   }
   return [current, typeof previous === "string" && previous !== "" && previous !== current ? previous : null];
 }

@@ -1,7 +1,9 @@
 // Signed keys through the proxy inside workerd, against the real origin: a minted key works with every feature; each
 // bad key is a 401 saying which, with no call to any key's object and nothing forwarded; an address that keeps
-// guessing gets 429 and then a penalty from its own budget, answered from the deny cache while it lasts; the admin
-// API mints keys; KEY_SECRET missing is a clear 500; rotation with KEY_SECRET_PREVIOUS.
+// guessing gets 429 and then a penalty from its own budget, answered from the deny cache while it lasts; under
+// `optional`, a minted key with a character dropped or added is refused as under `true`, never served unsigned; the
+// admin API mints keys (an account only for a plan with account limits); KEY_SECRET missing is a clear 500, logged;
+// rotation with KEY_SECRET_PREVIOUS.
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { createLimiter } from "../../src/index.ts";
@@ -133,11 +135,23 @@ describe("signed keys through the proxy", () => {
     expect(statuses.filter((s) => s === 429)).toHaveLength(5);
   });
 
-  it("KEY_SECRET missing: a 500 saying how to set it, nothing counted", async () => {
+  it("KEY_SECRET missing: a 500 saying how to set it (deployed, and in .dev.vars locally), logged once, nothing counted", async () => {
+    const errors = vi.spyOn(console, "error").mockImplementation(() => {});
     const spy = recorded();
-    const res = await createProxy().handle(from(freshIp(), "live_abc.def"), envWith(RL, { LIMITER: spy.namespace }));
-    const body = await problemOf(res, 500);
-    expect(body.detail).toMatch(/KEY_SECRET: not set.*wrangler secret put KEY_SECRET/);
+    const e = envWith(RL, { LIMITER: spy.namespace });
+    const proxy = createProxy();
+    for (let i = 0; i < 2; i++) {
+      const body = await problemOf(await proxy.handle(from(freshIp(), "live_abc.def"), e), 500);
+      expect(body.title).toBe("Rate limiter misconfigured");
+      expect(body.detail).toMatch(
+        /^KEY_SECRET: not set, and plan "pro" has signed keys; set the secret with `wrangler secret put KEY_SECRET` .*, or locally a line KEY_SECRET=.* in \.dev\.vars beside wrangler\.toml, then restart wrangler dev/,
+      );
+    }
+    // Logged as the proxy logs a configuration error: one `config_error` line with the message, not one per request.
+    const lines = errors.mock.calls.map(([line]) => JSON.parse(String(line)));
+    expect(lines).toEqual([
+      { event: "config_error", message: expect.stringMatching(/^KEY_SECRET: not set, .*\.dev\.vars/) },
+    ]);
     expect(spy.calls).toEqual([]);
   });
 
@@ -160,6 +174,34 @@ describe("signed keys through the proxy", () => {
     const forged = `${minted.slice(0, -2)}${minted.at(-2) === "A" ? "B" : "A"}${minted.at(-1)}`;
     expect((await problemOf(await proxy.handle(from(freshIp(), forged), e), 401)).code).toBe("key_signature");
   });
+
+  it("an optional plan refuses a minted key with a character dropped or added: 401, a guess, no key's object, nothing forwarded", async () => {
+    const rl = { ...RL, plans: [{ name: "pro", key_prefix: "live_", signed: "optional", limits }] };
+    const spy = recorded();
+    const e = envWith(rl, { KEY_SECRET: SECRET, LIMITER: spy.namespace });
+    const proxy = createProxy();
+    const minted = (await mintKey({ KEY_SECRET: SECRET }, { name: "pro", keyPrefix: "live_" })).key;
+    const dot = minted.lastIndexOf(".");
+    const mangled = [
+      minted.slice(0, -1), // its signature's last character dropped
+      `${minted}A`, // a character added to its signature
+      `${minted.slice(0, dot)}${minted.slice(dot + 1)}`, // its `.` dropped
+      `live_${minted.slice("live_".length + 1)}`, // its body's first character dropped
+      minted.slice(0, dot), // cut before its `.`
+    ];
+    for (const key of mangled) {
+      const ip = freshIp();
+      expect([key, (await problemOf(await proxy.handle(from(ip, key), e), 401)).code]).toEqual([key, "key_malformed"]);
+      // Counted against its address, as every refused key is.
+      expect(spy.calls.filter((c) => c.startsWith(`guess:${ip} `))).toHaveLength(1);
+      expect(await arrivalsFor(key)).toEqual([]);
+    }
+    // No key's object was called, so none was created: only the guessing addresses' objects.
+    expect(spy.calls.filter((c) => !c.startsWith("guess:"))).toEqual([]);
+    // The key itself, and an unsigned key (not shaped like a minted one), still pass.
+    expect((await proxy.handle(from(freshIp(), minted), e)).status).toBe(200);
+    expect((await proxy.handle(from(freshIp(), `live_${crypto.randomUUID()}`), e)).status).toBe(200);
+  });
 });
 
 describe("minting through the admin API", () => {
@@ -176,6 +218,7 @@ describe("minting through the admin API", () => {
         routes: [{ name: "search", path: "/search", limits: [{ limit: 2, window: "1m" }] }],
         credits: { initial: 10 },
         usage: true,
+        account: { limits: [{ limit: 1000, window: "1m" }] },
       },
       { name: "free", key_prefix: "free_", limits },
     ],
@@ -245,6 +288,15 @@ describe("minting through the admin API", () => {
       ]);
     }
     expect((await admin("keys", { plan: "pro" }, e, "wrong")).status).toBe(401);
+    // An account for a plan without account limits would never be counted: 422 naming it, and no key.
+    const basic = envWith(
+      { plans: [{ name: "basic", key_prefix: "basic_", signed: true, limits }], leases: false },
+      { KEY_SECRET: SECRET, ADMIN_TOKEN: TOKEN },
+    );
+    const uncounted = await problemOf(await admin("keys", { plan: "basic", account: "acme" }, basic), 422);
+    expect(uncounted.detail).toMatch(/^account: plan "basic" has no account limits, .* or mint without an account$/);
+    expect(uncounted).not.toHaveProperty("key");
+    expect((await admin("keys", { plan: "basic" }, basic)).status).toBe(200);
     const noSecret = await admin("keys", { plan: "pro" }, envWith(FULL, { ADMIN_TOKEN: TOKEN }));
     expect((await problemOf(noSecret, 500)).detail).toMatch(/KEY_SECRET: not set/);
     // "for": a duration from now.
@@ -265,7 +317,10 @@ describe("the library", () => {
   it("mints for a signed plan, limits with the key, and counts the account in the identity", async () => {
     const limiter = createLimiter({
       name: "signed-lib",
-      plans: [{ name: "pro", key_prefix: "live_", signed: true, limits }],
+      plans: [
+        { name: "pro", key_prefix: "live_", signed: true, limits, account: { limits } },
+        { name: "basic", key_prefix: "basic_", signed: true, limits },
+      ],
       leases: false,
     });
     const e = { ...(env as object), KEY_SECRET: SECRET };
@@ -276,6 +331,9 @@ describe("the library", () => {
     expect(decided?.identity).toMatchObject({ name: `signed-lib/key:${key}`, account: "acme" });
     await expect(limiter.limit(e, `${key.slice(0, -1)}`)).rejects.toMatchObject({ code: "key_malformed" });
     await expect(limiter.mintKey(e, "nope")).rejects.toThrow(/^plan: /);
+    await expect(limiter.mintKey(e, "basic", { account: "acme" })).rejects.toThrow(
+      /^account: plan "basic" has no account limits/,
+    );
   });
 
   it("peek, reset, credit and usage refuse a forged key as limit() does, and call no object for it", async () => {

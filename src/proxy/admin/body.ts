@@ -99,7 +99,8 @@ function addressBudget(plan: unknown, config: Config): AddressBudget {
   return found.ip;
 }
 
-function unprocessable(detail: string): HttpError {
+/** A `422`: a call well formed, but about a budget this configuration does not have. */
+export function unprocessable(detail: string): HttpError {
   return new HttpError(422, "Unprocessable Content", detail);
 }
 

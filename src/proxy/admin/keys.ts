@@ -1,8 +1,8 @@
 /**
  * @module `POST <admin>/keys {"plan", "account"?, "expires"? | "for"?}`: mints a key for a signed plan
  * (docs/operating.md, "Minting keys") — `{"key", "plan", "account", "expires"}`. Nothing is stored: the key carries
- * its plan, account and expiry, signed with `KEY_SECRET`. Each mistake a `400` naming the field; no `KEY_SECRET`, a
- * `500` saying so.
+ * its plan, account and expiry, signed with `KEY_SECRET`. Each mistake a `400` naming the field (`422` for an account
+ * the plan has no limits for); no `KEY_SECRET`, a `500` saying so.
  */
 
 import { keyId, logEvent } from "../../base/log.ts";
@@ -10,8 +10,8 @@ import { type Config, ConfigError } from "../../config/types.ts";
 import { describe } from "../../core/duration.ts";
 import { HttpError } from "../../pipeline/http.ts";
 import { objectName } from "../../pipeline/key.ts";
-import { mintFor } from "../../pipeline/signed.ts";
-import { bad, when } from "./body.ts";
+import { mintFor, NoAccountLimits } from "../../pipeline/signed.ts";
+import { bad, unprocessable, when } from "./body.ts";
 import { iso, json } from "./status.ts";
 
 /** The fields a mint call's body may carry. */
@@ -43,6 +43,8 @@ export async function mint(body: Record<string, unknown>, env: object, config: C
       expires: minted.expires === null ? null : iso(minted.expires),
     });
   } catch (e) {
+    // An account the plan does not count: well formed, but this configuration has no budget for it (as `ip` without one).
+    if (e instanceof NoAccountLimits) throw unprocessable(e.message);
     if (e instanceof RangeError) throw bad(e.message);
     if (e instanceof ConfigError) throw new HttpError(500, "Rate limiter misconfigured", e.message);
     throw e;
