@@ -6,6 +6,7 @@ import {
   anthropicEvents,
   anthropicJson,
   type LlmReport,
+  OPERATOR_CREDENTIALS,
   openaiChatEvents,
   openaiChatJson,
   openaiResponsesEvents,
@@ -127,9 +128,6 @@ export async function llm(
   res.end();
   record(reports ? prompt + tokens : null);
 }
-
-/** The operator's credentials the fake providers accept (`provider/<name>/…`): what a gateway test puts as secrets. */
-export const OPERATOR_CREDENTIALS = { openai: "sk-operator-openai-test", anthropic: "sk-ant-operator-test" } as const;
 
 /** The providers' own rate-limit fields, as they send them: the operator's account, millions of tokens. */
 const ACCOUNT_FIELDS: Record<"openai" | "anthropic", Record<string, string>> = {

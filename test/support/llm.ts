@@ -174,3 +174,6 @@ export function anthropicJson(o: { input: number; words: readonly string[] }): s
     usage: { input_tokens: o.input, output_tokens: o.words.length },
   });
 }
+
+/** The operator's credentials the fake providers accept (`provider/<name>/…`): what a gateway test puts as secrets. */
+export const OPERATOR_CREDENTIALS = { openai: "sk-operator-openai-test", anthropic: "sk-ant-operator-test" } as const;
