@@ -4,7 +4,9 @@
 // examples/, in the clone, installed as it stands (its package.json names the clone's tarball), typechecked against
 // its `wrangler types` Env (examples/worker with README's Worker code beside it), run under its own `wrangler dev`
 // with its own config — a wrangler.toml (examples/worker, examples/proxy) or a wrangler.jsonc (examples/hono-app),
-// each declaring the class in `exports` — and driven over HTTP.
+// each declaring the class in `exports` — and driven over HTTP. Last, a newcomer's next steps with the packed proxy:
+// docs/llm.md's OpenAI configuration and configuration.md's signed plan as written, a key minted by the admin API, a
+// chat completion settled to what a fake model reported, a forged key refused before the model.
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { cp, mkdir, writeFile } from "node:fs/promises";
@@ -270,5 +272,86 @@ describe("examples/proxy: the ready proxy from the packed package", () => {
     expect((await get("/health", key)).status).toBe(200);
     const seen = origin.arrivals.filter((a) => a.headers["x-api-key"] === key).map((a) => a.url);
     expect(seen).toEqual(["/v1/items", "/v1/items", "/v1/items", "/health"]);
+  });
+});
+
+/** The first ```toml block of a doc after `heading`. */
+function tomlAfter(file: string, heading: string): string {
+  const text = readFileSync(join(ROOT, file), "utf8");
+  const start = text.indexOf(heading);
+  expect(start, `${file} has ${heading}`).toBeGreaterThanOrEqual(0);
+  return /```toml\n([\s\S]*?)```/.exec(text.slice(start))?.[1] ?? "";
+}
+
+describe("a newcomer's next steps with the packed proxy: docs/llm.md's OpenAI configuration and a signed plan, as written", () => {
+  const ADMIN_TOKEN = `admin-${crypto.randomUUID()}`;
+  let proxy: Limiter;
+  let origin: Origin;
+  beforeAll(async () => {
+    origin = await startOrigin();
+    const dir = join(clone, "examples/proxy");
+    await sh("npm install", dir);
+    // examples/proxy's file up to its vars, then docs/llm.md's vars, then configuration.md's signed plan in them.
+    const own = readFileSync(join(dir, "wrangler.toml"), "utf8");
+    const llm = tomlAfter("docs/llm.md", "## An OpenAI-compatible origin");
+    const signed = tomlAfter("docs/configuration.md", "#### Signed keys");
+    expect(llm).toMatch(/\[vars\.RATE_LIMIT\][\s\S]*settle = "openai"/);
+    expect(signed.startsWith("[vars.RATE_LIMIT]\nplans = [")).toBe(true);
+    const config = `${own.slice(0, own.indexOf("\n[vars]\n"))}\n${llm}${signed.replace("[vars.RATE_LIMIT]\n", "")}`;
+    await writeFile(join(dir, "newcomer.toml"), config);
+    proxy = await startLimiter({
+      persistTo: join(dir, ".newcomer-state"),
+      config: "newcomer.toml",
+      project: { dir, wrangler: join(dir, "node_modules/.bin/wrangler") },
+      // The fake model answers chat completions under this prefix, as api.openai.com does at its root.
+      origin: `${origin.url}/__special/llm/openai-chat`,
+      vars: { KEY_SECRET: `secret-${crypto.randomUUID()}`, ADMIN_TOKEN },
+    });
+  }, 300_000);
+  afterAll(async () => {
+    await proxy?.stop();
+    await origin?.close();
+  });
+  const admin = (call: string, body: unknown) =>
+    fetch(`${proxy.url}/__limiter/${call}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  const chat = (key: string) =>
+    fetch(`${proxy.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "m", max_tokens: 10, messages: [{ role: "user", content: "hi" }] }),
+    });
+
+  it("a minted key's chat completion is settled to the tokens the model reported; a forged one never reaches it", async () => {
+    const minted = await admin("keys", { plan: "pro" });
+    expect(minted.status).toBe(200);
+    const { key } = (await minted.json()) as { key: string };
+    expect(key).toMatch(/^live_[\w-]+\.[\w-]+$/);
+
+    const answer = await chat(key);
+    expect(answer.status).toBe(200);
+    const { usage } = (await answer.json()) as { usage: { total_tokens: number } };
+    expect(origin.reports.map((r) => r.reported)).toEqual([usage.total_tokens]);
+
+    // The signature's first character changed: refused in the isolate, nothing more reaches the model.
+    const forged = key.replace(/\.(.)/, (_, c: string) => `.${c === "A" ? "B" : "A"}`);
+    expect((await chat(forged)).status).toBe(401);
+    expect((await chat("live_never-minted")).status).toBe(401);
+    expect(origin.reports).toHaveLength(1);
+
+    // Settled once the answer has ended: the key's usage shows what the model reported, not the reservation.
+    const deadline = Date.now() + 10_000;
+    let periods: { requests: number; cost: number }[] = [];
+    while (Date.now() < deadline) {
+      const res = await admin("usage", { key, period: "day" });
+      expect(res.status).toBe(200);
+      ({ periods } = (await res.json()) as { periods: typeof periods });
+      if (periods[0]?.cost === usage.total_tokens) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(periods).toEqual([expect.objectContaining({ requests: 1, cost: usage.total_tokens })]);
   });
 });
