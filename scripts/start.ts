@@ -3,71 +3,56 @@
  *
  *   npm start                                  # demo origin on 127.0.0.1:8788, limiter on 127.0.0.1:8787
  *   npm start -- --origin https://api.example.com   # your own origin instead of the demo
- *   npm start -- --port 9000                   # another port for the limiter
+ *   npm start -- --port 8797 --origin-port 8798 --inspector-port 9239   # a second one beside the first
  *   npm start -- --outage                      # failure_mode = "local" at work: `down_` keys' objects answer nothing
  *                                              # for the first 90 s (scripts/outage-entry.mts)
+ *   npm start -- --help                        # every flag (scripts/start-options.ts)
  */
 
 import { spawn } from "node:child_process";
 import type { Server } from "node:http";
-import { parseArgs } from "node:util";
 import { startDemoOrigin } from "./demo-origin.ts";
-import { OUTAGE_ENTRY, OUTAGE_MS, OUTAGE_RATE_LIMIT } from "./outage.ts";
+import { OUTAGE_MS } from "./outage.ts";
+import { HELP, type StartOptions, startOptions, WRANGLER_ENV, wranglerArgs } from "./start-options.ts";
 
-const DEMO_PORT = 8788;
-
-const { values } = parseArgs({
-  options: {
-    origin: { type: "string" },
-    port: { type: "string", default: "8787" },
-    outage: { type: "boolean", default: false },
-  },
-});
+let options: StartOptions;
+try {
+  options = startOptions(process.argv.slice(2));
+} catch (e) {
+  console.error(`${(e as Error).message}\n\n${HELP}`);
+  process.exit(2);
+}
+if (options.help) {
+  console.log(HELP);
+  process.exit(0);
+}
 
 let demo: Server | null = null;
-let origin = values.origin;
+let origin = options.origin;
 if (!origin) {
   try {
-    demo = await startDemoOrigin(DEMO_PORT);
+    demo = await startDemoOrigin(options.originPort);
   } catch (e) {
-    console.error(`Could not start the demo origin on 127.0.0.1:${DEMO_PORT}: ${(e as Error).message}`);
+    console.error(
+      `Could not start the demo origin on 127.0.0.1:${options.originPort}: ${(e as Error).message}` +
+        " (another npm start? pick other ports: npm start -- --help)",
+    );
     process.exit(1);
   }
-  origin = `http://127.0.0.1:${DEMO_PORT}`;
+  origin = `http://127.0.0.1:${options.originPort}`;
   console.log(`demo origin listening on ${origin}`);
 }
 
-const port = values.port;
-const base = `http://127.0.0.1:${port}`;
+const base = `http://127.0.0.1:${options.port}`;
 const outageUntil = Date.now() + OUTAGE_MS;
-const outage = values.outage
-  ? [
-      OUTAGE_ENTRY,
-      "--var",
-      `RATE_LIMIT:${JSON.stringify(OUTAGE_RATE_LIMIT)}`,
-      "--var",
-      `DEMO_OUTAGE_UNTIL:${outageUntil}`,
-    ]
-  : [];
-const wrangler = spawn(
-  "wrangler",
-  [
-    "dev",
-    ...outage,
-    "--ip",
-    "127.0.0.1",
-    "--port",
-    port,
-    "--var",
-    `ORIGIN:${origin}`,
-    "--show-interactive-dev-session=false",
-  ],
-  { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, WRANGLER_SEND_METRICS: "false" } },
-);
+const wrangler = spawn("wrangler", wranglerArgs(options, origin, outageUntil), {
+  stdio: ["ignore", "pipe", "inherit"],
+  env: { ...process.env, ...WRANGLER_ENV },
+});
 
 /** What to try once the limiter is ready. */
 function tryThis(): string {
-  if (!values.outage) {
+  if (!options.outage) {
     return `The limiter is in front of ${origin}. Try:
 
   curl -i -H "x-api-key: test_demo" ${base}/hello          # test_ keys: 10 per minute

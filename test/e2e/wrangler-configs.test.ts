@@ -111,13 +111,13 @@ const COMPATIBILITY_DATE = /^compatibility_date = "([^"]+)"/m.exec(
   readFileSync(join(ROOT, "wrangler.toml"), "utf8"),
 )?.[1];
 
-/** A README configuration: its fragments in a file with a name, a main module and the project's compatibility date. */
+/** A README configuration as a file: its wrangler.toml, or its wrangler.jsonc fragments with a name, a main module and the project's compatibility date. */
 function readmeFile(lang: Lang, kind: Kind): string {
   const { declared, vars } = readme[lang];
   const name = `readme-${kind}`;
   if (lang === "toml") {
-    const head = `name = "${name}"\nmain = "src/index.ts"\ncompatibility_date = "${COMPATIBILITY_DATE}"\n\n`;
-    return head + declared + (kind === "proxy" ? `\n${vars}` : "");
+    // README's wrangler.toml is a whole file (its own name, main and compatibility date); the proxy's adds its vars.
+    return declared.replace(/^name = .*$/m, `name = "${name}"`) + (kind === "proxy" ? `\n${vars}` : "");
   }
   const head = `{\n"name": "${name}",\n"main": "src/index.ts",\n"compatibility_date": "${COMPATIBILITY_DATE}",\n`;
   return `${head}${declared}${kind === "proxy" ? vars : ""}}\n`;

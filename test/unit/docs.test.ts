@@ -84,3 +84,51 @@ describe("documentation links", () => {
     }
   });
 });
+
+describe("docs/configuration.md's table of contents", () => {
+  /** The `##`–`####` headings of a Markdown text (outside code blocks), as GitHub anchors. */
+  const headings = (text: string) =>
+    [...text.replace(/```[\s\S]*?```/g, "").matchAll(/^#{2,4} (.+)$/gm)].map((m) => anchor(m[1] ?? ""));
+
+  it("lists every section, in order, above the first one", () => {
+    const text = readFileSync("docs/configuration.md", "utf8");
+    const firstSection = text.search(/^## /m);
+    const contents = [...text.slice(0, firstSection).matchAll(/^ *- \[[^\]]+\]\(#([^)]+)\)/gm)].map((m) => m[1]);
+    expect(contents).toEqual(headings(text));
+    expect(contents.length).toBeGreaterThan(20);
+  });
+
+  it("the README's map links its main sections", () => {
+    const readme = readFileSync("README.md", "utf8");
+    for (const section of ["rate_limit-settings", "signed-keys", "accounts", "concurrency", "quotas-and-credits"]) {
+      expect(readme).toContain(`](docs/configuration.md#${section})`);
+    }
+  });
+});
+
+describe("README's code labelled with a file", () => {
+  /** Each fenced block of a Markdown text with the last non-empty line before it (its label). */
+  const blocks = (text: string) =>
+    [...text.matchAll(/(?:^|\n)([^\n]*)\n+```\w*\n([\s\S]*?)```/g)].map((m) => ({
+      label: m[1] ?? "",
+      code: m[2] ?? "",
+    }));
+
+  it("a block labelled `[path](path):` is that file, whole; no other label ends in a path of the repository", () => {
+    const shown: string[] = [];
+    const loose: string[] = [];
+    for (const { label, code } of blocks(readFileSync("README.md", "utf8"))) {
+      const named = /\[([^\]\s]+)\]\(\1\)\)?:\s*$/.exec(label)?.[1];
+      if (named !== undefined) {
+        expect(code, `README's block labelled ${named}`).toBe(readFileSync(named, "utf8"));
+        shown.push(named);
+      } else {
+        // A label ending in a path of this repository, as "A hono app (examples/hono-app):" did, names a file too.
+        const path = /(?:^|[\s(`])([\w.-]+\/[\w./-]*[\w-])`?\)?:\s*$/.exec(label)?.[1];
+        if (path !== undefined && existsSync(path)) loose.push(label);
+      }
+    }
+    expect(loose).toEqual([]);
+    expect(shown).toContain("examples/hono-app/src/index.ts");
+  });
+});
