@@ -13,9 +13,9 @@ const key = (name = "key:a", route: AloneBudgets["route"] = null): AloneBudgets 
 describe("AloneLogs", () => {
   it("a route's request fits the key's budget and the route's, and is counted in both or neither", () => {
     const logs = new AloneLogs(1);
-    expect(logs.take(key("key:a", SEARCH), T0, 1).allowed).toBe(true);
-    expect(logs.take(key("key:a", SEARCH), T0, 1).allowed).toBe(true);
-    const refused = logs.take(key("key:a", SEARCH), T0, 1);
+    expect(logs.take(key("key:a", SEARCH), T0, 1).decision.allowed).toBe(true);
+    expect(logs.take(key("key:a", SEARCH), T0, 1).decision.allowed).toBe(true);
+    const refused = logs.take(key("key:a", SEARCH), T0, 1).decision;
     expect(refused.limits.map((l) => [l.remaining, l.exceeded])).toEqual([
       [3, false],
       [0, true],
