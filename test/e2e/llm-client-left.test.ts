@@ -1,11 +1,12 @@
 // A client that leaves a settled stream (docs/llm.md) over a real TCP connection, against the product's bundle in
-// workerd with a direct socket (test/support/workers.ts): no `wrangler dev` in between. Its ProxyWorker forwards each
-// request with a fetch of its own that a client's leaving does not cancel, so under `wrangler dev` the origin's
-// stream runs to its end and is settled as complete (docs/operating.md, "Running locally against your own origin").
-// Here the client resets its connection (an RST) or closes its socket (Node's fetch aborted: a FIN) while the fake
-// model is still streaming: workerd aborts the request's signal at its next write to the closed connection, the
-// proxy cancels the origin's request (the origin sees its connection close before the stream's end), and the
-// reservation is kept with a `reservation_kept` line, `reason` `client_left`.
+// workerd with a direct socket (test/support/workers.ts): no `wrangler dev` in between (test/e2e/llm.test.ts has the
+// reset under `wrangler dev`, which passes a streamed response's client leaving on as well). The client resets its
+// connection (an RST) or closes its socket (Node's fetch aborted: a FIN) while the fake model is still streaming:
+// workerd cancels the response's body at its next write to the closed connection (it does not abort
+// `request.signal` once the response has been returned), the proxy cancels the origin's body with it (the origin sees
+// its connection close long before the stream's end), and the reservation is kept with a `reservation_kept` line,
+// `reason` `client_left`. Before src/proxy/settle.ts piped the client's branch, the origin streamed all 40 s and the
+// grant was settled as complete.
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tempDir } from "../support/harness.ts";
