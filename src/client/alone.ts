@@ -30,6 +30,22 @@ export interface AloneBudgets {
   readonly route: RouteBudget | null;
 }
 
+/** A grant made alone, as its handle records it (result.ts, `GrantRecord`). */
+export interface AloneGrant {
+  readonly id: string;
+  readonly name: string;
+  readonly limits: readonly LimitSpec[];
+  readonly route?: RouteBudget | undefined;
+  /** When its use is reported to the key's object, per budget (its key's, then its route's): this isolate's clock. */
+  readonly alone: readonly number[];
+}
+
+/** What settling a grant made alone did here: the units given back, and whether its debt waits to be reported. */
+export interface AloneSettled {
+  readonly returned: number;
+  readonly owed: boolean;
+}
+
 /** One key's logs: its own budget's, and each route's it was asked with. */
 interface KeyAlone {
   readonly limits: readonly LimitSpec[];
@@ -55,6 +71,8 @@ export class AloneLogs {
   readonly #keys = new Map<string, KeyAlone>();
   /** New keys since the logs' slots were last counted. */
   #newKeys = 0;
+  /** Ids of grants made alone and settled here, with when each is forgotten (ms): each settles once. */
+  readonly #settled = new Map<string, number>();
 
   /** @param share the fallback share (0–1) of each limit a key's requests get alone */
   constructor(share: number, bounds: AloneBounds = { keys: KEYS_MAX, slots: SLOTS_MAX }) {
@@ -74,13 +92,61 @@ export class AloneLogs {
 
   /**
    * Decides a request of `cost` in budgets `b` (the key's and its route's: it must fit both, and is recorded in
-   * both or neither) alone at `now`.
+   * both or neither) alone at `now`. Granted, `reportedAt` says when its use is reported to the object, per budget.
    */
-  take(b: AloneBudgets, now: number, cost: number): Decision {
+  take(b: AloneBudgets, now: number, cost: number): { decision: Decision; reportedAt: number[] } {
     const logs = this.#logs(b, now);
     const checks = logs.map((log) => log.check(now, cost));
-    if (!checks.every((d) => d.allowed)) return combine(checks);
-    return combine(logs.map((log) => log.take(now, cost)));
+    if (!checks.every((d) => d.allowed)) return { decision: combine(checks), reportedAt: [] };
+    const taken = logs.map((log) => log.take(now, cost));
+    return { decision: combine(taken), reportedAt: taken.map((d, i) => (logs[i] as FallbackLog).reportedAt(d.now)) };
+  }
+
+  /**
+   * Settles a grant made alone here (`g`: its key's object name, its route, when its use is reported per budget) at
+   * `now` (docs/llm.md, "Settled costs"), once per grant id: gives back `unused` units while they are not yet
+   * reported, and with `queue`, counts a `debt` to report with the key's next call. Null for a grant settled before;
+   * else the units given back (the fewest of its budgets: the rest stay counted) and whether the debt was queued —
+   * not when this isolate keeps no log of the key (another isolate's grant, or a log dropped since).
+   */
+  settle(g: AloneGrant, s: { unused: number; debt: number; queue: boolean }, now: number): AloneSettled | null {
+    if (this.#settled.has(g.id)) return null;
+    this.#forgetSettled(now);
+    this.#settled.set(g.id, now + this.#longest(g));
+    const logs = this.#known(g);
+    if (logs.length === 0) return { returned: 0, owed: false };
+    const returned = Math.min(...logs.map((log, i) => (s.unused > 0 ? log.giveBack(g.alone[i] ?? 0, s.unused) : 0)));
+    const owed = s.debt > 0 && s.queue;
+    if (owed) for (const log of logs) log.owe(now, s.debt);
+    return { returned, owed };
+  }
+
+  /** Counts a settled grant's `debt` here at `now`, to report with the key's next call: false when no log of it is kept here. */
+  owe(g: AloneGrant, debt: number, now: number): boolean {
+    const logs = this.#known(g);
+    for (const log of logs) log.owe(now, debt);
+    return logs.length > 0;
+  }
+
+  /** The logs of a grant made alone (its key's, its route's), as kept here: none when its key's log is not. */
+  #known(g: AloneGrant): FallbackLog[] {
+    const k = this.#keys.get(g.name);
+    if (k === undefined) return [];
+    const route = g.route === undefined ? undefined : k.routes.get(g.route.name);
+    return route === undefined ? [k.log] : [k.log, route.log];
+  }
+
+  /** How long a settled grant's id is kept: its longest window (after that, nothing of it is given back here). */
+  #longest(g: AloneGrant): number {
+    return Math.max(...[...g.limits, ...(g.route?.limits ?? [])].map((l) => l.windowMs));
+  }
+
+  /** Forgets the ids of settled grants whose time is over at `now` (kept in the order they were settled). */
+  #forgetSettled(now: number): void {
+    for (const [id, until] of this.#settled) {
+      if (until > now) break;
+      this.#settled.delete(id);
+    }
   }
 
   /** Whether a request of `cost` in budgets `b` would be granted alone at `now`; records nothing. */

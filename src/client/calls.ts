@@ -161,6 +161,17 @@ export class ObjectCalls {
     logEvent("limiter_unavailable", fields, "error");
   }
 
+  /**
+   * Logs a settled grant made alone whose `kept` unused units stay counted (`reservation_kept`, reason
+   * `reported_alone`): they were reported to the key's object before the settle came.
+   */
+  kept(name: string, units: { reserved: number; kept: number }): void {
+    const detail = "decided alone while the key's object could not answer, and reported to it before the settle";
+    void keyId(name).then((id) =>
+      logEvent("reservation_kept", { key_id: id, reason: "reported_alone", detail, ...units }, "warn"),
+    );
+  }
+
   /** A log line about a key's object call: the key only as its `key_id`. */
   log(event: string, name: string, e: unknown, level: "warn" | "error" = "error"): void {
     void keyId(name).then((id) => logEvent(event, { key_id: id, message: errorName(e) }, level));

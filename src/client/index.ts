@@ -13,7 +13,7 @@ import type { LimiterConfig } from "../config/types.ts";
 import type { Decision } from "../core/decision.ts";
 import type { Background, LimiterNamespace } from "../protocol.ts";
 import { Acquire } from "./acquire.ts";
-import { AloneLogs } from "./alone.ts";
+import { type AloneGrant, AloneLogs } from "./alone.ts";
 import { Answers } from "./answers.ts";
 import { ObjectCalls } from "./calls.ts";
 import { Circuit } from "./circuit.ts";
@@ -179,6 +179,8 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
    */
   async refund(ns: LimiterNamespace, grant: GrantRecord): Promise<boolean> {
     checkGrant(grant);
+    // Decided alone: its units are at no object to give back (docs/configuration.md, "When the object cannot answer").
+    if (grant.alone !== undefined) return false;
     if (grant.lease !== undefined) {
       if (this.leases.refund(grant.name, grant.lease, grant.id, grant.units)) return true;
       // Settled since, in this isolate: its record stays where its use put it, its quota units go back (once).
@@ -206,6 +208,7 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     checkActual(actual);
     const unused = Math.max(0, grant.units - actual);
     const debt = Math.max(0, actual - grant.units);
+    if (grant.alone !== undefined) return this.#settleAlone(ns, { ...grant, alone: grant.alone }, unused, debt);
     if (grant.lease !== undefined) {
       const settle = { ...grant, recordedAt: [], units: unused, quotasOnly: true, settle: true, debt };
       if (this.leases.refund(grant.name, grant.lease, grant.id, unused))
@@ -220,6 +223,35 @@ export class LimiterClient<C extends LimiterConfig = LimiterConfig> {
     const done = await this.#p.calls.refund(ns, { ...grant, units: unused, settle: true, debt });
     if (done && unused > 0) this.denyCache.deleteKey(grant.name);
     return done;
+  }
+
+  /**
+   * Settles a grant made alone (`failure_mode = "local"`): its unused units given back in the isolate that made it
+   * while they are not yet reported (else they stay counted: `reservation_kept`, reason `reported_alone`); its debt
+   * reported with the key's next call while a report of it waits or its object is known down, else recorded at the
+   * object now, as any settle's (and, when that call fails, reported with the key's next call after all).
+   */
+  async #settleAlone(
+    ns: LimiterNamespace,
+    grant: GrantRecord & AloneGrant,
+    unused: number,
+    debt: number,
+  ): Promise<boolean> {
+    const { alone, circuit, calls } = this.#p;
+    const { name } = grant;
+    const now = this.now();
+    const queue = circuit.failures(name) > 0 || alone?.pending(name) === true;
+    const done = alone === null ? { returned: 0, owed: false } : alone.settle(grant, { unused, debt, queue }, now);
+    if (done === null) return false;
+    if (done.returned < unused) calls.kept(name, { reserved: grant.units, kept: unused - done.returned });
+    if (debt === 0 || done.owed) return true;
+    try {
+      return await calls.refund(ns, { ...grant, units: 0, settle: true, debt });
+    } catch (e) {
+      // Not recorded, or not known to be: it goes with the key's next call (recorded twice, it only counts later).
+      if (alone?.owe(grant, debt, this.now())) return true;
+      throw e;
+    }
   }
 
   /**

@@ -136,6 +136,13 @@ export interface GrantRecord {
    * use and stays counted in its windows); elsewhere it stays counted.
    */
   readonly lease?: string;
+  /**
+   * Decided alone by the isolate that granted it (`failure_mode = "local"`, reason `limiter_fallback`): when its use
+   * is reported to the key's object, in the key's budget and then its route's (that isolate's clock, ms). Its units
+   * are at no object until then (`recordedAt` is empty): a refund gives nothing back; a settle gives back its unused
+   * units there while they are not yet reported, and its debt goes with the report.
+   */
+  readonly alone?: readonly number[];
 }
 
 /** A concurrency slot a granted request holds at its key's object. */
@@ -160,6 +167,7 @@ export function checkGrant(g: GrantRecord): void {
     ["units", Number.isSafeInteger(g?.units) && g.units > 0],
     ["lease", g?.lease === undefined || typeof g.lease === "string"],
     ["at", g?.at === undefined || Number.isSafeInteger(g.at)],
+    ["alone", g?.alone === undefined || (Array.isArray(g.alone) && g.alone.every((t) => Number.isSafeInteger(t)))],
   ];
   const bad = fields.find(([, ok]) => !ok);
   if (bad) throw new TypeError(`refund: handle.grants[].${bad[0]} is not as the limiter gave it`);

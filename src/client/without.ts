@@ -10,7 +10,7 @@ import type { Asked } from "./outcomes.ts";
 import type { Parts } from "./parts.ts";
 import { LimiterTimeout } from "./policy.ts";
 import { aloneBudgets, type LimitRequest, type PeekRequest } from "./request.ts";
-import { type Handle, type RateLimitResult, type Reason, UNAVAILABLE_RETRY_MS } from "./result.ts";
+import { type GrantRecord, type Handle, type RateLimitResult, type Reason, UNAVAILABLE_RETRY_MS } from "./result.ts";
 
 /** What `e` is when a key's object was not called: it is known down. */
 export const NOT_CALLED = Symbol("not called");
@@ -39,9 +39,21 @@ export class Without {
       const d = alone.check(aloneBudgets(r), now, cost);
       return this.alone(r, d, false, { retryAfterMs: UNAVAILABLE_RETRY_MS });
     }
-    const d = alone.take(aloneBudgets(r), now, cost);
-    const held = d.allowed && slot ? inFlight.holdAlone(name, slot, now) : null;
-    return this.alone(r, d, d.allowed, { handle: held ? { grants: [], slot: held } : null });
+    const budgets = aloneBudgets(r);
+    const { decision: d, reportedAt } = alone.take(budgets, now, cost);
+    if (!d.allowed) return this.alone(r, d, false, {});
+    const held = slot ? inFlight.holdAlone(name, slot, now) : null;
+    // Its units are at no object yet (nothing to refund there); a settle finds them here by `alone`.
+    const grant: GrantRecord = {
+      id: crypto.randomUUID(),
+      name,
+      limits: budgets.limits,
+      recordedAt: [],
+      units: cost,
+      ...(budgets.route ? { route: budgets.route } : {}),
+      alone: reportedAt,
+    };
+    return this.alone(r, d, true, { handle: { grants: [grant], slot: held } });
   }
 
   /** `peek()` without the key's object: alone with `failure_mode = "local"`, else the failure mode. */

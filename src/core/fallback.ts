@@ -89,12 +89,51 @@ export class FallbackLog {
     if (this.#log === null) return nothing(now, cost, this.#count);
     const d = alone(this.#log.take(now, { cost }).decision);
     if (!d.allowed) return d;
-    const at = Math.ceil(d.now / this.#grainMs) * this.#grainMs;
+    this.#keep(this.reportedAt(d.now), cost);
+    return d;
+  }
+
+  /** When a grant made alone at `t` (the log's clock, as its decision says) is reported as used: `t` rounded up. */
+  reportedAt(t: number): number {
+    return Math.ceil(t / this.#grainMs) * this.#grainMs;
+  }
+
+  /**
+   * A grant made alone at `at` ({@link reportedAt}) used `units` fewer than it reserved (docs/llm.md, "Settled
+   * costs"): gives them back from the grants made alone and not yet reported at `at` or before — any unit there
+   * was used no later than this grant's own, so what is reported still covers every use, never earlier. Its count
+   * here stays (this log only ever counts more). Returns the units given back: fewer when those grants are out in a
+   * report or recorded by the object already (their units stay counted there).
+   */
+  giveBack(at: number, units: number): number {
+    let left = units;
+    for (let i = this.#alone.length - 1; i >= this.#out && left > 0; i--) {
+      const a = this.#alone[i] as Alone;
+      if (a.at > at) continue;
+      const given = Math.min(a.units, left);
+      a.units -= given;
+      left -= given;
+      if (a.units === 0) this.#alone.splice(i, 1);
+    }
+    return units - left;
+  }
+
+  /**
+   * A settled grant's debt (docs/llm.md, "Settled costs"): `units` used beyond its reservation, known at `now` — counted
+   * here at `now` whatever the limits say, and reported to the object as used then (never earlier than their use,
+   * which ended by `now`).
+   */
+  owe(now: number, units: number): void {
+    this.#log?.record(now, [{ ageMs: 0, units }]);
+    this.#keep(this.reportedAt(Math.max(now, this.#log?.clock ?? now)), units);
+  }
+
+  /** Keeps `units` granted alone to report as used at `at` (after the entries out in a report, which stay as sent). */
+  #keep(at: number, units: number): void {
     // An entry out in a report is not added to: what the object records of it must be what it was sent.
     const last = this.#alone.length > this.#out ? this.#alone.at(-1) : undefined;
-    if (last?.at === at) last.units += cost;
-    else this.#alone.push({ at, units: cost });
-    return d;
+    if (last?.at === at) last.units += units;
+    else this.#alone.push({ at, units });
   }
 
   /** Whether a request of `cost` would be granted alone at `now`; records nothing. */

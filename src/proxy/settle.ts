@@ -138,6 +138,17 @@ interface Teeing {
 function teed(response: Response, source: ReadableStream<Uint8Array>, t: Teeing): Response {
   const [body, copy] = source.tee();
   const reader = copy.getReader();
+  // The client's branch goes on through a pipe the runtime runs (still no JavaScript per chunk), so that its leaving is
+  // seen: workerd cancels the body of a response whose client went away (a reset, or a write to a closed connection)
+  // but does not abort `request.signal` once the response has been returned, and a tee's branch cancelled alone would
+  // leave the origin's request running for the other. The pipe failing cancels the copy too, and so the origin's body.
+  const { readable, writable } = new (identityStream())();
+  let gone = false;
+  const piped = body.pipeTo(writable).catch(() => {
+    gone = true;
+    return reader.cancel().catch(() => {});
+  });
+  t.bg.waitUntil?.(piped);
   const read = async (): Promise<void> => {
     for (;;) {
       let chunk: Awaited<ReturnType<typeof reader.read>>;
@@ -146,7 +157,7 @@ function teed(response: Response, source: ReadableStream<Uint8Array>, t: Teeing)
       } catch {
         return t.end(t.left.aborted ? "client_left" : "cut_short");
       }
-      if (chunk.done) return t.end(t.left.aborted ? "client_left" : "complete");
+      if (chunk.done) return t.end(gone || t.left.aborted ? "client_left" : "complete");
       try {
         t.usage.push(chunk.value);
       } catch {
@@ -155,7 +166,13 @@ function teed(response: Response, source: ReadableStream<Uint8Array>, t: Teeing)
     }
   };
   t.bg.waitUntil?.(read());
-  return new Response(body, response);
+  return new Response(readable, response);
+}
+
+/** workerd's `IdentityTransformStream` (its pipes run in the runtime), else the standard `TransformStream` (in Node). */
+function identityStream(): new () => TransformStream<Uint8Array, Uint8Array> {
+  const runtime = globalThis as { IdentityTransformStream?: new () => TransformStream<Uint8Array, Uint8Array> };
+  return runtime.IdentityTransformStream ?? TransformStream;
 }
 
 /** Logs a reservation kept (`reservation_kept`): why, and for which key. */

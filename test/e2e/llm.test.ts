@@ -2,10 +2,13 @@
 // (test/support/llm-origin.ts): 40 concurrent OpenAI streams (usage at the end, every event written in two pieces) on a
 // key of 2,000 tokens / 10 s — none over by settled cost at the origin's arrival times, usage equal to the tokens the
 // origin reported, credits equal to those bought less them; Anthropic streams settled the same; a bad reservation a
-// 400 that reaches nothing. (A client leaving mid-stream is tested in workerd, test/integration/llm.test.ts:
-// `wrangler dev`'s own proxy does not pass a client's leaving on.)
+// 400 that reaches nothing; a client that resets its connection mid-stream cancels the origin's request, its
+// reservation kept (`client_left`) — `wrangler dev` passes a streamed response's client leaving on (its reset and a clean
+// close in workerd direct: test/e2e/llm-client-left.test.ts).
+import { request as httpRequest, type IncomingMessage } from "node:http";
 import { describe, expect, it } from "vitest";
 import type { Limiter } from "../support/harness.ts";
+import type { LlmReport } from "../support/llm.ts";
 import type { Origin } from "../support/origin.ts";
 import { limiterForFile } from "./fixture.ts";
 
@@ -110,6 +113,38 @@ describe("settled costs under wrangler dev", () => {
     expect(res.status).toBe(200);
     expect(await res.text()).toContain("event: message_stop");
     expect(await billedOnce(key, 36)).toEqual({ cost: 36, requests: 1, balance: CREDITS - 36 });
+  });
+
+  it("a client that resets its connection mid-stream: the origin's request is cancelled, the reservation kept", async () => {
+    const key = `llm_${crypto.randomUUID()}`;
+    const body = JSON.stringify({ max_tokens: 1000, stream: true, stream_options: { include_usage: true } });
+    // A stream of 4,000 events 10 ms apart (40 s), the usage last.
+    const req = httpRequest(`${limiter.url}/__special/llm/openai-chat?tokens=4000&pace=10`, {
+      method: "POST",
+      headers: { "x-api-key": key, "content-type": "application/json" },
+      agent: false,
+    });
+    req.on("error", () => {});
+    req.end(body);
+    const res = await new Promise<IncomingMessage>((ok, fail) => {
+      req.once("response", ok);
+      req.once("error", fail);
+    });
+    expect(res.statusCode).toBe(200);
+    res.on("error", () => {});
+    await new Promise<void>((ok) => res.once("data", () => ok()));
+    req.socket?.resetAndDestroy();
+    // The origin's record comes when its connection closes: long before its stream could have ended.
+    let report: LlmReport | undefined;
+    while (report === undefined) {
+      report = origin.reports.find((r) => r.key === key);
+      if (report === undefined) await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(report).toMatchObject({ cancelled: true, reported: null });
+    const kept = () =>
+      limiter.output().match(/\{"event":"reservation_kept"[^\n]*?"reason":"client_left"[^}]*\}/g) ?? [];
+    while (kept().length === 0) await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(kept().length).toBeGreaterThan(0);
   });
 
   it("a reservation that is not a whole number: 400 naming the field, nothing sent on", async () => {

@@ -5,7 +5,19 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it, vi } from "vitest";
 import { ConfigError, createLimiter, type RateLimitResult } from "../../src/index.ts";
-import { arrivalsFor, background, envWith, freshKey, handle, request, spyLimiter, type WorkerEnv } from "./helpers.ts";
+import { createProxy } from "../../src/proxy/app.ts";
+import type { LlmReport } from "../support/llm.ts";
+import {
+  arrivalsFor,
+  background,
+  envWith,
+  freshKey,
+  handle,
+  originUrl,
+  request,
+  spyLimiter,
+  type WorkerEnv,
+} from "./helpers.ts";
 
 type Mode = "up" | "fail" | "hang";
 
@@ -116,6 +128,60 @@ describe('failure_mode = "local" under a binding that fails, hangs and recovers'
       ...Array.from({ length: 2 }, () => ["limiter_fallback", "denied"]),
     ]);
     expect((await arrivalsFor(key)).map((a) => a.url)).toEqual(["/a", "/b0", "/b1", "/b2"]);
+  });
+
+  it("settled costs decided alone: four streams reserving 104 and reporting 900 leave 3,600 in the window once the object answers", async () => {
+    vi.spyOn(console, "error").mockImplementation(() => {});
+    vi.spyOn(console, "log").mockImplementation(() => {});
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const flaky = flakyLimiter();
+    let now = Date.now();
+    const proxy = createProxy({ clock: () => now });
+    const token = "alone-settle-token";
+    const path = "/__special/llm/openai-chat";
+    const e = envWith(
+      {
+        limits: [{ limit: 10_000, window: "1h" }],
+        leases: false,
+        failure_mode: "local",
+        object_timeout: "100ms",
+        costs: [{ method: "POST", path, reserve: { json: "max_tokens", input: 0 }, settle: "openai" }],
+      },
+      { LIMITER: flaky.namespace, ADMIN_TOKEN: token },
+    );
+    const key = freshKey();
+    const bg = background();
+    const body = JSON.stringify({ stream: true, stream_options: { include_usage: true }, max_tokens: 104 });
+    flaky.set("fail");
+    for (let i = 0; i < 4; i++) {
+      const init = { method: "POST", headers: { "content-type": "application/json" }, body };
+      const res = await proxy.handle(request(key, `${path}?tokens=900&prompt=0`, init), e, bg);
+      expect(res.status).toBe(200);
+      await res.text();
+    }
+    await bg.settled();
+    const reported = (await (await fetch(`${originUrl}/__special/llm-reports?key=${key}`)).json()) as LlmReport[];
+    expect(reported.map((r) => r.reported)).toEqual([900, 900, 900, 900]);
+    // The first request's call failed; the other three were decided without one.
+    expect(flaky.calls).toEqual(["take"]);
+    // Back up: the request due a probe (itself decided alone) sends the grants made alone, their debt with them.
+    flaky.set("up");
+    now += 1000;
+    expect((await proxy.handle(request(key, "/after"), e, bg)).status).toBe(200);
+    await bg.settled();
+    expect(flaky.calls).toEqual(["take", "recover"]);
+    const status = await proxy.handle(
+      new Request("https://limiter.example/__limiter/status", {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify({ key }),
+      }),
+      e,
+    );
+    const { limits } = (await status.json()) as { limits: { used: number }[] };
+    expect(limits[0]?.used).toBe(4 * 900);
+    // Nothing was kept: every reservation settled to what its stream reported.
+    expect(warn.mock.calls.map((c) => String(c[0])).filter((l) => l.includes("reservation_kept"))).toEqual([]);
   });
 
   it("closed: after one failed call, 503 at once without another while the object is known down", async () => {

@@ -13,9 +13,9 @@ const key = (name = "key:a", route: AloneBudgets["route"] = null): AloneBudgets 
 describe("AloneLogs", () => {
   it("a route's request fits the key's budget and the route's, and is counted in both or neither", () => {
     const logs = new AloneLogs(1);
-    expect(logs.take(key("key:a", SEARCH), T0, 1).allowed).toBe(true);
-    expect(logs.take(key("key:a", SEARCH), T0, 1).allowed).toBe(true);
-    const refused = logs.take(key("key:a", SEARCH), T0, 1);
+    expect(logs.take(key("key:a", SEARCH), T0, 1).decision.allowed).toBe(true);
+    expect(logs.take(key("key:a", SEARCH), T0, 1).decision.allowed).toBe(true);
+    const refused = logs.take(key("key:a", SEARCH), T0, 1).decision;
     expect(refused.limits.map((l) => [l.remaining, l.exceeded])).toEqual([
       [3, false],
       [0, true],
@@ -60,6 +60,58 @@ describe("AloneLogs", () => {
     logs.answered("key:a", false);
     expect(logs.pending("key:a")).toBe(true);
     logs.answered("key:b", true); // a key with no logs: nothing happens
+  });
+
+  it("settles a grant made alone once: unused units back in its key's budget and its route's, its debt queued in both", () => {
+    const logs = new AloneLogs(1);
+    const { reportedAt } = logs.take(key("key:a", SEARCH), T0, 2);
+    expect(reportedAt).toEqual([T0, T0]);
+    const grant = { id: "g1", name: "key:a", limits: LIMITS, route: SEARCH, alone: reportedAt };
+    expect(logs.settle(grant, { unused: 1, debt: 0, queue: true }, T0 + 5)).toEqual({ returned: 1, owed: false });
+    expect(logs.settle(grant, { unused: 1, debt: 3, queue: true }, T0 + 6)).toBeNull();
+    const other = { ...grant, id: "g2" };
+    expect(logs.settle(other, { unused: 0, debt: 3, queue: true }, T0 + 7)).toEqual({ returned: 0, owed: true });
+    expect(logs.report("key:a", T0 + 10)).toEqual({
+      uses: [
+        { ageMs: 10, units: 1 },
+        { ageMs: 3, units: 3 },
+      ],
+      routes: [
+        {
+          budget: SEARCH,
+          uses: [
+            { ageMs: 10, units: 1 },
+            { ageMs: 3, units: 3 },
+          ],
+        },
+      ],
+    });
+    // The debt counts here at once, in the route's budget too: its 2 reserved and 3 more, over its limit of 2.
+    expect(logs.check(key("key:a", SEARCH), T0 + 10, 1).allowed).toBe(false);
+  });
+
+  it("a settle without queue leaves the debt to the caller; a key with no log here gives nothing back, queues nothing", () => {
+    const logs = new AloneLogs(1);
+    const { reportedAt } = logs.take(key(), T0, 2);
+    const grant = { id: "g1", name: "key:a", limits: LIMITS, alone: reportedAt };
+    expect(logs.settle(grant, { unused: 0, debt: 4, queue: false }, T0 + 1)).toEqual({ returned: 0, owed: false });
+    expect(logs.report("key:a", T0 + 1)).toEqual({ uses: [{ ageMs: 1, units: 2 }], routes: [] });
+    logs.answered("key:a", true);
+    expect(logs.owe(grant, 4, T0 + 2)).toBe(true);
+    expect(logs.report("key:a", T0 + 2)).toEqual({ uses: [{ ageMs: 0, units: 4 }], routes: [] });
+    const elsewhere = { ...grant, id: "g2", name: "key:b" };
+    expect(logs.settle(elsewhere, { unused: 1, debt: 4, queue: true }, T0 + 3)).toEqual({ returned: 0, owed: false });
+    expect(logs.owe(elsewhere, 4, T0 + 3)).toBe(false);
+    expect(logs.pending("key:b")).toBe(false);
+  });
+
+  it("forgets a settled grant's id once its longest window has passed since the settle", () => {
+    const logs = new AloneLogs(1);
+    const grant = { id: "g1", name: "key:a", limits: LIMITS, alone: [T0] };
+    expect(logs.settle(grant, { unused: 0, debt: 0, queue: false }, T0)).not.toBeNull();
+    expect(logs.settle(grant, { unused: 0, debt: 0, queue: false }, T0 + 59_999)).toBeNull();
+    expect(logs.settle({ ...grant, id: "g2" }, { unused: 0, debt: 0, queue: false }, T0 + 60_000)).not.toBeNull();
+    expect(logs.settle(grant, { unused: 0, debt: 0, queue: false }, T0 + 60_000)).not.toBeNull();
   });
 
   it("a report of a route's grants alone, the key's own having none", () => {

@@ -4,11 +4,11 @@
 // share of each limit — and reports what it granted when the object is back.
 
 import fc from "fast-check";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { DOWN_FIRST_MS } from "../../src/client/circuit.ts";
 import { headersOf, type RateLimitResult } from "../../src/client/result.ts";
 import type { Route } from "../../src/config/types.ts";
-import { setup } from "../support/store.ts";
+import { grantOf, setup, T0 } from "../support/store.ts";
 import { maxInWindow } from "../support/window.ts";
 
 /** The object fails every call until `up()`. */
@@ -494,5 +494,121 @@ describe('failure_mode = "local": the isolate decides alone', () => {
       }),
       { numRuns: 150 },
     );
+  });
+});
+
+describe('failure_mode = "local": a grant made alone is settled (docs/llm.md, "Settled costs")', () => {
+  const LIMITS = [{ limit: 10_000, window: "1m" }];
+  const used = (t: ReturnType<typeof setup>) => t.store.log("key:a", t.plan.limits ?? []).peek(t.store.now()).limits[0];
+  /** The `reservation_kept` lines logged while `run` runs. */
+  async function keptLines(run: () => Promise<void>): Promise<Record<string, unknown>[]> {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    try {
+      await run();
+      await new Promise((resolve) => setTimeout(resolve, 0));
+      return warn.mock.calls
+        .map((c) => JSON.parse(String(c[0])) as Record<string, unknown>)
+        .filter((l) => l.event === "reservation_kept");
+    } finally {
+      warn.mockRestore();
+    }
+  }
+
+  it("four requests reserving 104, settled to 900 while the object is down: after it recovers the key holds 3,600", async () => {
+    const t = setup({ failure_mode: "local", leases: false, limits: LIMITS });
+    vi.spyOn(console, "error").mockImplementation(() => {});
+    down(t);
+    const alone = [];
+    for (let i = 0; i < 4; i++) {
+      t.advance(10);
+      alone.push(await t.limit("key:a", 104));
+    }
+    expect(alone.map((r) => [r.allowed, r.reason])).toEqual(Array(4).fill([true, "limiter_fallback"]));
+    for (const r of alone) {
+      t.advance(50);
+      expect(await t.client.settle(t.ns, grantOf(r), 900)).toBe(true);
+    }
+    // Settled once: a second settle of the same grant does nothing.
+    expect(await t.client.settle(t.ns, grantOf(alone[0] as RateLimitResult), 900)).toBe(false);
+    // Counted here at once: 3,600 of 10,000, so 6,400 still fit alone and 6,401 do not.
+    const budgets = { ns: t.ns, name: "key:a", plan: t.plan };
+    expect((await t.client.peek({ ...budgets, cost: 6400 })).allowed).toBe(true);
+    expect((await t.client.peek({ ...budgets, cost: 6401 })).allowed).toBe(false);
+    up(t);
+    t.advance(DOWN_FIRST_MS);
+    await t.limit("key:a", 1); // due a probe: it carries the report
+    await t.settle();
+    const probe = t.store.calls.find((c) => c.method === "recover");
+    const units = (probe?.report?.uses ?? []).map((u) => u.units);
+    expect(units.reduce((a, b) => a + b, 0)).toBe(3600);
+    // No use reported earlier than it happened: the debt as used when each settle came, the reservations before.
+    const reportedAt = (probe?.report?.uses ?? []).map((u) => t.store.now() - u.ageMs);
+    const lastSettle = T0 + 4 * 10 + 4 * 50;
+    expect(Math.max(...reportedAt)).toBeGreaterThanOrEqual(lastSettle);
+    expect(used(t)?.remaining).toBe(10_000 - 3600);
+    expect(t.store.calls.filter((c) => c.method === "refund")).toEqual([]);
+  });
+
+  it("settled for less before it is reported: the unused units are given back, never reported", async () => {
+    const t = setup({ failure_mode: "local", leases: false, limits: LIMITS });
+    vi.spyOn(console, "error").mockImplementation(() => {});
+    down(t);
+    const a = await t.limit("key:a", 500);
+    const b = await t.limit("key:a", 300);
+    t.advance(5);
+    expect(await t.client.settle(t.ns, grantOf(a), 120)).toBe(true);
+    expect(await t.client.settle(t.ns, grantOf(b), 300)).toBe(true);
+    up(t);
+    t.advance(DOWN_FIRST_MS);
+    await t.limit("key:a", 1);
+    await t.settle();
+    const probe = t.store.calls.find((c) => c.method === "recover");
+    expect((probe?.report?.uses ?? []).reduce((n, u) => n + u.units, 0)).toBe(120 + 300);
+    expect(used(t)?.remaining).toBe(10_000 - 420);
+  });
+
+  it("settled after its report was recorded: the debt is recorded at the object; unused units stay counted, logged", async () => {
+    const t = setup({ failure_mode: "local", leases: false, limits: LIMITS });
+    vi.spyOn(console, "error").mockImplementation(() => {});
+    vi.spyOn(console, "log").mockImplementation(() => {});
+    down(t);
+    const over = await t.limit("key:a", 104);
+    const under = await t.limit("key:a", 104);
+    up(t);
+    t.advance(DOWN_FIRST_MS);
+    await t.limit("key:a", 1); // due a probe, decided alone itself
+    await t.settle();
+    // The next call carries the probe's own request: nothing made alone waits to be reported any more.
+    expect((await t.limit("key:a", 1)).reason).toBe("granted");
+    expect(used(t)?.remaining).toBe(10_000 - 210);
+    expect(await t.client.settle(t.ns, grantOf(over), 900)).toBe(true);
+    expect(t.store.calls.at(-1)).toMatchObject({ method: "refund", units: 0 });
+    expect(used(t)?.remaining).toBe(10_000 - 210 - 796);
+    const lines = await keptLines(async () => {
+      expect(await t.client.settle(t.ns, grantOf(under), 4)).toBe(true);
+    });
+    expect(lines).toEqual([expect.objectContaining({ reason: "reported_alone", reserved: 104, kept: 100 })]);
+    expect(used(t)?.remaining).toBe(10_000 - 210 - 796);
+  });
+
+  it("a debt whose settle call fails goes with the key's next call; a grant made alone is never refunded", async () => {
+    const t = setup({ failure_mode: "local", leases: false, limits: LIMITS });
+    vi.spyOn(console, "error").mockImplementation(() => {});
+    vi.spyOn(console, "log").mockImplementation(() => {});
+    down(t);
+    const r = await t.limit("key:a", 104);
+    up(t);
+    t.advance(DOWN_FIRST_MS);
+    await t.limit("key:a", 1);
+    await t.settle();
+    expect(await t.client.refund(t.ns, grantOf(r))).toBe(false);
+    expect(t.store.calls.some((c) => c.method === "refund")).toBe(false);
+    down(t);
+    expect(await t.client.settle(t.ns, grantOf(r), 900)).toBe(true);
+    up(t);
+    t.advance(2 * DOWN_FIRST_MS);
+    await t.limit("key:a", 1);
+    await t.settle();
+    expect(used(t)?.remaining).toBe(10_000 - 104 - 1 - 796 - 1);
   });
 });

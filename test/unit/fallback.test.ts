@@ -177,6 +177,54 @@ describe("FallbackLog: reporting the grants made alone", () => {
     expect(log.pending).toBe(false);
   });
 
+  it("a settle gives back unused units from grants not yet reported at its time or before, latest first, never later ones", () => {
+    const log = new FallbackLog([{ limit: 100, windowMs: 60_000, tickMs: 10 }], 1);
+    log.take(T0 + 1, 5); // reported at T0 + 10
+    log.take(T0 + 15, 7); // at T0 + 20
+    log.take(T0 + 25, 3); // at T0 + 30
+    expect(log.reportedAt(T0 + 15)).toBe(T0 + 20);
+    expect(log.reportedAt(T0 + 20)).toBe(T0 + 20);
+    // 9 back at T0 + 20 or before: 7 from T0 + 20, then 2 from T0 + 10; the grant at T0 + 30 is untouched.
+    expect(log.giveBack(T0 + 20, 9)).toBe(9);
+    expect(log.report(T0 + 40)).toEqual([
+      { ageMs: 30, units: 3 },
+      { ageMs: 10, units: 3 },
+    ]);
+    log.answered(true);
+    // Reported and recorded: nothing left to give back.
+    expect(log.giveBack(T0 + 30, 3)).toBe(0);
+  });
+
+  it("a settle gives back no more than waits to be reported, and nothing out in a report", () => {
+    const log = new FallbackLog([{ limit: 100, windowMs: 60_000, tickMs: 10 }], 1);
+    log.take(T0 + 1, 4);
+    expect(log.report(T0 + 20)).toEqual([{ ageMs: 10, units: 4 }]);
+    log.take(T0 + 5, 2); // a new entry at the same time, after the one out
+    expect(log.giveBack(T0 + 10, 5)).toBe(2);
+    expect(log.pending).toBe(true);
+    log.answered(true);
+    expect(log.pending).toBe(false);
+    expect(log.report(T0 + 30)).toEqual([]);
+  });
+
+  it("a debt is counted at once, whatever the limits say, and reported as used at its time rounded up", () => {
+    const log = new FallbackLog([{ limit: 10, windowMs: 1000, tickMs: 10 }], 1);
+    expect(log.take(T0, 4).allowed).toBe(true);
+    log.owe(T0 + 21, 20);
+    expect(log.check(T0 + 22, 1).allowed).toBe(false);
+    expect(log.report(T0 + 50)).toEqual([
+      { ageMs: 50, units: 4 },
+      { ageMs: 20, units: 20 },
+    ]);
+    log.answered(false);
+    // Owed again at the same grain: one entry, not out.
+    log.owe(T0 + 25, 1);
+    expect(log.report(T0 + 50)).toEqual([
+      { ageMs: 50, units: 4 },
+      { ageMs: 20, units: 21 },
+    ]);
+  });
+
   it("is idle once nothing counts and nothing is left to report", () => {
     const log = new FallbackLog([{ limit: 100, windowMs: 1000 }], 1);
     expect(log.idleAt).toBe(Number.NEGATIVE_INFINITY);

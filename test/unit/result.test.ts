@@ -234,6 +234,7 @@ describe("handles", () => {
   it("checkGrant: a handle's grant passes; each field not as given names itself", () => {
     expect(() => checkGrant(grant)).not.toThrow();
     expect(() => checkGrant({ ...grant, lease: "l.1" })).not.toThrow();
+    expect(() => checkGrant({ ...grant, alone: [AT, AT] })).not.toThrow();
     expect(() => checkGrant({ ...grant, id: "x".repeat(128) })).not.toThrow();
     const bad: [string, unknown][] = [
       ["grant", null],
@@ -250,6 +251,8 @@ describe("handles", () => {
       ["units", { ...grant, units: 1.5 }],
       ["units", { ...grant, units: "2" }],
       ["lease", { ...grant, lease: 1 }],
+      ["alone", { ...grant, alone: AT }],
+      ["alone", { ...grant, alone: [AT, 1.5] }],
     ];
     for (const [field, g] of bad) {
       expect(() => checkGrant(g as GrantRecord), field).toThrow(
