@@ -8,6 +8,7 @@ import { keyId } from "../../src/base/log.ts";
 import type { RateLimitResult } from "../../src/client/result.ts";
 import type { RateLimiter } from "../../src/object/index.ts";
 import { mintKey } from "../../src/pipeline/signed.ts";
+import { SUBJECTS } from "../../src/proxy/admin/body.ts";
 import {
   arrivalsFor,
   envWith,
@@ -818,6 +819,14 @@ describe("an address's guess budget and an account's budget", () => {
     expect([blocked.reason, blocked.detail]).toEqual(["blocked", expect.stringMatching(/^This account is blocked/)]);
     expect((await admin(e, "unblock", { account })).block).toBeNull();
     expect((await handle(from(ip, keys[0]?.key ?? ""), e)).status).toBe(200);
+  });
+
+  it("the page offers every subject the API takes, and sends the one chosen with its plan", async () => {
+    const html = await (await handle(new Request("https://limiter.example/__limiter/"), adminEnv())).text();
+    const select = html.slice(html.indexOf('<select name="subject">'), html.indexOf("</select>"));
+    expect([...select.matchAll(/<option value="(\w+)"/g)].map((m) => m[1])).toEqual([...SUBJECTS]);
+    expect(html).toContain('<input name="plan"');
+    expect(html).toContain("const s = { [kind]: form.elements.key.value.trim() };");
   });
 
   it("a guess or account budget that is not configured, a bad account or plan: each named", async () => {
