@@ -11,6 +11,7 @@ import { mintKey } from "../../src/pipeline/signed.ts";
 import { SUBJECTS } from "../../src/proxy/admin/body.ts";
 import {
   arrivalsFor,
+  background,
   envWith,
   freshKey,
   handle,
@@ -876,5 +877,46 @@ describe("an address's guess budget and an account's budget", () => {
       422,
       expect.stringMatching(/^account: no plan has account limits/),
     ]);
+  });
+});
+
+describe("status after a settled cost's debt", () => {
+  it("counts every unit recorded in the window: used over the limit, nothing remaining, in limits and quotas", async () => {
+    const rl = {
+      limits: [
+        { limit: 3000, window: "1m" },
+        { limit: 5000, period: "day" },
+      ],
+      leases: false,
+      costs: [
+        {
+          method: "POST",
+          path: "/__special/llm/anthropic",
+          reserve: { json: "max_tokens", input: 0 },
+          settle: "anthropic",
+        },
+      ],
+    };
+    const e = adminEnv({}, rl);
+    const key = freshKey();
+    const h = background();
+    // A reservation of 2,000; the answer reports 4,005 (a prompt of 4,000 and 5 tokens): 2,005 of debt.
+    const asked = request(key, "/__special/llm/anthropic?tokens=5&prompt=4000", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ max_tokens: 2000 }),
+    });
+    const res = await handle(asked, e, h);
+    expect(res.status, await res.clone().text()).toBe(200);
+    await res.arrayBuffer();
+    await h.settled();
+    const status = await admin(e, "status", { key });
+    const [minute] = status.limits as { used: number; remaining: number }[];
+    const [day] = status.quotas as { used: number; remaining: number }[];
+    expect([minute?.used, minute?.remaining]).toEqual([4005, 0]);
+    expect([day?.used, day?.remaining]).toEqual([4005, 995]);
+    // The chart holds the same units: those in the window so far, and those recorded ahead of now.
+    const history = status.history as { counts: number[]; ahead: number };
+    expect(history.counts.reduce((a, b) => a + b, history.ahead)).toBe(4005);
   });
 });
