@@ -182,7 +182,7 @@ function el(tag, attrs, text) {
 function render(s) {
   current = s;
   $("result").hidden = false;
-  $("subject-title").textContent = form.elements.subject.selectedOptions[0].textContent.replace(/^an? /, "");
+  $("subject-title").textContent = form.elements.subject.selectedOptions[0].textContent.replace(/^an? (.)/, (_, c) => c.toUpperCase());
   $("key-id").textContent = s.key_id + (s.stored ? "" : " (no stored state)");
   $("plan").textContent = s.plan + (s.unlimited ? " (unlimited)" : "") + (s.in_flight ? " · " + s.in_flight + " in flight" : "");
   const block = $("block");
