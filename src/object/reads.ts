@@ -6,7 +6,7 @@
 import { combine, type RouteBudget } from "../core/budgets.ts";
 import type { Decision } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
-import type { History } from "../core/log.ts";
+import type { History, KeyLog } from "../core/log.ts";
 import { fitOf, withMeters } from "../core/meters.ts";
 import type { MeterSpecs } from "../protocol.ts";
 import { KEY_BUDGET } from "./budgets.ts";
@@ -20,6 +20,13 @@ export interface KeyStatus {
   readonly now: number;
   /** The key's state under the limits applied now, as a request of cost 0 would see it. */
   readonly decision: Decision;
+  /**
+   * Units recorded in each applied limit's window, leased ahead included: `limit − remaining`, or more after a settled
+   * cost's debt (`remaining` stops at 0). Missing from an object of 0.3.0 and before.
+   */
+  readonly used?: readonly number[];
+  /** Units counted in each quota's current period (in `decision.quotas`' order); more than its limit after a debt. */
+  readonly quotasUsed?: readonly number[];
   /** The block's end (ms), while it lasts. */
   readonly blockedUntil: number | null;
   /** What set the block: an operator, or a penalty for repeated refusals; null while none lasts. */
@@ -35,7 +42,7 @@ export interface KeyStatus {
   /** Whether the key has any stored state at all. */
   readonly stored: boolean;
   /** Each route budget asked about, as a request of that route of cost 0 would see it (its own limits only). */
-  readonly routes: readonly { readonly name: string; readonly decision: Decision }[];
+  readonly routes: readonly { readonly name: string; readonly decision: Decision; readonly used?: readonly number[] }[];
 }
 
 /** Whether a request of `cost` would be granted at `now`, under the limits applied now and any block. */
@@ -86,6 +93,8 @@ export function status(
   return {
     now: decision.now,
     decision: withOverride(decision, override),
+    used: usedIn(log, decision.now),
+    quotasUsed: meters?.quotas?.quotas.map((q) => q.state()?.used ?? 0) ?? [],
     blockedUntil,
     blockCause: blockedUntil === null ? null : k.controls.blockCause,
     refusals: k.controls.refusals(now),
@@ -93,11 +102,23 @@ export function status(
     override,
     history,
     stored: !k.db.empty,
-    routes: (Array.isArray(view.routes) ? view.routes : []).map((r) => ({
-      name: r.name,
-      decision: k.budgets.log(r.name, r.limits, "read").peek(now),
-    })),
+    routes: (Array.isArray(view.routes) ? view.routes : []).map((r) => {
+      const routeLog = k.budgets.log(r.name, r.limits, "read");
+      const peekedRoute = routeLog.peek(now);
+      return { name: r.name, decision: peekedRoute, used: usedIn(routeLog, peekedRoute.now) };
+    }),
   };
+}
+
+/**
+ * The units each limit of `log` holds at `now` (the log's clock after a read): its window's slots and those recorded
+ * after now, as one bucket of its history.
+ */
+function usedIn(log: KeyLog, now: number): number[] {
+  return log.limits.map((_, i) => {
+    const h = log.history(i, now, 1);
+    return (h.counts[0] ?? 0) + h.ahead;
+  });
 }
 
 /**

@@ -44,11 +44,12 @@ const lastLogged = new Map<string, { at: number; suppressed: number }>();
 const MAX_LOGGED = 10_000;
 
 /**
- * The data point of one decision. `index1`: key_id. Blobs: reason, plan, `"allowed"`/`"denied"`
- * (whether the request was served), the refusing limits' names joined by `,`, the key kind
- * (`key`/`ip`/`addr`/`acct`/`preflight`), the route whose budget applied (`""`: none), the budget that refused it
- * (`key`, `ip`, `account`; `""`: allowed). Doubles: cost, 1 when allowed else 0, the exact wait in ms (0 when the limits
- * fit, −1 when it can never pass).
+ * The data point of one decision, made at the object named `name`. `index1`: key_id. Blobs: reason, plan,
+ * `"allowed"`/`"denied"` (whether the request was served), the refusing limits' names joined by `,`, the kind of the
+ * object's name ({@link kindOf}: `key`, `ip` for a request without a key, `guess`, `preflight`), the route whose budget
+ * applied (`""`: none), the budget that refused it (`key`, `ip`, `account`; `""`: allowed). Doubles: cost, 1 when
+ * allowed else 0, the exact wait in ms (0 when the limits fit, −1 when it can never pass). docs/operating.md's table
+ * says the same, held to it by test/integration/telemetry-doc.test.ts.
  */
 export function dataPoint(name: string, e: DecisionRecord, id: string): DataPoint {
   const retry = Number.isFinite(e.retryAfterMs) ? e.retryAfterMs : -1;

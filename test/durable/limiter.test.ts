@@ -609,6 +609,7 @@ describe("route budgets", () => {
       {
         name: "search",
         decision: expect.objectContaining({ limits: [{ remaining: 0, resetMs: 60_000, exceeded: false }] }),
+        used: [2],
       },
     ]);
     await o.stub.block(T0 + 5000);
@@ -617,6 +618,7 @@ describe("route budgets", () => {
     o.at(T0 + 1);
     const reset = (await o.stub.reset(own, 10, [search])) as KeyStatus;
     expect(reset.routes[0]?.decision.limits[0]?.remaining).toBe(2);
+    expect(reset.routes[0]?.used).toEqual([0]);
     expect(await routeRows(o)).toEqual([]);
     expect((await take(o)).allowed).toBe(true);
   });

@@ -349,11 +349,11 @@ describe("the admin API: an address's budgets as well as a key's", () => {
     expect((await problemOf(blocked, 429)).detail).toMatch(/blocked/);
   });
 
-  it("exactly one of key, ip and anonymous; a bad address or a budget that does not exist is named", async () => {
+  it("exactly one of key, ip, anonymous, guess and account; a bad address or a budget that does not exist is named", async () => {
     const env = e();
     expect((await problemOf(await admin(env, "status", {}), 400)).detail).toMatch(/^key: required/);
     expect((await problemOf(await admin(env, "status", { key: "k", ip: "192.0.2.1" }), 400)).detail).toBe(
-      "key, ip: give one of key, ip and anonymous",
+      "key, ip: give one of key, ip, anonymous, guess, account",
     );
     expect((await problemOf(await admin(env, "status", { ip: "nope" }), 400)).detail).toBe(
       'ip: expected an IPv4 or IPv6 address, got "nope"',

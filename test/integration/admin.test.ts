@@ -7,8 +7,11 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { keyId } from "../../src/base/log.ts";
 import type { RateLimitResult } from "../../src/client/result.ts";
 import type { RateLimiter } from "../../src/object/index.ts";
+import { mintKey } from "../../src/pipeline/signed.ts";
+import { SUBJECTS } from "../../src/proxy/admin/body.ts";
 import {
   arrivalsFor,
+  background,
   envWith,
   freshKey,
   handle,
@@ -190,7 +193,12 @@ describe("bodies", () => {
     ["a number key", '{"key": 5}', 400, /^key: expected a non-empty string, got 5/],
     ["a key with a space", '{"key": "a b"}', 400, /^key: the key in the body may hold printable ASCII only/],
     ["a key too long", JSON.stringify({ key: "k".repeat(257) }), 400, /^key: the key in the body is longer than 256/],
-    ["an unknown field", '{"key": "k", "keys": 1}', 400, /^keys: unknown field; expected key, ip, anonymous, plan$/],
+    [
+      "an unknown field",
+      '{"key": "k", "keys": 1}',
+      400,
+      /^keys: unknown field; expected key, ip, anonymous, guess, account, plan$/,
+    ],
   ])("%s → 400 problem+json naming what is wrong", async (_, body, status, detail) => {
     const res = await handle(adminRequest("status", body), adminEnv());
     expect(res.status).toBe(status);
@@ -715,5 +723,200 @@ describe("routes", () => {
     const reset = await admin(e, "reset", { key });
     expect((reset.routes as { limits: { used: number }[] }[])[0]?.limits[0]?.used).toBe(0);
     expect(await admin(e, "status", { key: freshKey("live_") })).not.toHaveProperty("routes");
+  });
+});
+
+describe("an address's guess budget and an account's budget", () => {
+  const SECRET = "admin-test-key-secret";
+  const GUESSING = {
+    plans: [
+      {
+        name: "pro",
+        key_prefix: "live_",
+        signed: true,
+        limits: [{ limit: 100, window: "1m" }],
+        account: { limits: [{ limit: 3, window: "1m" }] },
+      },
+    ],
+    guesses: { limits: [{ limit: 3, window: "1m" }], penalty: { after: 2, within: "1m", block: "10m" } },
+    leases: false,
+  };
+  const guessEnv = (rl: unknown = GUESSING) => adminEnv({ KEY_SECRET: SECRET }, rl);
+  const PRO = { name: "pro", keyPrefix: "live_" };
+  const from = (ip: string, key: string) => request(key, "/", { headers: { "cf-connecting-ip": ip } });
+  const freshIp = () => {
+    const b = crypto.getRandomValues(new Uint8Array(3));
+    return `10.${b[0]}.${b[1]}.${b[2]}`;
+  };
+  const forged = () => `live_${crypto.randomUUID().replaceAll("-", "")}.${"A".repeat(43)}`;
+  /** A customer's own key with its signature's last character changed: what a mistyped paste sends. */
+  const mistyped = async () => {
+    const { key } = await mintKey({ KEY_SECRET: SECRET }, PRO);
+    return `${key.slice(0, -1)}${key.endsWith("A") ? "B" : "A"}`;
+  };
+  type Limits = { name: string; used: number; remaining: number }[];
+
+  it("an address blocked for guessing: the operator sees the penalty, unblocks and resets it, and the customer there gets its 401 code again", async () => {
+    const e = guessEnv();
+    const ip = freshIp();
+    // Three forged keys are 401s; the fourth is over the address's guess budget, the fifth completes its penalty.
+    for (let i = 0; i < 3; i++) expect((await handle(from(ip, forged()), e)).status).toBe(401);
+    expect((await problemBody(await handle(from(ip, forged()), e))).violated_policies).toEqual(["guess-per-minute"]);
+    expect((await problemBody(await handle(from(ip, forged()), e))).reason).toBe("penalty");
+    // A legitimate customer behind the same address, with a mistyped key: the address's penalty, not its 401.
+    const customer = await mistyped();
+    const penalised = await handle(from(ip, customer), e);
+    expect([penalised.status, (await problemBody(penalised)).reason]).toEqual([429, "penalty"]);
+
+    // {"ip"} is the address's ip budget, not configured here: the answer points at {"guess"}.
+    const wrong = await handle(adminRequest("unblock", { ip }), e);
+    expect(wrong.status).toBe(422);
+    expect((await problemBody(wrong)).detail).toMatch(/RATE_LIMIT\.ip is not set.*\{"guess": "…"\}/);
+
+    const status = await admin(e, "status", { guess: ip });
+    expect(status).toMatchObject({ key_id: await keyId(`guess:${ip}`), plan: "guess", stored: true });
+    expect(status.block).toMatchObject({ cause: "penalty" });
+    expect((status.limits as Limits).map((l) => [l.name, l.used, l.remaining])).toEqual([["guess-per-minute", 3, 0]]);
+    // The operator's call names the address by key_id only.
+    const logged = vi.spyOn(console, "log").mockImplementation(() => {});
+    const unblocked = await admin(e, "unblock", { guess: ip });
+    expect(unblocked.block).toBeNull();
+    const line = logged.mock.calls.map((c) => JSON.parse(String(c[0])) as Record<string, unknown>).at(-1);
+    expect(line).toMatchObject({ event: "admin", action: "unblock", key_id: status.key_id, plan: "guess" });
+    expect(JSON.stringify(logged.mock.calls)).not.toContain(ip);
+    // Unblocked, the address's window still holds its three guesses: a refused key is over the budget, not a penalty.
+    const over = await problemBody(await handle(from(ip, customer), e));
+    expect([over.reason, over.violated_policies]).toEqual(["over_limit", ["guess-per-minute"]]);
+    // Reset empties the window (and the refusal just counted): the customer's mistyped key gets its own 401 code.
+    const reset = await admin(e, "reset", { guess: ip });
+    expect([(reset.limits as Limits)[0]?.used, reset.refusals]).toEqual([0, 0]);
+    const fixed = await handle(from(ip, customer), e);
+    expect([fixed.status, (await problemBody(fixed)).code]).toEqual([401, "key_signature"]);
+    // And the operator can block an address's guesses outright, as any budget.
+    await admin(e, "block", { guess: ip, for: "1h" });
+    expect((await problemBody(await handle(from(ip, customer), e))).reason).toBe("blocked");
+  });
+
+  it("an account's budget: status counts every key of the account, reset and block apply to all of them", async () => {
+    const e = guessEnv();
+    const account = `acme-${crypto.randomUUID()}`;
+    const keys = await Promise.all([0, 1].map(() => mintKey({ KEY_SECRET: SECRET }, PRO, { account })));
+    const ip = freshIp();
+    expect((await handle(from(ip, keys[0]?.key ?? ""), e)).status).toBe(200);
+    expect((await handle(from(ip, keys[1]?.key ?? ""), e)).status).toBe(200);
+    expect((await handle(from(ip, keys[0]?.key ?? ""), e)).status).toBe(200);
+    const refused = await problemBody(await handle(from(ip, keys[1]?.key ?? ""), e));
+    expect(refused.violated_policies).toEqual(["account-per-minute"]);
+
+    // "plan" may be left out: one plan has account limits.
+    const status = await admin(e, "status", { account });
+    expect((await admin(e, "status", { account, plan: "pro" })).key_id).toBe(status.key_id);
+    expect(status).toMatchObject({ key_id: await keyId(`acct.pro:${account}`), plan: "account", block: null });
+    expect((status.limits as Limits).map((l) => [l.name, l.used, l.remaining])).toEqual([["account-per-minute", 3, 0]]);
+    expect(((await admin(e, "reset", { account })).limits as Limits)[0]?.used).toBe(0);
+    expect((await handle(from(ip, keys[1]?.key ?? ""), e)).status).toBe(200);
+    await admin(e, "block", { account, for: "1h" });
+    const blocked = await problemBody(await handle(from(ip, keys[0]?.key ?? ""), e));
+    expect([blocked.reason, blocked.detail]).toEqual(["blocked", expect.stringMatching(/^This account is blocked/)]);
+    expect((await admin(e, "unblock", { account })).block).toBeNull();
+    expect((await handle(from(ip, keys[0]?.key ?? ""), e)).status).toBe(200);
+  });
+
+  it("the page offers every subject the API takes, and sends the one chosen with its plan", async () => {
+    const html = await (await handle(new Request("https://limiter.example/__limiter/"), adminEnv())).text();
+    const select = html.slice(html.indexOf('<select name="subject">'), html.indexOf("</select>"));
+    expect([...select.matchAll(/<option value="(\w+)"/g)].map((m) => m[1])).toEqual([...SUBJECTS]);
+    expect(html).toContain('<input name="plan"');
+    expect(html).toContain("const s = { [kind]: form.elements.key.value.trim() };");
+  });
+
+  it("a guess or account budget that is not configured, a bad account or plan: each named", async () => {
+    const e = guessEnv();
+    const problem = async (body: unknown, status: number) => {
+      const res = await handle(adminRequest("status", body), e);
+      expect(res.status, JSON.stringify(body)).toBe(status);
+      return (await problemBody(res)).detail;
+    };
+    expect(await problem({ guess: "nope" }, 400)).toBe('guess: expected an IPv4 or IPv6 address, got "nope"');
+    expect(await problem({ guess: "192.0.2.1", plan: "pro" }, 400)).toMatch(/^plan: only with ip .* or account/);
+    expect(await problem({ guess: "192.0.2.1", account: "acme" }, 400)).toBe(
+      "guess, account: give one of key, ip, anonymous, guess, account",
+    );
+    expect(await problem({ account: "two words" }, 400)).toMatch(/^account: expected an account name/);
+    expect(await problem({ account: "acme", plan: "gone" }, 400)).toBe('plan: no plan named "gone"');
+    const two = {
+      ...GUESSING,
+      plans: [
+        ...GUESSING.plans,
+        {
+          name: "team",
+          key_prefix: "team_",
+          limits: [{ limit: 5, window: "1m" }],
+          account: { limits: [{ limit: 9, window: "1m" }] },
+        },
+        { name: "solo", key_prefix: "solo_", limits: [{ limit: 5, window: "1m" }] },
+      ],
+    };
+    const several = await handle(adminRequest("status", { account: "acme" }), guessEnv(two));
+    expect((await problemBody(several)).detail).toBe(
+      "plan: required with account, as several plans have account limits (pro, team)",
+    );
+    const team = await handle(adminRequest("status", { account: "acme", plan: "team" }), guessEnv(two));
+    expect(((await team.json()) as { limits: Limits }).limits[0]?.name).toBe("account-per-minute");
+    const solo = await handle(adminRequest("status", { account: "acme", plan: "solo" }), guessEnv(two));
+    expect([solo.status, (await problemBody(solo)).detail]).toEqual([422, 'plan: plan "solo" has no account limits.']);
+    // Without a signed plan and without `guesses`, no address has a guess budget, and without account limits no account.
+    const plain = adminEnv();
+    const none = await handle(adminRequest("status", { guess: "192.0.2.1" }), plain);
+    expect([none.status, (await problemBody(none)).detail]).toEqual([
+      422,
+      expect.stringMatching(/^guess: RATE_LIMIT\.guesses is not set/),
+    ]);
+    const noAccount = await handle(adminRequest("status", { account: "acme" }), plain);
+    expect([noAccount.status, (await problemBody(noAccount)).detail]).toEqual([
+      422,
+      expect.stringMatching(/^account: no plan has account limits/),
+    ]);
+  });
+});
+
+describe("status after a settled cost's debt", () => {
+  it("counts every unit recorded in the window: used over the limit, nothing remaining, in limits and quotas", async () => {
+    const rl = {
+      limits: [
+        { limit: 3000, window: "1m" },
+        { limit: 5000, period: "day" },
+      ],
+      leases: false,
+      costs: [
+        {
+          method: "POST",
+          path: "/__special/llm/anthropic",
+          reserve: { json: "max_tokens", input: 0 },
+          settle: "anthropic",
+        },
+      ],
+    };
+    const e = adminEnv({}, rl);
+    const key = freshKey();
+    const h = background();
+    // A reservation of 2,000; the answer reports 4,005 (a prompt of 4,000 and 5 tokens): 2,005 of debt.
+    const asked = request(key, "/__special/llm/anthropic?tokens=5&prompt=4000", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ max_tokens: 2000 }),
+    });
+    const res = await handle(asked, e, h);
+    expect(res.status, await res.clone().text()).toBe(200);
+    await res.arrayBuffer();
+    await h.settled();
+    const status = await admin(e, "status", { key });
+    const [minute] = status.limits as { used: number; remaining: number }[];
+    const [day] = status.quotas as { used: number; remaining: number }[];
+    expect([minute?.used, minute?.remaining]).toEqual([4005, 0]);
+    expect([day?.used, day?.remaining]).toEqual([4005, 995]);
+    // The chart holds the same units: those in the window so far, and those recorded ahead of now.
+    const history = status.history as { counts: number[]; ahead: number };
+    expect(history.counts.reduce((a, b) => a + b, history.ahead)).toBe(4005);
   });
 });

@@ -5,7 +5,8 @@
 
 import { clientOf } from "../../base/address.ts";
 import { LimiterError } from "../../base/errors.ts";
-import type { AddressBudget, Config } from "../../config/types.ts";
+import { checkAccount } from "../../config/accounts.ts";
+import type { AddressBudget, Config, Plan } from "../../config/types.ts";
 import { describe, parseDuration } from "../../core/duration.ts";
 import { MAX_TIME_MS } from "../../object/index.ts";
 import { HttpError } from "../../pipeline/http.ts";
@@ -59,22 +60,30 @@ export function unknownFields(body: Record<string, unknown>, known: readonly str
   }
 }
 
+/** The fields that name whose budget a call is about: exactly one of them. */
+export const SUBJECTS = ["key", "ip", "anonymous", "guess", "account"] as const;
+
 /**
- * The budget a call is about, named as requests name it: a key's (`{"key"}`), a client address's `ip`
- * budget (`{"ip"}`, with `"plan"` for a plan's own), or its `anonymous` budget (`{"anonymous"}`).
+ * The budget a call is about, named as requests name it: a key's (`{"key"}`), a client address's `ip` budget
+ * (`{"ip"}`, with `"plan"` for a plan's own), its `anonymous` budget (`{"anonymous"}`) or its `guesses` budget
+ * (`{"guess"}`: the keys refused from it), or an account's (`{"account"}`, with `"plan"` naming the plan whose
+ * `account` limits count it; optional when one plan has them).
  */
 export function subjectOf(body: Record<string, unknown>, config: Config): Identity {
-  const given = (["key", "ip", "anonymous"] as const).filter((f) => body[f] !== undefined);
+  const given = SUBJECTS.filter((f) => body[f] !== undefined);
   if (given.length !== 1) {
     throw bad(
       given.length === 0
-        ? 'key: required, e.g. {"key": "live_abc"} (or {"ip": "192.0.2.1"}, {"anonymous": "192.0.2.1"})'
-        : `${given.join(", ")}: give one of key, ip and anonymous`,
+        ? 'key: required, e.g. {"key": "live_abc"} (or {"ip": "192.0.2.1"}, {"anonymous": "192.0.2.1"}, {"guess": "192.0.2.1"}, {"account": "acme"})'
+        : `${given.join(", ")}: give one of ${SUBJECTS.join(", ")}`,
     );
   }
-  if (body.plan !== undefined && given[0] !== "ip") throw bad("plan: only with ip (a plan's own ip budget)");
-  if (given[0] === "key") return identified(body.key, config);
-  const field = given[0] as "ip" | "anonymous";
+  const field = given[0] as (typeof SUBJECTS)[number];
+  if (body.plan !== undefined && field !== "ip" && field !== "account") {
+    throw bad("plan: only with ip (a plan's own ip budget) or account (the plan whose account limits count it)");
+  }
+  if (field === "key") return identified(body.key, config);
+  if (field === "account") return accountOf(body.account, body.plan, config);
   const value = body[field];
   const client = typeof value === "string" ? clientOf(value, config.ipv6Subnet) : null;
   if (client === null) throw bad(`${field}: expected an IPv4 or IPv6 address, got ${describe(value)}`);
@@ -83,6 +92,14 @@ export function subjectOf(body: Record<string, unknown>, config: Config): Identi
       throw unprocessable("anonymous: RATE_LIMIT.anonymous is not set; no address has such a budget.");
     return { name: objectName("ip", client), plan: config.anonymous };
   }
+  if (field === "guess") {
+    if (!config.guesses) {
+      throw unprocessable(
+        "guess: RATE_LIMIT.guesses is not set (nor on by default: no plan is signed); no address has such a budget.",
+      );
+    }
+    return { name: objectName(config.guesses.kind, client), plan: config.guesses.plan };
+  }
   const budget = addressBudget(body.plan, config);
   return { name: objectName(budget.kind, client), plan: budget.plan };
 }
@@ -90,13 +107,48 @@ export function subjectOf(body: Record<string, unknown>, config: Config): Identi
 /** The `ip` budget of the plan named `plan` (its own, or the top-level one), or the top-level one without a plan. */
 function addressBudget(plan: unknown, config: Config): AddressBudget {
   if (plan === undefined) {
-    if (!config.ip) throw unprocessable("ip: RATE_LIMIT.ip is not set; no address has such a budget.");
+    if (!config.ip) {
+      // An address refused for its keys is held by its guess budget, not this one: say where to look.
+      const guess = config.guesses ? ' Keys refused from an address count in its guess budget: {"guess": "…"}.' : "";
+      throw unprocessable(`ip: RATE_LIMIT.ip is not set; no address has such a budget.${guess}`);
+    }
     return config.ip;
   }
   const found = config.plans.find((p) => p.name === plan) ?? (plan === "default" ? config.defaultPlan : null);
   if (!found) throw bad(`plan: no plan named ${describe(plan)}`);
   if (!found.ip) throw unprocessable(`plan: plan ${JSON.stringify(found.name)} has no ip budget.`);
   return found.ip;
+}
+
+/**
+ * The budget of the account named `account` under the `account` limits of the plan named `plan` (objects
+ * `acct.<plan>:<account>`, as requests name them); without `plan`, of the one plan that has account limits.
+ */
+function accountOf(account: unknown, plan: unknown, config: Config): Identity {
+  let name: string;
+  try {
+    name = checkAccount(account, "account");
+  } catch (e) {
+    if (e instanceof TypeError) throw bad(e.message);
+    throw e;
+  }
+  const found = plan === undefined ? onlyCounted(config) : config.plans.find((p) => p.name === plan);
+  if (!found) throw bad(`plan: no plan named ${describe(plan)}`);
+  const budget = found.account;
+  if (!budget) throw unprocessable(`plan: plan ${JSON.stringify(found.name)} has no account limits.`);
+  return { name: objectName(budget.kind, name), plan: budget.plan };
+}
+
+/** The one plan with account limits, for an `account` given without `plan`. */
+function onlyCounted(config: Config): Plan {
+  const counted = config.plans.filter((p) => p.account);
+  const [only] = counted;
+  if (!only) throw unprocessable("account: no plan has account limits; no account has a budget.");
+  if (counted.length > 1) {
+    const names = counted.map((p) => p.name).join(", ");
+    throw bad(`plan: required with account, as several plans have account limits (${names})`);
+  }
+  return only;
 }
 
 /** A `422`: a call well formed, but about a budget this configuration does not have. */

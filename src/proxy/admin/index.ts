@@ -14,7 +14,7 @@ import type { KeyStatus, RateLimiter } from "../../object/index.ts";
 import { HttpError, problem } from "../../pipeline/http.ts";
 import { objectsOf } from "../objects.ts";
 import { topUp, topUpLog, usageOf } from "./billing.ts";
-import { bad, notAllowed, readBody, subjectOf, unknownFields, when } from "./body.ts";
+import { bad, notAllowed, readBody, SUBJECTS, subjectOf, unknownFields, when } from "./body.ts";
 import { KEY_FIELDS, mint } from "./keys.ts";
 import { page } from "./page.ts";
 import { iso, json, limitJson, statusJson } from "./status.ts";
@@ -63,8 +63,8 @@ const ACTIONS: readonly Action[] = [
   "usage",
   "keys",
 ];
-/** Whose budget a call is about: exactly one of these (`plan` only with `ip`, for a plan's own `ip`). */
-const SUBJECT = ["key", "ip", "anonymous", "plan"];
+/** Whose budget a call is about: exactly one of {@link SUBJECTS} (`plan` only with `ip` or `account`). */
+const SUBJECT = [...SUBJECTS, "plan"];
 /** The fields each action's body may carry besides its subject. */
 const FIELDS: Record<Action, readonly string[]> = {
   status: SUBJECT,

@@ -2,7 +2,8 @@
  * @module The operators' page (`GET <admin.path>`): one HTML document with inline CSS and JS, no
  * build step and no external assets. It holds no data: it asks the admin API (same origin, with the
  * token typed into it) and shows a key's limits (and its routes' budgets, its calendar quotas) as bars, its credits and
- * its usage this month, and its longest window's grants as a chart.
+ * its usage this month, and its longest window's grants as a chart; or the same of an address's budgets (`ip`,
+ * `anonymous`, `guess`) or an account's.
  */
 
 import type { Config } from "../../config/types.ts";
@@ -51,6 +52,7 @@ const PAGE = `<!doctype html>
   label { display: flex; flex-direction: column; gap: 4px; font-size: 12px; color: var(--muted); }
   input, textarea { font: inherit; padding: 7px 9px; border: 1px solid var(--line); border-radius: 6px; min-width: 0; }
   input[name=key] { width: 280px; } input[name=token] { width: 220px; }
+  select { font: inherit; padding: 6px 8px; border: 1px solid var(--line); border-radius: 6px; background: #fff; }
   button { font: inherit; padding: 7px 14px; border-radius: 6px; border: 1px solid var(--accent); background: var(--accent); color: #fff; cursor: pointer; }
   button.secondary { background: #fff; color: var(--accent); }
   button.danger { border-color: var(--bad); background: var(--bad); }
@@ -78,7 +80,15 @@ const PAGE = `<!doctype html>
   <section>
     <form id="lookup" class="row" autocomplete="off">
       <label>Admin token<input name="token" type="password" required placeholder="ADMIN_TOKEN"></label>
-      <label>API key<input name="key" required placeholder="live_…" spellcheck="false"></label>
+      <label>Budget of<select name="subject">
+        <option value="key">an API key</option>
+        <option value="ip">an address (ip)</option>
+        <option value="anonymous">an address (anonymous)</option>
+        <option value="guess">an address (refused keys)</option>
+        <option value="account">an account</option>
+      </select></label>
+      <label>Key, address or account<input name="key" required placeholder="live_… or 192.0.2.1" spellcheck="false"></label>
+      <label>Plan (ip, account; optional)<input name="plan" size="10" spellcheck="false"></label>
       <button type="submit">Look up</button>
     </form>
   </section>
@@ -86,7 +96,7 @@ const PAGE = `<!doctype html>
   __MINT_SECTION__
   <div id="result" hidden>
     <section>
-      <h2>Key</h2>
+      <h2 id="subject-title">Key</h2>
       <dl class="facts">
         <dt>Key id</dt><dd id="key-id"></dd>
         <dt>Plan</dt><dd id="plan"></dd>
@@ -131,6 +141,16 @@ const $ = (id) => document.getElementById(id);
 const form = $("lookup");
 let current = null;
 
+// Whose budget the page is about: {"key"}, {"ip"} (with "plan" for a plan's own), {"anonymous"}, {"guess"} or
+// {"account"} (with "plan" when several plans have account limits), as the API takes it (docs/operating.md, "API").
+function subject() {
+  const kind = form.elements.subject.value;
+  const s = { [kind]: form.elements.key.value.trim() };
+  const plan = form.elements.plan.value.trim();
+  if (plan && (kind === "ip" || kind === "account")) s.plan = plan;
+  return s;
+}
+
 function say(text, kind) { const m = $("message"); m.textContent = text; m.className = kind || ""; }
 function ms(n) {
   if (n < 1000) return n + " ms";
@@ -162,6 +182,7 @@ function el(tag, attrs, text) {
 function render(s) {
   current = s;
   $("result").hidden = false;
+  $("subject-title").textContent = form.elements.subject.selectedOptions[0].textContent.replace(/^an? (.)/, (_, c) => c.toUpperCase());
   $("key-id").textContent = s.key_id + (s.stored ? "" : " (no stored state)");
   $("plan").textContent = s.plan + (s.unlimited ? " (unlimited)" : "") + (s.in_flight ? " · " + s.in_flight + " in flight" : "");
   const block = $("block");
@@ -234,9 +255,8 @@ function chart(h) {
 
 async function act(action, extra, done) {
   if (!current) return;
-  const key = form.elements.key.value.trim();
   try {
-    const s = await call(action, Object.assign({ key }, extra));
+    const s = await call(action, Object.assign(subject(), extra));
     render(s);
     say(typeof done === "function" ? done(s) : done, "ok");
     return null;
@@ -265,9 +285,8 @@ async function addCredits() {
 
 form.addEventListener("submit", async (ev) => {
   ev.preventDefault();
-  const key = form.elements.key.value.trim();
   say("Looking up…");
-  try { render(await call("status", { key })); say("", ""); }
+  try { render(await call("status", subject())); say("", ""); }
   catch (e) { $("result").hidden = true; current = null; say(e.message, "error"); }
 });
 $("reset").addEventListener("click", () => act("reset", {}, "Windows reset."));

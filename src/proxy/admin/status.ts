@@ -24,7 +24,9 @@ export function statusJson(
     stored: s.stored,
     now: iso(s.now),
     now_ms: s.now,
-    limits: applied.map((l, i) => limitState(l, s.decision.limits[i], s.override ? "override" : "plan")),
+    limits: applied.map((l, i) =>
+      limitState(l, { st: s.decision.limits[i], used: s.used?.[i] }, s.override ? "override" : "plan"),
+    ),
     block:
       s.blockedUntil === null
         ? null
@@ -44,12 +46,14 @@ export function statusJson(
     credits: meters?.credits ? { balance: s.decision.credits?.balance ?? meters.credits.initial } : null,
     usage: meters?.usage ? { time_zone: meters.usage.zone, keep_days: meters.usage.keepDays } : null,
     routes: plan.routes.map((r) => {
-      const d = s.routes?.find((x) => x.name === r.name)?.decision;
+      const found = s.routes?.find((x) => x.name === r.name);
       return {
         name: r.name,
         method: r.method,
         path: r.pathPrefix,
-        limits: r.limits.map((l, i) => limitState(l, d?.limits[i], "route")),
+        limits: r.limits.map((l, i) =>
+          limitState(l, { st: found?.decision.limits[i], used: found?.used?.[i] }, "route"),
+        ),
       };
     }),
     history: {
@@ -74,7 +78,7 @@ function quotasJson(plan: Plan, s: KeyStatus): Record<string, unknown>[] {
       limit: q.limit,
       period: q.period,
       time_zone: q.zone,
-      used: q.limit - remaining,
+      used: s.quotasUsed?.[i] ?? q.limit - remaining,
       remaining,
       resets_at: resetsAt === null ? null : iso(resetsAt),
       resets_at_ms: resetsAt,
@@ -82,14 +86,22 @@ function quotasJson(plan: Plan, s: KeyStatus): Record<string, unknown>[] {
   });
 }
 
-/** One limit of a key's status: its settings, and what is used and left of it now. */
-function limitState(l: Limit | NamedLimit, st: LimitStatus | undefined, source: string): Record<string, unknown> {
-  const remaining = st?.remaining ?? l.limit;
+/**
+ * One limit of a key's status: its settings, and what is used and left of it now. `used` is every unit its window
+ * holds, as the object counted it (over the limit after a settled cost's debt); an older object's status has only
+ * `remaining`, which stops at 0.
+ */
+function limitState(
+  l: Limit | NamedLimit,
+  now: { readonly st: LimitStatus | undefined; readonly used: number | undefined },
+  source: string,
+): Record<string, unknown> {
+  const remaining = now.st?.remaining ?? l.limit;
   return {
     ...limitJson(l),
-    used: Math.max(0, l.limit - remaining),
+    used: now.used ?? Math.max(0, l.limit - remaining),
     remaining,
-    reset_ms: st?.resetMs ?? 0,
+    reset_ms: now.st?.resetMs ?? 0,
     source,
   };
 }
