@@ -12,6 +12,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { normalizePath } from "../../src/base/path.ts";
 import { policyHeader as policyOf } from "../../src/client/headers.ts";
+import { secretsNamed } from "../../src/config/gateway.ts";
 import { costFor, planForKey, routeBudget, routeFor } from "../../src/config/lookup.ts";
 import {
   LIMITER_FIELDS,
@@ -30,6 +31,7 @@ import {
   ringLayout,
 } from "../../src/core/index.ts";
 import { KEY_CHARS } from "../../src/pipeline/key.ts";
+import { targetsOf } from "../../src/proxy/upstream.ts";
 
 type Obj = Record<string, unknown>;
 
@@ -239,11 +241,28 @@ limits = [
         if (!block.includes("[vars.RATE_LIMIT]") && !setting.test(block)) continue;
         let toml = block;
         if (!toml.includes("[vars.RATE_LIMIT]")) toml = `[vars.RATE_LIMIT]\n${toml}`;
-        if (!/^limits\s*=|^plans\s*=/m.test(toml))
+        const ownLimits = /^limits\s*=|^plans\s*=/m.test(toml);
+        if (!ownLimits)
           toml = toml.replace("[vars.RATE_LIMIT]\n", '[vars.RATE_LIMIT]\nlimits = [ { limit = 1, window = "1s" } ]\n');
         if (!toml.includes("ORIGIN =")) toml = `[vars]\nORIGIN = "${ORIGIN}"\n${toml}`;
         const vars = await varsOfToml(toml);
         expect(() => parseConfig(vars), `${file}:\n${block}`).not.toThrow();
+        const config = parseConfig(vars);
+        // A client that leaves the reservation's field out must be able to pass: no rule's default (or fixed)
+        // reservation is over the smallest limit of a plan beside it.
+        for (const rule of ownLimits ? config.costs : []) {
+          if (rule.cost === null || rule.cost === 0) continue;
+          for (const plan of [config.defaultPlan, ...config.plans]) {
+            const smallest = Math.min(...(plan?.limits ?? []).map((l) => l.limit));
+            expect(rule.cost, `${file}: ${rule.pathPrefix}'s reservation against plan ${plan?.name}`).toBeLessThan(
+              smallest,
+            );
+          }
+        }
+        // Every secret its origins' headers name can be read (a name the Worker could have).
+        expect(() =>
+          targetsOf(config, Object.fromEntries(secretsNamed(config.origins).map((n) => [n, "x"]))),
+        ).not.toThrow();
         checked.push(block);
       }
     }
