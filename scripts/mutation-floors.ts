@@ -33,8 +33,8 @@ export const FLOORS: Readonly<Record<string, number>> = {
   // Settled costs' reserve and settle (issue 49): its own run (96.43 %, 135 of 140; the five survivors, four messages'
   // wording and a null check, are killed by tests added since).
   "src/config/settled.ts": 95,
-  // The gateway's origins and headers (issue 57): provisional until its own run.
-  "src/config/gateway.ts": 90,
+  // The gateway's origins and headers (issue 57): its own run, 97.92 % (141 of 144).
+  "src/config/gateway.ts": 96,
   "src/core/duration.ts": 99,
   "src/core/limits.ts": 98,
   // log.ts's survivors are mostly equivalent: guards before leaseFor, which grants nothing for them anyway, boundaries
