@@ -19,9 +19,18 @@ export type { BenchRole, BenchWorkerName };
  * The product's bundle, loaded four times: `product` (leases on, the default), `product-off`
  * (`RATE_LIMIT.leases = false`: today's per-request path, its own objects), and `product-2`,
  * `product-3`: two more isolates of the same bundle that share `product`'s RateLimiter namespace
- * (Miniflare's `durableObjects.<binding>.scriptName`), so three isolates decide one key.
+ * (Miniflare's `durableObjects.<binding>.scriptName`), so three isolates decide one key; and `product-gw`, the
+ * gateway's forward ({@link GATEWAY}: the operator's headers from a secret, the client's key removed, the origin told
+ * who is calling), its own objects.
  */
-export const PRODUCT_WORKERS = ["product", "product-off", "product-2", "product-3"] as const;
+export const PRODUCT_WORKERS = ["product", "product-off", "product-2", "product-3", "product-gw"] as const;
+
+/** What `product-gw` adds to `RATE_LIMIT`, and the secret it names. */
+const GATEWAY = {
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: the gateway's settings write ${NAME} in plain strings.
+  rateLimit: { origin_headers: { authorization: "Bearer ${UPSTREAM_KEY}", "x-org": "bench" } },
+  secrets: { UPSTREAM_KEY: "sk-bench-upstream-credential" },
+};
 
 const ROOT = resolve(import.meta.dirname, "../..");
 const COMPATIBILITY_DATE = "2026-11-17";
@@ -165,6 +174,11 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
         productWorker("product-off", product, leasesOff),
         productWorker("product-2", product, vars, "product"),
         productWorker("product-3", product, vars, "product"),
+        productWorker("product-gw", product, {
+          ...vars,
+          ...GATEWAY.secrets,
+          RATE_LIMIT: { ...(o.rateLimit as object), ...GATEWAY.rateLimit } as never,
+        }),
         ...(baseline ? [productWorker("baseline", baseline, vars)] : []),
         ...benchWorkers.map(benchWorker),
       ],
