@@ -6,9 +6,8 @@
  */
 
 import { errorName, withDeadline } from "../client/policy.ts";
-import type { KeySource } from "../config/types.ts";
 import { clientSignal, isWebSocketUpgrade, problem } from "../pipeline/http.ts";
-import { type Caller, setGatewayHeaders, type Target, targetUrl } from "./upstream.ts";
+import { type Outgoing, setGatewayHeaders, targetUrl } from "./upstream.ts";
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded in either direction. */
 const HOP_BY_HOP = [
@@ -32,18 +31,9 @@ function dropHopByHop(headers: Headers): void {
 /** Where allowed requests go: a service binding when present, else the public fetch. */
 export type OriginFetcher = (request: Request) => Promise<Response>;
 
-/** What {@link forward} sends a request with, beside the request itself. */
-export interface Forwarding {
-  /** The origin it goes to, with the operator's headers (src/proxy/upstream.ts). */
-  readonly target: Target;
+/** What {@link forward} sends a request with, beside the request itself: where and as whom, by what, how long. */
+export interface Forwarding extends Outgoing {
   readonly send: OriginFetcher;
-  /** `request.url` parsed. */
-  readonly incoming: URL;
-  /** The normalised path the rules matched (src/base/path.ts). */
-  readonly path: string;
-  readonly keySource: KeySource;
-  /** Who is calling, for the identity fields; null: nobody known (a preflight). */
-  readonly caller: Caller | null;
   readonly timeoutMs: number;
 }
 
@@ -56,8 +46,8 @@ export interface Forwarding {
  * of the body fails instead.
  */
 export async function forward(request: Request, f: Forwarding): Promise<Response> {
-  const { target, send, incoming, path, keySource } = f;
-  const url = targetUrl(target, path, incoming, keySource);
+  const { send, incoming } = f;
+  const url = targetUrl(f);
 
   const headers = new Headers(request.headers);
   dropHopByHop(headers);
@@ -72,7 +62,7 @@ export async function forward(request: Request, f: Forwarding): Promise<Response
   }
   headers.set("x-forwarded-proto", incoming.protocol.replace(":", ""));
   headers.set("x-forwarded-host", incoming.host);
-  await setGatewayHeaders(headers, target, keySource, f.caller);
+  await setGatewayHeaders(headers, f);
 
   const abort = new AbortController();
   // The client's cancellation (workerd's `request.signal`, compatibility flag `enable_request_signal`) stops the

@@ -5,7 +5,6 @@
  */
 
 import { keyId } from "../base/log.ts";
-import { secretsNamed } from "../config/gateway.ts";
 import { type Config, ConfigError, IDENTITY_HEADERS, type KeySource, type Upstream } from "../config/types.ts";
 
 /** An origin with its headers' values: the operator's secrets in them, kept in this isolate's memory only. */
@@ -25,33 +24,37 @@ export interface Caller {
 /**
  * The origins of `config` with their headers' values read from `env`.
  *
- * @throws ConfigError naming a secret the configuration names and `env` lacks, or whose value is not one header value
- *   (a line break, NUL, not text) — the secret's name, never its value
+ * @throws ConfigError naming the header that names a secret `env` lacks, or whose value is not one header value (a
+ *   line break, NUL, not text) — the secret's name, never its value
  */
 export function targetsOf(config: Config, env: object): Target[] {
   const values = new Map<string, string>();
-  for (const name of secretsNamed(config.origins)) values.set(name, secretValue(env, name));
+  const valueOf = (secret: string, field: string) => {
+    let value = values.get(secret);
+    if (value === undefined) {
+      value = secretValue(env, secret, field);
+      values.set(secret, value);
+    }
+    return value;
+  };
   return config.origins.map((upstream) => ({
     upstream,
     headers: upstream.headers.map(
-      (h) =>
-        [h.name, h.parts.map((p) => (typeof p === "string" ? p : (values.get(p.secret) as string))).join("")] as const,
+      (h) => [h.name, h.parts.map((p) => (typeof p === "string" ? p : valueOf(p.secret, h.field))).join("")] as const,
     ),
   }));
 }
 
-function secretValue(env: object, name: string): string {
+function secretValue(env: object, name: string, field: string): string {
   const value = (env as Record<string, unknown>)[name];
-  const where = `${name} (named in the proxy's origin headers)`;
+  const where = `${field}: the secret ${name}`;
   if (value === undefined || value === "") {
     throw new ConfigError(
-      `${where}: this Worker has no such secret; put it with \`wrangler secret put ${name}\`, or locally in .dev.vars (then restart wrangler dev)`,
+      `${where} is not set for this Worker; put it with \`wrangler secret put ${name}\`, or locally in .dev.vars (then restart wrangler dev)`,
     );
   }
-  if (typeof value !== "string")
-    throw new ConfigError(`${where}: expected a secret (text), got a binding of another kind`);
-  if (/[\r\n\0]/.test(value))
-    throw new ConfigError(`${where}: its value holds a line break or NUL; put it again without one`);
+  if (typeof value !== "string") throw new ConfigError(`${where} is a binding of another kind, not a secret (text)`);
+  if (/[\r\n\0]/.test(value)) throw new ConfigError(`${where} holds a line break or NUL; put it again without one`);
   return value;
 }
 
@@ -63,15 +66,26 @@ export function targetFor(targets: readonly Target[], match: string, path: strin
   return null;
 }
 
-/** The URL a request for `path` (with the query of `incoming`) goes to at `target`. */
-export function targetUrl(target: Target, path: string, incoming: URL, keySource: KeySource): URL {
-  const { url, path: prefix, forwardKey } = target.upstream;
+/** What a forwarded request is sent with, beside itself: its origin, its URL and path, its key's sources, its caller. */
+export interface Outgoing {
+  readonly target: Target;
+  /** `request.url` parsed. */
+  readonly incoming: URL;
+  /** The normalised path the rules matched (src/base/path.ts). */
+  readonly path: string;
+  readonly keySource: KeySource;
+  /** Who is calling, for the identity fields; null: nobody known (a preflight). */
+  readonly caller: Caller | null;
+}
+
+/** The URL a request goes to: its origin's URL, the path past the origin's prefix, the query (the key's parameter dropped where the key is). */
+export function targetUrl(o: Outgoing): URL {
+  const { url, path: prefix, forwardKey } = o.target.upstream;
   const out = new URL(url);
-  out.pathname = url.pathname.replace(/\/+$/, "") + path.slice(prefix.length - 1);
-  out.search = incoming.search;
-  if (!forwardKey && keySource.query !== null && out.searchParams.has(keySource.query)) {
-    out.searchParams.delete(keySource.query);
-  }
+  out.pathname = url.pathname.replace(/\/+$/, "") + o.path.slice(prefix.length - 1);
+  out.search = o.incoming.search;
+  const param = o.keySource.query;
+  if (!forwardKey && param !== null && out.searchParams.has(param)) out.searchParams.delete(param);
   return out;
 }
 
@@ -80,12 +94,8 @@ export function targetUrl(target: Target, path: string, incoming: URL, keySource
  * come from unless the origin takes it, the limiter's identity fields replaced by the caller's, then the operator's
  * headers.
  */
-export async function setGatewayHeaders(
-  headers: Headers,
-  target: Target,
-  keySource: KeySource,
-  caller: Caller | null,
-): Promise<void> {
+export async function setGatewayHeaders(headers: Headers, o: Outgoing): Promise<void> {
+  const { target, keySource, caller } = o;
   if (!target.upstream.forwardKey) {
     if (keySource.header !== null) headers.delete(keySource.header);
     if (keySource.bearer) headers.delete("authorization");

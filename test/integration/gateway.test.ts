@@ -174,7 +174,7 @@ describe("a secret the configuration names and the Worker lacks", () => {
     const res = await handle(request(freshKey(), `/v1/${marker}`), { ...envWith(rl), LIMITER: spy.namespace });
     const body = await problemBody(res);
     expect(res.status).toBe(500);
-    expect(body.detail).toContain("MISSING_KEY (named in the proxy's origin headers): this Worker has no such secret");
+    expect(body.detail).toContain("RATE_LIMIT.origin_headers.authorization: the secret MISSING_KEY is not set for this Worker");
     expect(await arrivalsWith(marker)).toEqual([]);
     expect(spy.calls).toEqual([]);
     const lines = logged.mock.calls.map((c) => JSON.parse(String(c[0])) as { event: string; message: string });
@@ -187,7 +187,7 @@ describe("a secret the configuration names and the Worker lacks", () => {
     const res2 = await handle(request(freshKey(), `/v1/${marker}`), crlf);
     expect(res2.status).toBe(500);
     const text = await res2.text();
-    expect(text).toContain("BROKEN_KEY (named in the proxy's origin headers): its value holds a line break or NUL");
+    expect(text).toContain("RATE_LIMIT.origin_headers.authorization: the secret BROKEN_KEY holds a line break or NUL");
     expect(text).not.toContain("sk-broken");
     expect(JSON.stringify(logged.mock.calls)).not.toContain("sk-broken");
     expect(await arrivalsWith(marker)).toEqual([]);

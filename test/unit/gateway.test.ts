@@ -10,7 +10,14 @@ import { headerTemplates, secretsNamed, upstreamFor } from "../../src/config/gat
 import { PROXY_FIELDS, parseConfig, parseLimiterConfig } from "../../src/config/parse.ts";
 import { type Config, ConfigError, IDENTITY_HEADERS } from "../../src/config/types.ts";
 import { openaiDuration, rfc3339, setProviderHeaders, tightestOf } from "../../src/proxy/provider-headers.ts";
-import { setGatewayHeaders, type Target, targetFor, targetsOf, targetUrl } from "../../src/proxy/upstream.ts";
+import {
+  type Outgoing,
+  setGatewayHeaders,
+  type Target,
+  targetFor,
+  targetsOf,
+  targetUrl,
+} from "../../src/proxy/upstream.ts";
 
 const LIMITS = [{ limit: 10, window: "1m" }];
 const OPENAI = {
@@ -172,11 +179,11 @@ describe("the secrets, read from the env once", () => {
   });
 
   it.each([
-    [{ ANTHROPIC_KEY: "ant-2" }, "OPENAI_KEY (named in the proxy's origin headers): this Worker has no such secret"],
-    [{ ...env, OPENAI_KEY: "" }, "OPENAI_KEY (named in the proxy's origin headers): this Worker has no such secret"],
-    [{ ...env, OPENAI_KEY: { fetch() {} } }, "OPENAI_KEY (named in the proxy's origin headers): expected a secret"],
-    [{ ...env, ANTHROPIC_KEY: "ant-2\r\nx-evil: 1" }, "ANTHROPIC_KEY (named in the proxy's origin headers): its value"],
-    [{ ...env, ANTHROPIC_KEY: "ant\n" }, "ANTHROPIC_KEY (named in the proxy's origin headers): its value"],
+    [{ ANTHROPIC_KEY: "ant-2" }, "RATE_LIMIT.origins[0].headers.authorization: the secret OPENAI_KEY is not set"],
+    [{ ...env, OPENAI_KEY: "" }, "RATE_LIMIT.origins[0].headers.authorization: the secret OPENAI_KEY is not set"],
+    [{ ...env, OPENAI_KEY: { fetch() {} } }, "the secret OPENAI_KEY is a binding of another kind"],
+    [{ ...env, ANTHROPIC_KEY: "ant-2\r\nx-evil: 1" }, "origins[1].headers.x-api-key: the secret ANTHROPIC_KEY holds a"],
+    [{ ...env, ANTHROPIC_KEY: "ant\n" }, "origins[1].headers.x-api-key: the secret ANTHROPIC_KEY holds a line break"],
   ])("a secret missing or not one header value: a ConfigError naming it, never its value (%j)", (e, says) => {
     const message = configError(() => targetsOf(config, e));
     expect(message).toContain(says);
@@ -186,10 +193,15 @@ describe("the secrets, read from the env once", () => {
 
   it("the missing secret's message says how to put it, deployed and locally", () => {
     expect(configError(() => targetsOf(config, {}))).toBe(
-      "OPENAI_KEY (named in the proxy's origin headers): this Worker has no such secret; put it with `wrangler secret put OPENAI_KEY`, or locally in .dev.vars (then restart wrangler dev)",
+      "RATE_LIMIT.origins[0].headers.authorization: the secret OPENAI_KEY is not set for this Worker; put it with `wrangler secret put OPENAI_KEY`, or locally in .dev.vars (then restart wrangler dev)",
     );
   });
 });
+
+/** A forwarded request's `Outgoing` to `target`: what a test gives, the rest of no concern to it. */
+function outgoing(target: Target, o: Partial<Outgoing> & Pick<Outgoing, "keySource">): Outgoing {
+  return { target, incoming: new URL("https://gw.example/"), path: "/", caller: null, ...o };
+}
 
 describe("where a request goes, and what its origin is told", () => {
   const config = parse(
@@ -211,14 +223,18 @@ describe("where a request goes, and what its origin is told", () => {
 
   it("targetUrl: the prefix replaced by the origin's path, the query kept, the key's parameter dropped where the key is", () => {
     const incoming = new URL("https://gw.example/openai/v1/chat?api_key=sk_customer&x=1");
-    expect(targetUrl(openai, "/openai/v1/chat", incoming, config.key).href).toBe(
-      "https://api.openai.com/v1/v1/chat?x=1",
-    );
-    expect(targetUrl(plain, "/plain/a/b", incoming, config.key).href).toBe(
+    expect(
+      targetUrl(outgoing(openai, { path: "/openai/v1/chat", incoming: incoming, keySource: config.key })).href,
+    ).toBe("https://api.openai.com/v1/v1/chat?x=1");
+    expect(targetUrl(outgoing(plain, { path: "/plain/a/b", incoming: incoming, keySource: config.key })).href).toBe(
       "https://plain.example/base/a/b?api_key=sk_customer&x=1",
     );
-    expect(targetUrl(rest, "/a", new URL("https://gw.example/a"), config.key).href).toBe("https://rest.example/root/a");
-    expect(targetUrl(rest, "/", new URL("https://gw.example/"), config.key).href).toBe("https://rest.example/root/");
+    expect(
+      targetUrl(outgoing(rest, { path: "/a", incoming: new URL("https://gw.example/a"), keySource: config.key })).href,
+    ).toBe("https://rest.example/root/a");
+    expect(
+      targetUrl(outgoing(rest, { path: "/", incoming: new URL("https://gw.example/"), keySource: config.key })).href,
+    ).toBe("https://rest.example/root/");
   });
 
   it("setGatewayHeaders: the key removed from its header and Authorization where headers replace it, identity set", async () => {
@@ -230,7 +246,10 @@ describe("where a request goes, and what its origin is told", () => {
       "x-limiter-account": "someone-else",
       "x-kept": "1",
     });
-    await setGatewayHeaders(headers, openai, config.key, { name: "key:sk_customer", plan: "pro", account: "acme" });
+    await setGatewayHeaders(
+      headers,
+      outgoing(openai, { keySource: config.key, caller: { name: "key:sk_customer", plan: "pro", account: "acme" } }),
+    );
     expect(Object.fromEntries(headers)).toEqual({
       authorization: "Bearer sk-1",
       "x-kept": "1",
@@ -246,14 +265,17 @@ describe("where a request goes, and what its origin is told", () => {
       authorization: "Bearer sk_customer",
       "x-limiter-account": "someone-else",
     });
-    await setGatewayHeaders(headers, plain, config.key, { name: null, plan: "anonymous", account: null });
+    await setGatewayHeaders(
+      headers,
+      outgoing(plain, { keySource: config.key, caller: { name: null, plan: "anonymous", account: null } }),
+    );
     expect(Object.fromEntries(headers)).toEqual({
       "x-api-key": "sk_customer",
       authorization: "Bearer sk_customer",
       "x-limiter-plan": "anonymous",
     });
     const none = new Headers(Object.fromEntries(IDENTITY_HEADERS.map((h) => [h, "x"])));
-    await setGatewayHeaders(none, plain, config.key, null);
+    await setGatewayHeaders(none, outgoing(plain, { keySource: config.key, caller: null }));
     expect([...none.keys()]).toEqual([]);
   });
 
@@ -261,7 +283,7 @@ describe("where a request goes, and what its origin is told", () => {
     const noBearer = parse({ origins: [OPENAI], key: { bearer: false } });
     const headers = new Headers({ "x-api-key": "k", "x-client": "c" });
     const target = targetsOf(noBearer, { OPENAI_KEY: "sk-1" })[0] as Target;
-    await setGatewayHeaders(headers, target, noBearer.key, null);
+    await setGatewayHeaders(headers, outgoing(target, { keySource: noBearer.key, caller: null }));
     expect(Object.fromEntries(headers)).toEqual({ authorization: "Bearer sk-1", "x-client": "c" });
   });
 });
