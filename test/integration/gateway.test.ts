@@ -174,7 +174,9 @@ describe("a secret the configuration names and the Worker lacks", () => {
     const res = await handle(request(freshKey(), `/v1/${marker}`), { ...envWith(rl), LIMITER: spy.namespace });
     const body = await problemBody(res);
     expect(res.status).toBe(500);
-    expect(body.detail).toContain("RATE_LIMIT.origin_headers.authorization: the secret MISSING_KEY is not set for this Worker");
+    expect(body.detail).toContain(
+      "RATE_LIMIT.origin_headers.authorization: the secret MISSING_KEY is not set for this Worker",
+    );
     expect(await arrivalsWith(marker)).toEqual([]);
     expect(spy.calls).toEqual([]);
     const lines = logged.mock.calls.map((c) => JSON.parse(String(c[0])) as { event: string; message: string });
