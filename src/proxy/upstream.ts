@@ -29,18 +29,18 @@ export interface Caller {
  */
 export function targetsOf(config: Config, env: object): Target[] {
   const values = new Map<string, string>();
-  const valueOf = (secret: string, field: string) => {
-    let value = values.get(secret);
+  const secret = (name: string, field: string) => {
+    let value = values.get(name);
     if (value === undefined) {
-      value = secretValue(env, secret, field);
-      values.set(secret, value);
+      value = secretValue(env, name, field);
+      values.set(name, value);
     }
     return value;
   };
   return config.origins.map((upstream) => ({
     upstream,
     headers: upstream.headers.map(
-      (h) => [h.name, h.parts.map((p) => (typeof p === "string" ? p : valueOf(p.secret, h.field))).join("")] as const,
+      (h) => [h.name, h.parts.map((p) => (typeof p === "string" ? p : secret(p.secret, h.field))).join("")] as const,
     ),
   }));
 }
