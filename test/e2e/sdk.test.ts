@@ -1,4 +1,3 @@
-// biome-ignore-all lint/suspicious/noTemplateCurlyInString: the gateway's settings write ${NAME} in plain strings.
 // The official SDKs through the gateway under `wrangler dev` (docs/llm.md, "What SDKs do with a 429"): the `openai`
 // and `@anthropic-ai/sdk` packages, pointed at the proxy with a customer's key, in front of the recording origin's
 // fake providers (which accept only the operator's credential). Chat completions streamed and JSON, the responses API
@@ -9,7 +8,7 @@ import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Limiter, startLimiter, tempDir } from "../support/harness.ts";
-import { OPERATOR_CREDENTIALS } from "../support/llm.ts";
+import { gatewaySettings, OPERATOR_CREDENTIALS } from "../support/llm.ts";
 import { type Origin, startOrigin } from "../support/origin.ts";
 
 const TOKEN = "sdk-admin-token";
@@ -24,44 +23,7 @@ function rateLimit(originUrl: string) {
     limits: [{ limit: 1000, window: WINDOW }],
     usage: true,
     leases: false,
-    origins: [
-      {
-        path: "/openai/",
-        url: `${originUrl}/__special/provider/openai/`,
-        headers: { authorization: "Bearer ${OPENAI_API_KEY}" },
-      },
-      {
-        path: "/anthropic/",
-        url: `${originUrl}/__special/provider/anthropic/`,
-        headers: { "x-api-key": "${ANTHROPIC_API_KEY}" },
-      },
-    ],
-    costs: [
-      {
-        method: "POST",
-        path: "/openai/v1/chat/completions",
-        reserve: {
-          json: ["max_completion_tokens", "max_tokens"],
-          times: "n",
-          max_times: 8,
-          input: "bytes",
-          default: 300,
-        },
-        settle: "openai",
-      },
-      {
-        method: "POST",
-        path: "/openai/v1/responses",
-        reserve: { json: "max_output_tokens", input: "bytes", default: 300 },
-        settle: "openai",
-      },
-      {
-        method: "POST",
-        path: "/anthropic/v1/messages",
-        reserve: { json: "max_tokens", input: "bytes" },
-        settle: "anthropic",
-      },
-    ],
+    ...gatewaySettings(originUrl, 300),
     // A second window no SDK waits out: 61 s.
     plans: [
       {

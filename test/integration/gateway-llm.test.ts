@@ -1,4 +1,3 @@
-// biome-ignore-all lint/suspicious/noTemplateCurlyInString: the gateway's settings write ${NAME} in plain strings.
 // The gateway in front of two model providers (docs/llm.md), through the Worker against the recording origin's fake
 // providers (test/support/llm-origin.ts, `provider`), which accept only the operator's credential: the customer's key
 // never reaches them; a chat completion's reservation bounds `n` choices (the case that put 4,005 tokens into a
@@ -6,51 +5,14 @@
 // providers' own rate-limit fields replaced by the key's; one budget across both providers.
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { keyId } from "../../src/base/log.ts";
-import { type LlmReport, OPERATOR_CREDENTIALS } from "../support/llm.ts";
+import { gatewaySettings, type LlmReport, OPERATOR_CREDENTIALS } from "../support/llm.ts";
 import { envWith, freshKey, handle, originUrl, problemBody, request } from "./helpers.ts";
 
 const LIMIT = 3000;
 const RATE_LIMIT = {
   limits: [{ limit: LIMIT, window: "1m" }],
   leases: false,
-  origins: [
-    {
-      path: "/openai/",
-      url: `${originUrl}/__special/provider/openai/`,
-      headers: { authorization: "Bearer ${OPENAI_API_KEY}" },
-    },
-    {
-      path: "/anthropic/",
-      url: `${originUrl}/__special/provider/anthropic/`,
-      headers: { "x-api-key": "${ANTHROPIC_API_KEY}" },
-    },
-  ],
-  costs: [
-    {
-      method: "POST",
-      path: "/openai/v1/chat/completions",
-      reserve: {
-        json: ["max_completion_tokens", "max_tokens"],
-        times: "n",
-        max_times: 8,
-        input: "bytes",
-        default: 1000,
-      },
-      settle: "openai",
-    },
-    {
-      method: "POST",
-      path: "/openai/v1/responses",
-      reserve: { json: "max_output_tokens", input: "bytes", default: 1000 },
-      settle: "openai",
-    },
-    {
-      method: "POST",
-      path: "/anthropic/v1/messages",
-      reserve: { json: "max_tokens", input: "bytes" },
-      settle: "anthropic",
-    },
-  ],
+  ...gatewaySettings(originUrl, 1000),
 };
 const env = () =>
   ({

@@ -177,3 +177,55 @@ export function anthropicJson(o: { input: number; words: readonly string[] }): s
 
 /** The operator's credentials the fake providers accept (`provider/<name>/…`): what a gateway test puts as secrets. */
 export const OPERATOR_CREDENTIALS = { openai: "sk-operator-openai-test", anthropic: "sk-ant-operator-test" } as const;
+
+/**
+ * The gateway's settings in front of the recording origin's fake providers at `originUrl` (docs/llm.md, "The
+ * gateway"): OpenAI and Anthropic by path prefix, each with the operator's credential from a secret
+ * (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`: {@link OPERATOR_CREDENTIALS}), and their rules — chat completions by
+ * `max_completion_tokens` or `max_tokens` times `n` (at most 8), the responses API, Anthropic messages — a request
+ * without the field reserved `defaultReservation`.
+ */
+export function gatewaySettings(originUrl: string, defaultReservation: number) {
+  return {
+    origins: [
+      {
+        path: "/openai/",
+        url: `${originUrl}/__special/provider/openai/`,
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: the gateway's settings write ${NAME} in plain strings.
+        headers: { authorization: "Bearer ${OPENAI_API_KEY}" },
+      },
+      {
+        path: "/anthropic/",
+        url: `${originUrl}/__special/provider/anthropic/`,
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: as above.
+        headers: { "x-api-key": "${ANTHROPIC_API_KEY}" },
+      },
+    ],
+    costs: [
+      {
+        method: "POST",
+        path: "/openai/v1/chat/completions",
+        reserve: {
+          json: ["max_completion_tokens", "max_tokens"],
+          times: "n",
+          max_times: 8,
+          input: "bytes",
+          default: defaultReservation,
+        },
+        settle: "openai",
+      },
+      {
+        method: "POST",
+        path: "/openai/v1/responses",
+        reserve: { json: "max_output_tokens", input: "bytes", default: defaultReservation },
+        settle: "openai",
+      },
+      {
+        method: "POST",
+        path: "/anthropic/v1/messages",
+        reserve: { json: "max_tokens", input: "bytes" },
+        settle: "anthropic",
+      },
+    ],
+  };
+}
