@@ -68,6 +68,20 @@ module.exports = {
       to: { path: "^src/(index[.]ts$|hono[.]ts$|proxy/)" },
     },
     {
+      name: "testing-is-a-leaf",
+      comment: "The test kit (src/testing/, package export ./testing) is for tests: nothing else in src/ imports it, so no Worker built from the other entries can reach it.",
+      severity: "error",
+      from: { path: "^src/", pathNot: "^src/testing/" },
+      to: { path: "^src/testing/" },
+    },
+    {
+      name: "testing-on-the-library",
+      comment: "The test kit builds the library's limiter (src/library/create.ts) over objects in memory: never the runtime's modules (the object, the service, the adapters), so plain Node loads it.",
+      severity: "error",
+      from: { path: "^src/testing/" },
+      to: { path: "^src/(object/|index[.]ts$|hono[.]ts$|proxy/|library/service[.]ts$)" },
+    },
+    {
       name: "hono-on-the-public-api",
       comment: "The hono middleware is built on the package's public API (src/index.ts) alone, as a user's would be.",
       severity: "error",

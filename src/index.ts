@@ -1,7 +1,8 @@
 /**
  * @module The library (package export `.`): `createLimiter` for any Worker — `limit()`, `peek()`,
- * `refund()`, `settle()`, `reset()`, `acquire()`/`release()`, `headers()` — and the `RateLimiter` Durable Object class
- * to bind in wrangler.toml.
+ * `refund()`, `settle()`, `reset()`, `acquire()`/`release()`, `headers()`, the platform binding's shape (`binding()`)
+ * and a `LimiterService` for other Workers (`service()`) — and the `RateLimiter` Durable Object class to bind in
+ * wrangler.toml.
  *
  * ```ts
  * import { createLimiter, RateLimiter } from "strict-edge-rate-limiter";
@@ -30,8 +31,16 @@ export type { HeaderForm, LimiterConfig } from "./config/types.ts";
 export { ConfigError } from "./config/types.ts";
 export type { Duration } from "./core/duration.ts";
 export type { UsagePeriod } from "./core/usage.ts";
-export { createLimiter } from "./library/create.ts";
-export type { LimitCallOptions, Limiter } from "./library/limiter.ts";
+export type {
+  BindingLimitOptions,
+  LimitBinding,
+  LimitCallOptions,
+  Limiter,
+  LimiterServiceCalls,
+  LimiterServiceClass,
+  ServiceResult,
+} from "./library/limiter.ts";
+export { createLimiter, type LimiterService } from "./library/service.ts";
 export type {
   AddressSetting,
   CreditsSetting,

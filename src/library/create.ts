@@ -1,6 +1,7 @@
 /**
- * @module `createLimiter` (package export `.`, through src/index.ts): a {@link Limiter} over one pipeline — its
- * settings parsed once, its objects named apart from every other limiter's, its namespace resolved once per `env`.
+ * @module A {@link Limiter} over one pipeline ({@link limiterOf}) — its settings parsed once, its objects named apart
+ * from every other limiter's, its namespace resolved once per `env`. No runtime imports: `createLimiter`
+ * (src/library/service.ts) adds the runtime's `LimiterService`, the in-memory limiter (src/testing/) runs it in Node.
  */
 
 import { type Background, LimiterClient, type LimiterNamespace } from "../client/index.ts";
@@ -15,7 +16,8 @@ import { settingsName } from "../pipeline/key.ts";
 import { mintFor } from "../pipeline/signed.ts";
 import { verifierOf } from "../pipeline/verify-hook.ts";
 import type { LimiterStub, TopUp } from "../protocol.ts";
-import type { LimitCallOptions, Limiter } from "./limiter.ts";
+import { bindingOf } from "./binding.ts";
+import type { LimitCallOptions, Limiter, LimiterServiceClass } from "./limiter.ts";
 import type { LimiterOptions } from "./settings.ts";
 
 /** What a limiter's name may be: it goes into every object name. */
@@ -101,14 +103,16 @@ function askingOf(key: string, options: LimitCallOptions, inFlight: boolean): As
 /** createLimiter's own options beside the settings: a misspelt setting's error lists them too (not `prefix`, the old spelling). */
 const OWN_OPTIONS = ["name", "binding", "clock", "verify", "verifyCache"];
 
+/** Makes a limiter's `LimiterService` class (`Limiter.service()`): src/library/service.ts's in workerd. */
+export type ServiceMaker = (limiter: Limiter) => LimiterServiceClass;
+
 /**
- * A limiter for these settings, validated now: a bad setting throws a {@link ConfigError} that
- * names it (`createLimiter.limits[0].window: …`). Create it once, at module level: its leases and
- * deny cache live as long as the isolate.
+ * A limiter for these settings, validated now (`createLimiter`, src/library/service.ts, with the runtime's
+ * `LimiterService` as `service`).
  *
  * @throws ConfigError naming the first bad setting
  */
-export function createLimiter(options: LimiterOptions): Limiter {
+export function limiterOf(options: LimiterOptions, service: ServiceMaker): Limiter {
   const { binding = "LIMITER", name: given, prefix, clock, verify, verifyCache, ...settings } = options;
   checkNaming(binding, given, prefix);
   const config = parseLimiterConfig(settings, "createLimiter", OWN_OPTIONS);
@@ -132,9 +136,9 @@ export function createLimiter(options: LimiterOptions): Limiter {
     return (decided as NonNullable<typeof decided>).result;
   };
 
-  return {
+  const limiter: Limiter = {
     config,
-    binding,
+    bindingName: binding,
     name,
     pipeline,
     identify: (key, ip = null) => pipeline.identify(key === null ? null : keyOf(key), ip),
@@ -173,7 +177,10 @@ export function createLimiter(options: LimiterOptions): Limiter {
     credit: async (env, key, add, { id } = {}) => (await topUp(await topUpTarget(env, key), add, id)).balance,
     topUp: async (env, key, add, { id } = {}) => topUp(await topUpTarget(env, key), add, id),
     usage: async (env, key, options) => usageOf(pipeline, { env, ns: () => namespace(env) }, keyOf(key), options),
+    binding: (env, ctx) => bindingOf(limiter, env, ctx),
+    service: () => service(limiter),
   };
+  return limiter;
 }
 
 /** The usage of `key` (`Limiter.usage`) at its object in the namespace `ns()` returns. */

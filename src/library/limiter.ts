@@ -1,7 +1,7 @@
 /**
  * @module The library's contract (package export `.`, through src/index.ts): a {@link Limiter} — `limit()`, `peek()`,
- * `refund()`, `settle()`, `reset()`, `acquire()`/`release()`, `decideRequest()`, `headers()` — and the options of one
- * call. src/library/create.ts makes one.
+ * `refund()`, `settle()`, `reset()`, `acquire()`/`release()`, `decideRequest()`, `headers()`, `binding()`,
+ * `service()` — and the options of one call. src/library/create.ts makes one.
  */
 
 import type { HeaderSink } from "../client/headers.ts";
@@ -42,12 +42,60 @@ export interface LimitCallOptions {
   readonly account?: string;
 }
 
+/**
+ * What the binding-shaped `limit()` takes ({@link Limiter.binding}, {@link LimiterService}): the options of Cloudflare's
+ * rate limiting binding (`RateLimitOptions`), with `cost` beside its `delta`.
+ */
+export interface BindingLimitOptions {
+  /** The key, as `limit()` takes it. */
+  readonly key: string;
+  /** The request's units: a whole number ≥ 1 (default 1). */
+  readonly cost?: number;
+  /** The platform binding's name for `cost` (given with `cost`, they must be equal). */
+  readonly delta?: number;
+}
+
+/** Cloudflare's rate limiting binding's shape (`RateLimit`), over an exact limiter. */
+export interface LimitBinding {
+  /**
+   * Decides one request: `success` is `limit()`'s `allowed`.
+   *
+   * @throws as `limit()` (a rejection): TypeError for a missing key, RangeError for a cost that is not a whole number
+   *   ≥ 1, LimiterError for a key the limiter cannot decide; nothing is counted
+   */
+  limit(options: BindingLimitOptions): Promise<{ success: boolean }>;
+}
+
+/** A binding-shaped decision over a service binding: the whole result, with the binding's `success` beside it. */
+export type ServiceResult = RateLimitResult & { readonly success: boolean };
+
+/**
+ * The calls of a limiter's `LimiterService` ({@link Limiter.service}), made over a service binding by other Workers.
+ * A result it returned may be refunded or settled by any Worker bound to it.
+ */
+export interface LimiterServiceCalls {
+  /** {@link LimitBinding.limit}, answering the whole result with `success` beside it. @throws as `limit()` */
+  limit(options: BindingLimitOptions): Promise<ServiceResult>;
+  /** What a request of `cost` would get now, consuming nothing ({@link Limiter.peek}). @throws as `limit()` */
+  peek(options: BindingLimitOptions): Promise<RateLimitResult>;
+  /** Gives back what `result` was granted, once ({@link Limiter.refund}). */
+  refund(result: RateLimitResult): Promise<boolean>;
+  /** Settles `result`'s reservation to `actual`, once ({@link Limiter.settle}). */
+  settle(result: RateLimitResult, actual: number): Promise<Settled>;
+}
+
+/**
+ * The class {@link Limiter.service} makes, to export from a Worker by name: a `WorkerEntrypoint` (the runtime constructs
+ * it) whose instances are a `LimiterService` (src/library/service.ts).
+ */
+export type LimiterServiceClass = new (ctx: never, env: never) => LimiterServiceCalls;
+
 /** A limiter: one client (its leases and deny cache) for one configuration. */
 export interface Limiter {
   /** The parsed configuration. */
   readonly config: LimiterConfig;
-  /** The name of the `RateLimiter` binding it reads from `env`. */
-  readonly binding: string;
+  /** The name of the `RateLimiter` binding it reads from `env` (createLimiter's `binding` option). */
+  readonly bindingName: string;
   /** The limiter's name: its objects are `<name>/key:<key>` (null: `key:<key>`). */
   readonly name: string | null;
   /**
@@ -152,6 +200,19 @@ export interface Limiter {
   ): Response;
   /** Forgets the key's grants (units leased to isolates and not yet expired still count). */
   reset(env: object, key: string): Promise<void>;
+  /**
+   * The shape of Cloudflare's rate limiting binding over this limiter (docs/configuration.md, "Coming from the Workers
+   * rate limiting binding"): `binding(env).limit({ key, cost? })` resolves `{ success }`, this limiter's exact decision.
+   * Pass the runtime's `ctx` so that lease refills and give-backs outlive the response.
+   */
+  binding(env: object, ctx?: Background): LimitBinding;
+  /**
+   * A `WorkerEntrypoint` class serving this limiter to other Workers over a service binding: export it by name
+   * (`export const LimiterService = limiter.service()`) and bind it with `entrypoint = "LimiterService"`. Its calls
+   * ({@link LimiterServiceCalls}) read this Worker's `env`; over the binding, a `TypeError` or `RangeError` arrives as
+   * itself and a `LimiterError` as an `Error` with its `name` and `code`. Only in workerd (it extends the runtime's class).
+   */
+  service(): LimiterServiceClass;
   /**
    * Adds `add` credits to the key's balance (a top-up after a payment; docs/configuration.md, "Quotas and credits"):
    * a key that never spent any starts from its plan's `initial`. Resolves to the new balance. Never retried (the

@@ -5,8 +5,15 @@ import { readFileSync } from "node:fs";
 import ts from "typescript";
 import { describe, expect, it } from "vitest";
 import { LimiterError } from "../../src/base/errors.ts";
-import { createLimiter } from "../../src/library/create.ts";
+import { limiterOf } from "../../src/library/create.ts";
 import type { Limiter } from "../../src/library/limiter.ts";
+import type { LimiterOptions } from "../../src/library/settings.ts";
+
+/** createLimiter in Node: the library's limiter without the runtime's `LimiterService` (src/library/service.ts). */
+const createLimiter = (options: LimiterOptions) =>
+  limiterOf(options, () => {
+    throw new Error("service(): workerd only");
+  });
 
 /** The section's ```ts block, compiled to CommonJS and run: what it exports. */
 function example(): Record<string, unknown> {
