@@ -43,6 +43,7 @@ export type {
 export { createLimiter, type LimiterService } from "./library/service.ts";
 export type {
   AddressSetting,
+  CostSetting,
   CreditsSetting,
   LimiterOptions,
   LimiterSettings,
@@ -50,7 +51,9 @@ export type {
   PenaltySetting,
   PlanSetting,
   QuotaSetting,
+  ReserveSetting,
   RouteSetting,
+  SettleSetting,
   UsageSetting,
 } from "./library/settings.ts";
 export { RateLimiter } from "./object/index.ts";

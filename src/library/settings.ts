@@ -108,6 +108,28 @@ export interface RouteSetting {
   readonly limits: readonly LimitSetting[];
 }
 
+/** A `costs` rule: requests by `method` (any when missing) and path prefix cost `cost`, or are reserved and settled. */
+export type CostSetting = { readonly method?: string; readonly path: string } & (
+  | { readonly cost: number }
+  | { readonly reserve: ReserveSetting; readonly settle: SettleSetting }
+);
+
+/** A settled rule's reservation (docs/llm.md, "What a rule says"). */
+export type ReserveSetting =
+  | number
+  | { readonly header: string; readonly default?: number }
+  | {
+      readonly json: string | readonly string[];
+      readonly times?: string | readonly string[];
+      readonly max_times?: number;
+      readonly input: "bytes" | number;
+      readonly default?: number;
+      readonly max_body?: number;
+    };
+
+/** Where a settled rule's actual cost is read (docs/llm.md, "What a rule says"). */
+export type SettleSetting = "openai" | "anthropic" | { readonly header: string } | { readonly json: string };
+
 /**
  * A limiter's settings: the shape of the proxy's `RATE_LIMIT` (docs/configuration.md)
  * without its proxy-only settings (`origin_timeout`, `admin`, `refund`).
@@ -146,8 +168,13 @@ export interface LimiterSettings {
    * one; the hono middleware matches `method` and `path` when it is given no `route`.
    */
   readonly routes?: readonly RouteSetting[];
-  /** What a request costs by method and path prefix (the hono middleware, when it is given no `cost`). */
-  readonly costs?: readonly { readonly method?: string; readonly path: string; readonly cost: number }[];
+  /**
+   * What a request costs by method and path prefix (the hono middleware, when it is given no `cost`): a fixed `cost`,
+   * or a reservation settled from the response (docs/configuration.md, "Settled costs").
+   */
+  readonly costs?: readonly CostSetting[];
+  /** How paths are normalised before rules match them (docs/configuration.md, "Paths"). */
+  readonly paths?: { readonly escaped_slashes?: "reject" | "unescape" | "keep" };
   /** Where the hono middleware reads keys when it is given no `key` function, and what a key may be. */
   readonly key?: {
     readonly header?: string | false;
