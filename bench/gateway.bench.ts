@@ -24,7 +24,7 @@ const gatewayConfig = parseConfig({
 });
 const plain = targetsOf(plainConfig, {})[0] as Target;
 const gateway = targetsOf(gatewayConfig, { UPSTREAM_KEY: "sk-bench-upstream-credential" })[0] as Target;
-const caller: Caller = { name: "key:sk_live_bench_customer_key", plan: "pro", account: "acme" };
+const caller: Caller = { keyId: "5d41402abc4b", plan: "pro", account: "acme" };
 
 const answer = new Response(null, { status: 204 });
 const send = async (_r: Request) => answer;

@@ -207,13 +207,16 @@ export function setHeadersOf(r: RateLimitResult, form: HeaderForm, headers: Head
   if (!worthRetrying(r)) headers.set("x-should-retry", "false");
 }
 
-/** The longest wait the model providers' SDKs make for a `429` (ms): they back off on their own past it. */
+/**
+ * The longest wait a client's automatic retry is told to make (ms): `openai` takes a wait only up to 60 s (past it,
+ * its own backoff retries too early); `@anthropic-ai/sdk` takes any, and would hold its caller that long.
+ */
 export const SDK_MAX_WAIT_MS = 60_000;
 
 /**
- * Whether a client's automatic retry of a refusal can succeed (docs/http.md, "Retries"): not for a cost over a limit
- * or credits no refill covers (no wait helps), a block or a penalty (the key is held until it ends), or a wait longer
- * than an SDK makes ({@link SDK_MAX_WAIT_MS}: it would retry too early).
+ * Whether a client's automatic retry of a refusal is worth making (docs/http.md, "Retries"): not for a cost over a
+ * limit or credits no refill covers (no wait helps), a block or a penalty (the key is held until it ends), or a wait
+ * longer than {@link SDK_MAX_WAIT_MS}.
  */
 export function worthRetrying(r: Pick<RateLimitResult, "reason" | "retryAfterMs">): boolean {
   if (r.reason === "blocked" || r.reason === "penalty") return false;

@@ -9,7 +9,7 @@
 import { describe } from "../core/duration.ts";
 import { array, nonEmptyString, type Obj, object, optionalBoolean, unknownFields } from "./fields.ts";
 import { parseOrigin } from "./proxy-settings.ts";
-import { ConfigError, type HeaderTemplate, IDENTITY_HEADERS, type Upstream } from "./types.ts";
+import { ConfigError, type HeaderTemplate, HOP_BY_HOP, IDENTITY_HEADERS, type Upstream } from "./types.ts";
 
 /** An HTTP field name (RFC 9110 §5.1: a token). */
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
@@ -20,29 +20,29 @@ const SECRET = /\$\{([^}]*)\}/g;
 /** What a binding's name may be (letters, digits, `_`, not starting with a digit). */
 const BINDING = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
-/** Headers the operator may not set: the hop-by-hop fields, `host`, and the limiter's own identity fields. */
-const RESERVED = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "transfer-encoding",
-  "te",
-  "trailer",
-  "upgrade",
-  "host",
-  "content-length",
-  ...IDENTITY_HEADERS,
-]);
+/** Headers the operator may not set: the hop-by-hop fields, `host`, the body's length, the limiter's identity fields. */
+const RESERVED = new Set([...HOP_BY_HOP, "host", "content-length", ...IDENTITY_HEADERS]);
+
+/** What a header value may hold (RFC 9110 §5.5: visible characters, spaces and tabs, obs-text; as `Headers` takes it). */
+const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+
+/** What every origin inherits: `origin_headers`, and `forward_key` when it is given. */
+interface Common {
+  readonly headers: readonly HeaderTemplate[];
+  readonly forwardKey: boolean | null;
+}
 
 /** The proxy's `ORIGIN`, `origins`, `origin_headers` and `forward_key`: the origins in the order they are matched. */
 export function parseUpstreams(originUrl: URL | null, rl: Obj, root: string): readonly Upstream[] {
-  const common = rl.origin_headers === undefined ? [] : headerTemplates(rl.origin_headers, `${root}.origin_headers`);
-  const forwardKey = rl.forward_key === undefined ? null : optionalBoolean(rl.forward_key, `${root}.forward_key`, true);
+  const common: Common = {
+    headers: rl.origin_headers === undefined ? [] : headerTemplates(rl.origin_headers, `${root}.origin_headers`),
+    forwardKey: rl.forward_key === undefined ? null : optionalBoolean(rl.forward_key, `${root}.forward_key`, true),
+  };
   const listed = rl.origins === undefined ? [] : array(rl.origins, `${root}.origins`);
   if (rl.origins !== undefined && listed.length === 0) {
     throw new ConfigError(`${root}.origins: expected at least one { path, url }, or leave it out and set ORIGIN`);
   }
-  const upstreams = listed.map((o, i) => origin(o, `${root}.origins[${i}]`, common, forwardKey));
+  const upstreams = listed.map((o, i) => origin(o, `${root}.origins[${i}]`, common));
   for (let i = 1; i < upstreams.length; i++) {
     const u = upstreams[i] as Upstream;
     const shadowing = upstreams.slice(0, i).find((earlier) => u.path.startsWith(earlier.path));
@@ -53,18 +53,15 @@ export function parseUpstreams(originUrl: URL | null, rl: Obj, root: string): re
     }
   }
   // ORIGIN alone is the one-origin form; beside `origins`, it serves the paths none of them matches.
-  if (originUrl !== null) upstreams.push(withHeaders("/", originUrl, common, forwardKey, "ORIGIN"));
-  else if (upstreams.length === 0) parseOrigin(undefined);
+  if (originUrl !== null)
+    upstreams.push(upstream({ path: "/", url: originUrl, field: "ORIGIN" }, common.headers, common));
+  // Neither: ORIGIN's own error, which names both.
+  else if (upstreams.length === 0) parseOrigin(undefined, "ORIGIN");
   return upstreams;
 }
 
 /** One of `origins`: `{ path = "/openai/", url = "https://api.openai.com/v1", headers = { … } }`. */
-function origin(
-  value: unknown,
-  field: string,
-  common: readonly HeaderTemplate[],
-  forwardKey: boolean | null,
-): Upstream {
+function origin(value: unknown, field: string, common: Common): Upstream {
   const o = object(value, field);
   unknownFields(o, ["path", "url", "headers"], field);
   const path = nonEmptyString(o.path, `${field}.path`);
@@ -73,27 +70,20 @@ function origin(
       `${field}.path: expected a path prefix like "/openai/" (segments of letters, digits, ".", "_", "~" or "-", starting and ending with "/"), got ${JSON.stringify(path)}`,
     );
   }
-  let url: URL;
-  try {
-    url = parseOrigin(o.url);
-  } catch (e) {
-    throw new ConfigError((e as Error).message.replace(/^ORIGIN/, `${field}.url`));
-  }
+  const url = parseOrigin(o.url, `${field}.url`);
   const own = o.headers === undefined ? [] : headerTemplates(o.headers, `${field}.headers`);
   // An origin's own header replaces the one `origin_headers` gives under the same name.
-  const merged = [...common.filter((c) => !own.some((h) => h.name === c.name)), ...own];
-  return withHeaders(path, url, merged, forwardKey, field);
+  const merged = [...common.headers.filter((c) => !own.some((h) => h.name === c.name)), ...own];
+  return upstream({ path, url, field }, merged, common);
 }
 
-function withHeaders(
-  path: string,
-  url: URL,
+/** An origin with its headers; the client's key goes on only where it has none, unless `forward_key` says otherwise. */
+function upstream(
+  at: Pick<Upstream, "path" | "url" | "field">,
   headers: readonly HeaderTemplate[],
-  forwardKey: boolean | null,
-  field: string,
+  common: Common,
 ): Upstream {
-  // The client's key goes on only where the operator sets no header of its own, unless `forward_key` says otherwise.
-  return { path, url, headers, forwardKey: forwardKey ?? headers.length === 0, field };
+  return { ...at, headers, forwardKey: common.forwardKey ?? headers.length === 0 };
 }
 
 /** `{ authorization = "Bearer ${OPENAI_API_KEY}", … }`: each value text with `${NAME}` for a secret's value. */
@@ -128,21 +118,11 @@ function headerTemplate(name: string, text: unknown, field: string): HeaderTempl
   }
   if (last < text.length) parts.push(text.slice(last));
   // The text the operator wrote (not a secret's value): checked here, the secrets' values when they are read.
-  if (/[\r\n\0]/.test(text)) throw new ConfigError(`${field}: a header value cannot hold a line break or NUL`);
-  return { name: lower, parts, field };
-}
-
-/** The secrets `upstreams` name, each once, in order. */
-export function secretsNamed(upstreams: readonly Upstream[]): string[] {
-  const names = new Set<string>();
-  for (const u of upstreams) {
-    for (const h of u.headers) for (const p of h.parts) if (typeof p !== "string") names.add(p.secret);
+  if (parts.some((p) => typeof p === "string" && p.includes("${"))) {
+    throw new ConfigError(`${field}: a \${ without its closing } (write \${NAME} for the secret NAME)`);
   }
-  return [...names];
-}
-
-/** The first of `upstreams` whose path prefix `path` starts with; null: none serves it. */
-export function upstreamFor(upstreams: readonly Upstream[], path: string): Upstream | null {
-  for (const u of upstreams) if (path.startsWith(u.path)) return u;
-  return null;
+  if (!FIELD_VALUE.test(text)) {
+    throw new ConfigError(`${field}: a header value holds only visible characters, spaces and tabs (no line break)`);
+  }
+  return { name: lower, parts, field };
 }

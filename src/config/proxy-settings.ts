@@ -9,35 +9,40 @@ import { parseLimits } from "./limits.ts";
 import { limitsPlan } from "./plans.ts";
 import { type AdminSettings, ConfigError, type CorsSettings, DEFAULTS, type LeaseSettings } from "./types.ts";
 
-/** `ORIGIN`: the absolute http(s) URL allowed requests go to, without credentials, query or fragment. */
-export function parseOrigin(value: unknown): URL {
+/**
+ * `ORIGIN` (or an origin's `url`, named by `field`): the absolute http(s) URL allowed requests go to, without
+ * credentials, query or fragment.
+ */
+export function parseOrigin(value: unknown, field = "ORIGIN"): URL {
   if (value === undefined || value === "") {
     throw new ConfigError(
-      'ORIGIN: required, the base URL of your API, e.g. "https://api.example.com" (or RATE_LIMIT.origins, several by path)',
+      field === "ORIGIN"
+        ? 'ORIGIN: required, the base URL of your API, e.g. "https://api.example.com" (or RATE_LIMIT.origins, several by path)'
+        : `${field}: required, the origin's base URL, e.g. "https://api.example.com"`,
     );
   }
   let s: unknown = value;
-  if (typeof s === "string" && s.trim().startsWith('"')) s = fromJsonString(s, "ORIGIN");
-  if (typeof s !== "string") throw new ConfigError(`ORIGIN: expected a URL string, got ${describe(s)}`);
+  if (typeof s === "string" && s.trim().startsWith('"')) s = fromJsonString(s, field);
+  if (typeof s !== "string") throw new ConfigError(`${field}: expected a URL string, got ${describe(s)}`);
   let url: URL;
   try {
     url = new URL(s);
   } catch {
-    throw new ConfigError(`ORIGIN: expected an absolute http(s) URL, got ${JSON.stringify(s)}`);
+    throw new ConfigError(`${field}: expected an absolute http(s) URL, got ${JSON.stringify(s)}`);
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw new ConfigError(`ORIGIN: expected an http or https URL, got ${JSON.stringify(s)}`);
+    throw new ConfigError(`${field}: expected an http or https URL, got ${JSON.stringify(s)}`);
   }
   if (url.username || url.password) {
     // The message reaches clients (500 detail) and logs: never echo the credentials.
     const redacted = `${url.protocol}//***@${url.host}${url.pathname}`;
     throw new ConfigError(
-      `ORIGIN: must not carry a user name or password (fetch refuses such URLs), got ${JSON.stringify(redacted)}`,
+      `${field}: must not carry a user name or password (fetch refuses such URLs), got ${JSON.stringify(redacted)}`,
     );
   }
   if (url.search || url.hash) {
     throw new ConfigError(
-      `ORIGIN: must not carry a query or fragment (the request's own are appended), got ${JSON.stringify(s)}`,
+      `${field}: must not carry a query or fragment (the request's own are appended), got ${JSON.stringify(s)}`,
     );
   }
   return url;

@@ -290,6 +290,19 @@ export interface LimiterConfig {
   readonly guesses?: AddressBudget | null;
 }
 
+/** Hop-by-hop header fields (RFC 9110 §7.6.1): never forwarded in either direction, never set by the operator. */
+export const HOP_BY_HOP = [
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+] as const;
+
 /**
  * The headers the proxy sets on every forwarded request to tell the origin who is calling (docs/llm.md, "The
  * gateway"): the key's id as the logs show it, its plan, its account. Copies a client sends are removed first.

@@ -184,12 +184,28 @@ export class Pipeline<C extends LimiterConfig = LimiterConfig> {
 
   /**
    * Whom an HTTP request's key names ({@link identifyFor}: its key read as the `key` setting says, its address from
-   * `CF-Connecting-IP`), deciding nothing: the proxy's check of a request its `costs` rule frees.
+   * `CF-Connecting-IP`), deciding nothing — the proxy's check of a request its `costs` rule frees. A key refused here
+   * counts against its address's `guesses` as in {@link decide}: past that budget, its refusal is the answer.
    *
-   * @throws LimiterError as {@link identifyFor}
+   * @throws LimiterError as {@link identifyFor}, while the address's guesses allow it
    */
-  async identifyRequest(env: object, request: Request): Promise<Identity> {
-    return this.identifyFor(env, readKey(request, this.config.key), request.headers.get("cf-connecting-ip"));
+  async identifyIncoming(
+    env: object,
+    ns: LimiterNamespace,
+    request: Request,
+    bg: Background = {},
+  ): Promise<{ identity: Identity } | { refused: RateLimitResult }> {
+    const ip = request.headers.get("cf-connecting-ip");
+    let key: string | null = null;
+    try {
+      key = readKey(request, this.config.key);
+      return { identity: await this.identifyFor(env, key, ip) };
+    } catch (e) {
+      const { config, client, scope } = this;
+      const guess = await countGuess(env, { config, client, ns, scope, key, ip, bg }, e);
+      if (guess) return { refused: guess.result };
+      throw e;
+    }
   }
 
   /**

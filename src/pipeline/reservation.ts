@@ -27,8 +27,7 @@ export function costOfRequest(config: LimiterConfig, request: Request, path: () 
   const reserve = rule.settled.reserve;
   if (reserve.from === "fixed") return reserve.units;
   if (reserve.from === "header") return reserveFromHeader(reserve, request.headers.get(reserve.header));
-  const named = reserve.fields.map((f) => f.field).join(" or ");
-  return readBody(request, reserve.maxBody, named).then((body) => reserveFromBody(reserve, body));
+  return readBody(request, reserve.maxBody, fieldsNamed(reserve)).then((body) => reserveFromBody(reserve, body));
 }
 
 /** A reservation read from a header's value (null: missing). */
@@ -51,18 +50,29 @@ export function reserveFromHeader(reserve: Reserve & { from: "header" }, value: 
 export function reserveFromBody(reserve: Reserve & { from: "json" }, body: Uint8Array | null): number {
   const bytes = body?.byteLength ?? 0;
   const input = reserve.input === "bytes" ? bytes : reserve.input;
-  const named = `request body ${reserve.fields.map((f) => f.field).join(" or ")}`;
+  const named = `request body ${fieldsNamed(reserve)}`;
   if (bytes === 0) return fallback(reserve.default, named) + input;
   let json: unknown;
   try {
     json = JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(body as Uint8Array));
   } catch {
-    const names = reserve.fields.map((f) => f.field).join(" or ");
-    throw bad(`request body: not JSON, so ${names} cannot be read for the request's reservation; send JSON`);
+    throw bad(
+      `request body: not JSON, so ${fieldsNamed(reserve)} cannot be read for the request's reservation; send JSON`,
+    );
   }
   const each = firstPresent(json, reserve.fields);
   const units = each === null ? fallback(reserve.default, named) : wholeAt(each.value, each.field.field);
-  return units * timesOf(json, reserve) + input;
+  const total = units * timesOf(json, reserve) + input;
+  // A field near the largest safe integer, times n, plus the input: a 400, never a count the object cannot keep.
+  if (!Number.isSafeInteger(total)) {
+    throw bad(`${named}: the request's reservation (${units} × n + input) is larger than any limit; ask for less`);
+  }
+  return total;
+}
+
+/** A JSON reservation's fields as its messages name them: `max_completion_tokens or max_tokens`. */
+function fieldsNamed(reserve: Reserve & { from: "json" }): string {
+  return reserve.fields.map((f) => f.field).join(" or ");
 }
 
 /** The largest of the rule's `times` fields present in `json` (1: none is), at most its `max_times`. */

@@ -5,7 +5,7 @@
  */
 
 import { LimiterError } from "../base/errors.ts";
-import { logEvent } from "../base/log.ts";
+import { keyId, logEvent } from "../base/log.ts";
 import type { NormalPath } from "../base/path.ts";
 import { type Background, type ClientOptions, LimiterClient, type LimiterNamespace } from "../client/index.ts";
 import { errorName } from "../client/policy.ts";
@@ -117,7 +117,7 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
         });
       }
       // Before anything is counted: a path no origin serves is answered here.
-      const target = targetFor(targets, path.match, path.path);
+      const target = targetFor(targets, path);
       if (target === null) throw noOrigin(targets);
       const ns = objectsOf(env, config);
       return await limitAndForward({ request, url, path, env, ns, hooks, target }, pipeline, answer);
@@ -192,9 +192,12 @@ async function limitAndForward(
   });
   if (!decided) {
     // Free by its `costs` rule, so not decided: where the operator's credential goes with it, its key must still be
-    // one the limiter accepts (checked in the isolate, nothing counted), and the origin is told whose it is.
-    const caller = target.upstream.forwardKey ? null : callerOf(await pipeline.identifyRequest(env, request));
-    return answer(await forward(request, sending(caller)), false);
+    // one the limiter accepts (checked in the isolate, a refused one counted against its address's guesses, nothing
+    // else counted), and the origin is told whose it is.
+    if (target.upstream.forwardKey) return answer(await forward(request, sending(null)), false);
+    const known = await pipeline.identifyIncoming(env, ns, request, hooks);
+    if ("refused" in known) return answer(refusal(known.refused, config.headers), true);
+    return answer(await forward(request, sending(await callerOf(known.identity))), false);
   }
   const { result, identity } = decided;
   // A settled rule's provider (its settle's name): its own rate-limit fields are replaced by the key's.
@@ -208,7 +211,7 @@ async function limitAndForward(
   }
   let response: Response;
   try {
-    response = await forward(request, sending(callerOf(identity, result.plan)));
+    response = await forward(request, sending(await callerOf(identity)));
   } catch (e) {
     hooks.waitUntil?.(pipeline.release(ns, result));
     throw e;
@@ -223,9 +226,14 @@ async function limitAndForward(
   return answer(pipeline.sent(ns, result, response, hooks), false);
 }
 
-/** Who is calling, as the origin is told: a key's object name (none for a request without a key), plan, account. */
-function callerOf(identity: Identity, plan: string = identity.plan.name): Caller {
-  return { name: identity.name.startsWith("key:") ? identity.name : null, plan, account: identity.account ?? null };
+/** Who is calling, as the origin is told: a key's id (none for a request without a key), its plan, its account. */
+async function callerOf(identity: Identity): Promise<Caller> {
+  const keyed = identity.name.startsWith("key:");
+  return {
+    keyId: keyed ? await keyId(identity.name) : null,
+    plan: identity.plan.name,
+    account: identity.account ?? null,
+  };
 }
 
 /** The answer to a path no origin serves (`origins` without `ORIGIN`): `404`, nothing counted. */

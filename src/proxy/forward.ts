@@ -6,21 +6,9 @@
  */
 
 import { errorName, withDeadline } from "../client/policy.ts";
+import { HOP_BY_HOP } from "../config/types.ts";
 import { clientSignal, isWebSocketUpgrade, problem } from "../pipeline/http.ts";
-import { type Outgoing, setGatewayHeaders, targetUrl } from "./upstream.ts";
-
-/** Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded in either direction. */
-const HOP_BY_HOP = [
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "proxy-authenticate",
-  "proxy-authorization",
-  "te",
-  "trailer",
-  "transfer-encoding",
-  "upgrade",
-];
+import { gatewayLocation, type Outgoing, setGatewayHeaders, targetUrl } from "./upstream.ts";
 
 function dropHopByHop(headers: Headers): void {
   const listed = headers.get("connection");
@@ -62,7 +50,7 @@ export async function forward(request: Request, f: Forwarding): Promise<Response
   }
   headers.set("x-forwarded-proto", incoming.protocol.replace(":", ""));
   headers.set("x-forwarded-host", incoming.host);
-  await setGatewayHeaders(headers, f);
+  setGatewayHeaders(headers, f);
 
   const abort = new AbortController();
   // The client's cancellation (workerd's `request.signal`, compatibility flag `enable_request_signal`) stops the
@@ -104,5 +92,14 @@ export async function forward(request: Request, f: Forwarding): Promise<Response
   }
   const out = new Response(response.body, response);
   dropHopByHop(out.headers);
+  const location = out.headers.get("location");
+  if (location !== null) {
+    const back = gatewayLocation(location, f);
+    if (back === null) {
+      response.body?.cancel().catch(() => {});
+      return problem(502, "Bad Gateway", "The origin redirected outside the paths this gateway serves.");
+    }
+    if (back !== location) out.headers.set("location", back);
+  }
   return out;
 }

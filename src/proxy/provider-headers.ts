@@ -7,9 +7,10 @@
  */
 
 import type { LimitResult, RateLimitResult } from "../client/result.ts";
+import type { Settle } from "../config/types.ts";
 
 /** The providers whose fields are replaced: the named forms of a rule's `settle`. */
-export type Provider = "openai" | "anthropic";
+export type Provider = Exclude<Settle["from"], "header" | "json">;
 
 const PREFIX: Record<Provider, string> = { openai: "x-ratelimit-", anthropic: "anthropic-ratelimit-" };
 
@@ -52,8 +53,8 @@ export function openaiDuration(ms: number): string {
   if (ms < 1000) return `${Math.max(0, Math.ceil(ms))}ms`;
   const h = Math.floor(ms / 3_600_000);
   const m = Math.floor((ms % 3_600_000) / 60_000);
-  const s = (ms % 60_000) / 1000;
-  const sec = `${Number.isInteger(s) ? s : s.toFixed(3).replace(/0+$/, "")}s`;
+  // Whole milliseconds at most: a fraction of one rounds away, never to "1.s".
+  const sec = `${Number(((ms % 60_000) / 1000).toFixed(3))}s`;
   if (h > 0) return `${h}h${m}m${sec}`;
   if (m > 0) return `${m}m${sec}`;
   return sec;

@@ -4,7 +4,7 @@
  * the client's key removed where the operator's credential replaces it, the limiter's identity fields set.
  */
 
-import { keyId } from "../base/log.ts";
+import type { NormalPath } from "../base/path.ts";
 import { type Config, ConfigError, IDENTITY_HEADERS, type KeySource, type Upstream } from "../config/types.ts";
 
 /** An origin with its headers' values: the operator's secrets in them, kept in this isolate's memory only. */
@@ -15,8 +15,8 @@ export interface Target {
 
 /** Who is calling, as the origin is told (null fields: not known, the header left out). */
 export interface Caller {
-  /** The key's object name (`key:<key>`), or null for a request without a key. */
-  readonly name: string | null;
+  /** The key's id as the logs show it (never the key), or null for a request without a key. */
+  readonly keyId: string | null;
   readonly plan: string | null;
   readonly account: string | null;
 }
@@ -54,14 +54,21 @@ function secretValue(env: object, name: string, field: string): string {
     );
   }
   if (typeof value !== "string") throw new ConfigError(`${where} is a binding of another kind, not a secret (text)`);
-  if (/[\r\n\0]/.test(value)) throw new ConfigError(`${where} holds a line break or NUL; put it again without one`);
+  if (!/^[\t\x20-\x7e\x80-\xff]*$/.test(value)) {
+    throw new ConfigError(
+      `${where} holds a line break, NUL or a character no header can carry; put it again without one`,
+    );
+  }
   return value;
 }
 
-/** The target of the first origin whose path prefix both of a request's paths start with; null: none serves it. */
-export function targetFor(targets: readonly Target[], match: string, path: string): Target | null {
+/**
+ * The target of the first origin whose path prefix the path the rules match starts with — and the path forwarded
+ * too (a `;parameter` in the prefix: none); null: none serves it.
+ */
+export function targetFor(targets: readonly Target[], path: NormalPath): Target | null {
   for (const t of targets) {
-    if (match.startsWith(t.upstream.path)) return path.startsWith(t.upstream.path) ? t : null;
+    if (path.match.startsWith(t.upstream.path)) return path.path.startsWith(t.upstream.path) ? t : null;
   }
   return null;
 }
@@ -74,7 +81,10 @@ export interface Outgoing {
   /** The normalised path the rules matched (src/base/path.ts). */
   readonly path: string;
   readonly keySource: KeySource;
-  /** Who is calling, for the identity fields; null: nobody known (a preflight). */
+  /**
+   * Who is calling, for the identity fields; null: nobody known (a CORS preflight), and then the operator's headers
+   * are not sent either: a request no key was checked for never carries the operator's credential.
+   */
   readonly caller: Caller | null;
 }
 
@@ -94,15 +104,41 @@ export function targetUrl(o: Outgoing): URL {
  * come from unless the origin takes it, the limiter's identity fields replaced by the caller's, then the operator's
  * headers.
  */
-export async function setGatewayHeaders(headers: Headers, o: Outgoing): Promise<void> {
+export function setGatewayHeaders(headers: Headers, o: Outgoing): void {
   const { target, keySource, caller } = o;
   if (!target.upstream.forwardKey) {
     if (keySource.header !== null) headers.delete(keySource.header);
     if (keySource.bearer) headers.delete("authorization");
   }
   for (const name of IDENTITY_HEADERS) headers.delete(name);
-  if (caller?.name) headers.set("x-limiter-key-id", await keyId(caller.name));
-  if (caller?.plan) headers.set("x-limiter-plan", caller.plan);
-  if (caller?.account) headers.set("x-limiter-account", caller.account);
+  if (caller === null) return;
+  if (caller.keyId) headers.set("x-limiter-key-id", caller.keyId);
+  if (caller.plan) headers.set("x-limiter-plan", caller.plan);
+  if (caller.account) headers.set("x-limiter-account", caller.account);
   for (const [name, value] of target.headers) headers.set(name, value);
+}
+
+/**
+ * A redirect's `Location` as the client may follow it, where the origin never sees the client's key: one back to the
+ * origin's own URL (relative, or absolute under it) goes through the gateway instead — its prefix in place of the
+ * origin's path — so the client does not send its key there itself; any other place on the origin's host is refused
+ * (null: answer `502`). Elsewhere, or where the origin takes the key, as it is.
+ */
+export function gatewayLocation(location: string, o: Outgoing): string | null {
+  const { url: base, path: prefix, forwardKey } = o.target.upstream;
+  if (forwardKey) return location;
+  let to: URL;
+  try {
+    to = new URL(location, targetUrl(o));
+  } catch {
+    return location;
+  }
+  if (to.origin !== base.origin) return location;
+  const root = base.pathname.replace(/\/+$/, "");
+  if (to.pathname !== root && !to.pathname.startsWith(`${root}/`)) return null;
+  const back = new URL(o.incoming.origin);
+  back.pathname = prefix.replace(/\/+$/, "") + (to.pathname.slice(root.length) || "/");
+  back.search = to.search;
+  back.hash = to.hash;
+  return back.href;
 }

@@ -189,7 +189,9 @@ describe("a secret the configuration names and the Worker lacks", () => {
     const res2 = await handle(request(freshKey(), `/v1/${marker}`), crlf);
     expect(res2.status).toBe(500);
     const text = await res2.text();
-    expect(text).toContain("RATE_LIMIT.origin_headers.authorization: the secret BROKEN_KEY holds a line break or NUL");
+    expect(text).toContain(
+      "RATE_LIMIT.origin_headers.authorization: the secret BROKEN_KEY holds a line break, NUL or a character",
+    );
     expect(text).not.toContain("sk-broken");
     expect(JSON.stringify(logged.mock.calls)).not.toContain("sk-broken");
     expect(await arrivalsWith(marker)).toEqual([]);
@@ -267,15 +269,16 @@ describe("several origins, one budget", () => {
     expect(arrival?.headers["x-api-key"]).toBe(key);
   });
 
-  it("a WebSocket and a streamed response through an origin's prefix", async () => {
+  it("a WebSocket and a streamed response through an origin's prefix, with the operator's header and without the key", async () => {
+    const credential = { authorization: "Bearer ${OPENAI_KEY}" };
     const e = gatewayEnv(
       {
         origins: [
-          { path: "/ws/", url: originUrl },
-          { path: "/files/", url: originUrl },
+          { path: "/ws/", url: originUrl, headers: credential },
+          { path: "/files/", url: originUrl, headers: credential },
         ],
       },
-      undefined,
+      null,
     );
     const key = freshKey();
     const res = await handle(
@@ -286,8 +289,77 @@ describe("several origins, one budget", () => {
     const ws = res.webSocket as WebSocket;
     expect(await openEcho(ws)).toEqual({ greeting: "hello /v1/stream", echo: "ping" });
     ws.close(1000, "done");
-    const streamed = await handle(request(key, "/files/__special/bytes/200000?chunk=16384"), e);
+    const id = await keyId(`key:${key}`);
+    const all = (await (await fetch(`${originUrl}/__arrivals`)).json()) as Arrival[];
+    const [handshake] = all.filter((a) => a.headers["x-limiter-key-id"] === id);
+    expect(handshake?.url).toBe("/v1/stream");
+    expect(handshake?.headers.authorization).toBe(`Bearer ${SECRET}`);
+    expect(handshake?.headers["x-api-key"]).toBeUndefined();
+    const streamed = await handle(request(key, "/files/__special/digest"), e);
     expect(streamed.status).toBe(200);
-    expect((await streamed.arrayBuffer()).byteLength).toBe(200_000);
+    const echo = (await streamed.json()) as { headers: Record<string, string> };
+    expect(echo.headers.authorization).toBe(`Bearer ${SECRET}`);
+    expect(echo.headers["x-api-key"]).toBeUndefined();
+    const bytes = await handle(request(key, "/files/__special/bytes/200000?chunk=16384"), e);
+    expect((await bytes.arrayBuffer()).byteLength).toBe(200_000);
+  });
+
+  it("a CORS preflight goes on without the operator's credential or the key, and no identity", async () => {
+    const marker = crypto.randomUUID();
+    const e = gatewayEnv({
+      origin_headers: { authorization: "Bearer ${OPENAI_KEY}" },
+      cors: { origins: ["https://app.example"] },
+    });
+    const preflight = new Request(`https://gw.example/v1/${marker}`, {
+      method: "OPTIONS",
+      headers: {
+        origin: "https://app.example",
+        "access-control-request-method": "POST",
+        "x-api-key": "sk_customer",
+        "cf-connecting-ip": "203.0.113.7",
+      },
+    });
+    expect((await handle(preflight, e)).status).toBe(200);
+    const [arrival] = await arrivalsWith(marker);
+    expect(arrival?.method).toBe("OPTIONS");
+    expect(arrival?.headers.authorization).toBeUndefined();
+    expect(arrival?.headers["x-api-key"]).toBeUndefined();
+    expect(Object.keys(arrival?.headers ?? {}).filter((h) => h.startsWith("x-limiter-"))).toEqual([]);
+  });
+
+  it("a redirect back to the origin goes through the gateway's prefix; elsewhere on its host, a 502", async () => {
+    const e = gatewayEnv(
+      {
+        limits: [{ limit: 10, window: "1m" }],
+        origins: [{ path: "/r/", url: `${originUrl}/up/`, headers: { authorization: "Bearer ${OPENAI_KEY}" } }],
+      },
+      null,
+    );
+    const key = freshKey();
+    const to = (location: string) =>
+      handle(request(key, `/r/__special/redirect?status=307&location=${encodeURIComponent(location)}`), e);
+    const back = await to(`${originUrl}/up/v1/next?x=1`);
+    expect(back.status).toBe(307);
+    expect(back.headers.get("location")).toBe("https://limiter.example/r/v1/next?x=1");
+    const relative = await to("/up/v1/other");
+    expect(relative.headers.get("location")).toBe("https://limiter.example/r/v1/other");
+    const outside = await to(`${originUrl}/admin/secret`);
+    expect(outside.status).toBe(502);
+    expect((await problemBody(outside)).detail).toBe("The origin redirected outside the paths this gateway serves.");
+    const away = await to("https://files.example/blob");
+    expect(away.headers.get("location")).toBe("https://files.example/blob");
+  });
+
+  it("a freed request's refused keys count against its address's guesses: past them, 429", async () => {
+    const e = gatewayEnv({
+      origin_headers: { authorization: "Bearer ${OPENAI_KEY}" },
+      costs: [{ path: "/free/", cost: 0 }],
+      key: { pattern: "sk_[a-z0-9-]+" },
+      guesses: { limits: [{ limit: 2, window: "1m" }] },
+    });
+    const ip = `198.51.100.${Math.floor(Math.random() * 250) + 1}`;
+    const guess = () =>
+      handle(request("not-a-key", "/free/x", { headers: { "cf-connecting-ip": ip } }), e).then((r) => r.status);
+    expect([await guess(), await guess(), await guess()]).toEqual([401, 401, 429]);
   });
 });

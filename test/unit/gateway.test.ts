@@ -4,13 +4,13 @@
 // origin gets (the client's key removed from every source, the identity fields the limiter's own), and the providers'
 // rate-limit fields replaced by the key's. Through the Worker: test/integration/gateway.test.ts.
 import { describe, expect, it } from "vitest";
-import { keyId } from "../../src/base/log.ts";
 import type { LimitResult, RateLimitResult } from "../../src/client/result.ts";
-import { headerTemplates, secretsNamed, upstreamFor } from "../../src/config/gateway.ts";
+import { headerTemplates } from "../../src/config/gateway.ts";
 import { PROXY_FIELDS, parseConfig, parseLimiterConfig } from "../../src/config/parse.ts";
 import { type Config, ConfigError, IDENTITY_HEADERS } from "../../src/config/types.ts";
 import { openaiDuration, rfc3339, setProviderHeaders, tightestOf } from "../../src/proxy/provider-headers.ts";
 import {
+  gatewayLocation,
   type Outgoing,
   setGatewayHeaders,
   type Target,
@@ -74,7 +74,6 @@ describe("origins, origin_headers and forward_key, parsed", () => {
       ["anthropic-version", ["2023-06-01"]],
       ["x-team", ["ai"]],
     ]);
-    expect(secretsNamed(config.origins)).toEqual(["TEAM", "OPENAI_KEY", "ANTHROPIC_KEY"]);
   });
 
   it("ORIGIN alone: one origin at /, no headers, the key forwarded; forward_key says otherwise either way", () => {
@@ -136,7 +135,14 @@ describe("origins, origin_headers and forward_key, parsed", () => {
     [{ origin_headers: "x" }, "https://a.example", "RATE_LIMIT.origin_headers: expected a table/object"],
     [{ origin_headers: { "a b": "x" } }, "https://a.example", "RATE_LIMIT.origin_headers.a b: not a header name"],
     [{ origin_headers: { x: 5 } }, "https://a.example", "RATE_LIMIT.origin_headers.x: expected a string"],
-    [{ origin_headers: { x: "a\r\nb: c" } }, "https://a.example", "cannot hold a line break or NUL"],
+    [{ origin_headers: { x: "a\r\nb: c" } }, "https://a.example", "holds only visible characters, spaces and tabs"],
+    [{ origin_headers: { x: "café ☕" } }, "https://a.example", "holds only visible characters, spaces and tabs"],
+    [
+      { origin_headers: { x: "Bearer ${OPENAI_KEY" } },
+      "https://a.example",
+      "origin_headers.x: a ${ without its closing }",
+    ],
+    [{ origin_headers: { x: "${A} ${B" } }, "https://a.example", "a ${ without its closing }"],
     [{ origin_headers: { x: "${}" } }, "https://a.example", "${} is not a secret's name"],
     [{ origin_headers: { x: "${1A}" } }, "https://a.example", "${1A} is not a secret's name"],
     [{ origin_headers: { x: "${A-B}" } }, "https://a.example", "${A-B} is not a secret's name"],
@@ -150,16 +156,6 @@ describe("origins, origin_headers and forward_key, parsed", () => {
     [{ forward_key: "no" }, "https://a.example", "RATE_LIMIT.forward_key: expected true or false"],
   ])("%j (ORIGIN %s): %s", (rl, origin, says) => {
     expect(configError(() => parse(rl as Record<string, unknown>, origin))).toContain(says);
-  });
-
-  it("upstreamFor: the first prefix the path starts with; none: null", () => {
-    const { origins } = parse({ origins: [OPENAI, ANTHROPIC] });
-    expect(upstreamFor(origins, "/openai/v1/chat/completions")?.path).toBe("/openai/");
-    expect(upstreamFor(origins, "/anthropic/v1/messages")?.path).toBe("/anthropic/");
-    expect(upstreamFor(origins, "/openai")).toBeNull();
-    expect(upstreamFor(origins, "/other/x")).toBeNull();
-    const withOrigin = parse({ origins: [OPENAI] }, "https://rest.example").origins;
-    expect(upstreamFor(withOrigin, "/other/x")?.field).toBe("ORIGIN");
   });
 });
 
@@ -182,6 +178,10 @@ describe("the secrets, read from the env once", () => {
     [{ ANTHROPIC_KEY: "ant-2" }, "RATE_LIMIT.origins[0].headers.authorization: the secret OPENAI_KEY is not set"],
     [{ ...env, OPENAI_KEY: "" }, "RATE_LIMIT.origins[0].headers.authorization: the secret OPENAI_KEY is not set"],
     [{ ...env, OPENAI_KEY: { fetch() {} } }, "the secret OPENAI_KEY is a binding of another kind"],
+    [
+      { ...env, OPENAI_KEY: "sk-é☕" },
+      "the secret OPENAI_KEY holds a line break, NUL or a character no header can carry",
+    ],
     [{ ...env, ANTHROPIC_KEY: "ant-2\r\nx-evil: 1" }, "origins[1].headers.x-api-key: the secret ANTHROPIC_KEY holds a"],
     [{ ...env, ANTHROPIC_KEY: "ant\n" }, "origins[1].headers.x-api-key: the secret ANTHROPIC_KEY holds a line break"],
   ])("a secret missing or not one header value: a ConfigError naming it, never its value (%j)", (e, says) => {
@@ -212,13 +212,19 @@ describe("where a request goes, and what its origin is told", () => {
   const [openai, plain, rest] = targets as [Target, Target, Target];
 
   it("targetFor: by the path the rules match, and only where the forwarded path starts the same", () => {
-    expect(targetFor(targets, "/openai/v1/x", "/openai/v1/x")).toBe(openai);
-    expect(targetFor(targets, "/plain/x", "/plain/x")).toBe(plain);
-    expect(targetFor(targets, "/elsewhere", "/elsewhere")).toBe(rest);
+    const at = (match: string, path = match) => ({ match, path });
+    expect(targetFor(targets, at("/openai/v1/x"))).toBe(openai);
+    expect(targetFor(targets, at("/plain/x"))).toBe(plain);
+    expect(targetFor(targets, at("/elsewhere"))).toBe(rest);
+    // `/openai` without its slash is not under `/openai/`: the next origin that matches takes it (here ORIGIN's /).
+    expect(targetFor(targets, at("/openai"))).toBe(rest);
     // A `;parameter` in the prefix's segment: the paths differ there, so no origin takes it (the prefix is not
     // replaced by half).
-    expect(targetFor(targets, "/openai/v1", "/openai;x/v1")).toBeNull();
-    expect(targetFor(targetsOf(parse({ origins: [OPENAI] }), { OPENAI_KEY: "k" }), "/x", "/x")).toBeNull();
+    expect(targetFor(targets, at("/openai/v1", "/openai;x/v1"))).toBeNull();
+    const alone = targetsOf(parse({ origins: [OPENAI, ANTHROPIC] }), { OPENAI_KEY: "k", ANTHROPIC_KEY: "a" });
+    expect(targetFor(alone, at("/anthropic/v1/messages"))?.upstream.path).toBe("/anthropic/");
+    expect(targetFor(alone, at("/x"))).toBeNull();
+    expect(targetFor(alone, at("/openai"))).toBeNull();
   });
 
   it("targetUrl: the prefix replaced by the origin's path, the query kept, the key's parameter dropped where the key is", () => {
@@ -246,14 +252,14 @@ describe("where a request goes, and what its origin is told", () => {
       "x-limiter-account": "someone-else",
       "x-kept": "1",
     });
-    await setGatewayHeaders(
+    setGatewayHeaders(
       headers,
-      outgoing(openai, { keySource: config.key, caller: { name: "key:sk_customer", plan: "pro", account: "acme" } }),
+      outgoing(openai, { keySource: config.key, caller: { keyId: "0123456789ab", plan: "pro", account: "acme" } }),
     );
     expect(Object.fromEntries(headers)).toEqual({
       authorization: "Bearer sk-1",
       "x-kept": "1",
-      "x-limiter-key-id": await keyId("key:sk_customer"),
+      "x-limiter-key-id": "0123456789ab",
       "x-limiter-plan": "pro",
       "x-limiter-account": "acme",
     });
@@ -265,9 +271,9 @@ describe("where a request goes, and what its origin is told", () => {
       authorization: "Bearer sk_customer",
       "x-limiter-account": "someone-else",
     });
-    await setGatewayHeaders(
+    setGatewayHeaders(
       headers,
-      outgoing(plain, { keySource: config.key, caller: { name: null, plan: "anonymous", account: null } }),
+      outgoing(plain, { keySource: config.key, caller: { keyId: null, plan: "anonymous", account: null } }),
     );
     expect(Object.fromEntries(headers)).toEqual({
       "x-api-key": "sk_customer",
@@ -275,16 +281,52 @@ describe("where a request goes, and what its origin is told", () => {
       "x-limiter-plan": "anonymous",
     });
     const none = new Headers(Object.fromEntries(IDENTITY_HEADERS.map((h) => [h, "x"])));
-    await setGatewayHeaders(none, outgoing(plain, { keySource: config.key, caller: null }));
+    setGatewayHeaders(none, outgoing(plain, { keySource: config.key, caller: null }));
     expect([...none.keys()]).toEqual([]);
   });
 
-  it("setGatewayHeaders: a key source turned off is left alone (bearer off: Authorization is the client's own)", async () => {
-    const noBearer = parse({ origins: [OPENAI], key: { bearer: false } });
-    const headers = new Headers({ "x-api-key": "k", "x-client": "c" });
-    const target = targetsOf(noBearer, { OPENAI_KEY: "sk-1" })[0] as Target;
-    await setGatewayHeaders(headers, outgoing(target, { keySource: noBearer.key, caller: null }));
-    expect(Object.fromEntries(headers)).toEqual({ authorization: "Bearer sk-1", "x-client": "c" });
+  it("setGatewayHeaders: nobody known (a CORS preflight): neither identity nor the operator's headers, the key still removed", () => {
+    const headers = new Headers({ "x-api-key": "sk_customer", "x-limiter-plan": "forged", origin: "https://app" });
+    setGatewayHeaders(headers, outgoing(openai, { keySource: config.key, caller: null }));
+    expect(Object.fromEntries(headers)).toEqual({ origin: "https://app" });
+  });
+
+  it("setGatewayHeaders: a key source turned off is left alone (bearer off: Authorization is the client's own)", () => {
+    const noBearer = parse({ origins: [ANTHROPIC], key: { bearer: false } });
+    const headers = new Headers({ "x-api-key": "k", authorization: "Bearer client-own", "x-client": "c" });
+    const target = targetsOf(noBearer, { ANTHROPIC_KEY: "ant-1" })[0] as Target;
+    const caller = { keyId: null, plan: "default", account: null };
+    setGatewayHeaders(headers, outgoing(target, { keySource: noBearer.key, caller }));
+    expect(Object.fromEntries(headers)).toEqual({
+      authorization: "Bearer client-own",
+      "anthropic-version": "2023-06-01",
+      "x-api-key": "ant-1",
+      "x-client": "c",
+      "x-limiter-plan": "default",
+    });
+  });
+
+  it("gatewayLocation: a redirect back to the origin goes through the gateway; elsewhere on its host is refused", () => {
+    const o = outgoing(openai, {
+      keySource: config.key,
+      incoming: new URL("https://gw.example/openai/v1/files/1?api_key=k"),
+      path: "/openai/v1/files/1",
+    });
+    // ORIGIN's url is https://api.openai.com/v1: under it, back through /openai/.
+    expect(gatewayLocation("https://api.openai.com/v1/files/1/content?x=1", o)).toBe(
+      "https://gw.example/openai/files/1/content?x=1",
+    );
+    expect(gatewayLocation("/v1/files/2", o)).toBe("https://gw.example/openai/files/2");
+    expect(gatewayLocation("content", o)).toBe("https://gw.example/openai/v1/files/content");
+    expect(gatewayLocation("https://api.openai.com/v1", o)).toBe("https://gw.example/openai/");
+    // On the origin's host but outside its url: the client would take its key there.
+    expect(gatewayLocation("https://api.openai.com/v2/x", o)).toBeNull();
+    expect(gatewayLocation("/v10/x", o)).toBeNull();
+    // Another host, or an origin that takes the key anyway: as it is.
+    expect(gatewayLocation("https://files.example/blob?sig=1", o)).toBe("https://files.example/blob?sig=1");
+    expect(gatewayLocation("https://api.openai.com/v2/x", outgoing(plain, { keySource: config.key }))).toBe(
+      "https://api.openai.com/v2/x",
+    );
   });
 });
 
@@ -369,6 +411,8 @@ describe("the providers' rate-limit fields, replaced by the key's", () => {
     [1000, "1s"],
     [1500, "1.5s"],
     [1234, "1.234s"],
+    [1000.0004, "1s"],
+    [1234.5678, "1.235s"],
     [59_999, "59.999s"],
     [60_000, "1m0s"],
     [90_500, "1m30.5s"],

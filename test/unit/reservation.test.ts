@@ -497,6 +497,14 @@ describe("a reservation read from the request", () => {
     );
   });
 
+  it("a reservation past the largest safe integer (a huge field times n): a 400, never a count the object cannot keep", () => {
+    const n = json({ times: [{ field: "n", path: ["n"] }], maxTimes: 128, input: 0 });
+    expect(badReservation(() => reserveFromBody(n, bytes({ max_tokens: 2 ** 50, n: 128 })))).toBe(
+      "request body max_tokens: the request's reservation (1125899906842624 × n + input) is larger than any limit; ask for less",
+    );
+    expect(reserveFromBody(n, bytes({ max_tokens: 2 ** 45, n: 128 }))).toBe(2 ** 52);
+  });
+
   it("a body that is not JSON, or not UTF-8: a 400 saying so", () => {
     expect(badReservation(() => reserveFromBody(json({ default: 10 }), bytes("max_tokens=5")))).toContain(
       "request body: not JSON, so max_tokens cannot be read",
