@@ -7,7 +7,7 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { createLimiter } from "../../src/index.ts";
 import type { RateLimiter } from "../../src/object/index.ts";
 import { resetLimiters, TestClock, useRealClock, useTestClock } from "../../src/testing/index.ts";
-import { freshKey } from "./helpers.ts";
+import { envWith, freshKey, handle, request } from "./helpers.ts";
 
 const clock = useTestClock();
 afterEach(() => resetLimiters(env.LIMITER));
@@ -94,6 +94,23 @@ describe("resetLimiters(env.LIMITER)", () => {
 
   it("asks for the namespace", async () => {
     await expect((resetLimiters as () => Promise<void>)()).rejects.toThrow(/expected the limiter's namespace/);
+  });
+});
+
+describe("the proxy (createProxy)", () => {
+  it("reads the kit's clock too, and a reset gives it new clients", async () => {
+    const vars = envWith({ limits: [{ limit: 1, window: "1m" }], leases: false });
+    const key = freshKey();
+    expect((await handle(request(key), vars)).status).toBe(200);
+    const refused = await handle(request(key), vars);
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("Retry-After")).toBe("60");
+    clock.advance(60_000);
+    expect((await handle(request(key), vars)).status).toBe(200);
+    // Refused now from the isolate's deny cache, which the reset drops with the key's object.
+    expect((await handle(request(key), vars)).status).toBe(429);
+    await resetLimiters(env.LIMITER);
+    expect((await handle(request(key), vars)).status).toBe(200);
   });
 });
 
