@@ -198,6 +198,43 @@ export function limiterOf(options: LimiterOptions, service: ServiceMaker): Limit
   return limiter;
 }
 
+/** The calls a `LimiterService` serves (src/library/service.ts): a {@link Limiter}'s, or {@link servedOver}'s. */
+export type ServedCalls = Pick<Limiter, "limit" | "peek" | "refund" | "settle">;
+
+/**
+ * {@link ServedCalls} over the pipeline and namespace `at(env)` gives, decided as a library limiter decides them (no
+ * route, no client address): the proxy's for its `RATE_LIMIT` (src/proxy/index.ts).
+ *
+ * @throws as `at` does (the proxy: a ConfigError for bad vars), and as `limit()` for a bad key or cost
+ */
+export function servedOver(
+  at: (env: object) => { readonly pipeline: Pipeline; readonly ns: LimiterNamespace },
+): ServedCalls {
+  return {
+    async limit(env, key, options = {}) {
+      const asking = askingOf(key, options, false);
+      const { pipeline, ns } = at(env);
+      const decided = await pipeline.decide(env, ns, asking);
+      // A cost of at least 1 is always decided.
+      return (decided as NonNullable<typeof decided>).result;
+    },
+    async peek(env, key, { cost = 1 } = {}) {
+      const asked = { key: keyOf(key), cost: checked(cost) };
+      const { pipeline, ns } = at(env);
+      const { name, plan } = await pipeline.identifyFor(env, asked.key);
+      return pipeline.client.peek({ ns, name, plan, cost: asked.cost, route: null });
+    },
+    async refund(env, result) {
+      const { pipeline, ns } = at(env);
+      return pipeline.refund(ns, result);
+    },
+    async settle(env, result, actual) {
+      const { pipeline, ns } = at(env);
+      return pipeline.settle(ns, result, actual);
+    },
+  };
+}
+
 /** The usage of `key` (`Limiter.usage`) at its object in the namespace `ns()` returns. */
 async function usageOf(
   pipeline: Pipeline,

@@ -68,6 +68,13 @@ export interface ProxyApp {
   handle(request: Request, env: WorkerEnv, hooks?: Hooks): Promise<Response>;
   /** The client serving these vars (null while they are invalid): its leases and deny cache. */
   clientFor(env: WorkerEnv): LimiterClient<Config> | null;
+  /**
+   * The pipeline serving these vars and the objects it decides at: what the proxy's `LimiterService` calls
+   * (src/proxy/index.ts).
+   *
+   * @throws ConfigError while the vars are invalid
+   */
+  serving(env: WorkerEnv): { readonly pipeline: Pipeline<Config>; readonly ns: LimiterNamespace };
 }
 
 /** Configurations kept per isolate (the vars of one deploy are one; tests use many). */
@@ -143,6 +150,11 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
     fetch: (request, env, ctx) => handle(request, env, ctx ? { waitUntil: (p) => ctx.waitUntil?.(p) } : {}),
     handle,
     clientFor: (env) => load(env).pipeline?.client ?? null,
+    serving(env) {
+      const { config, pipeline } = load(env);
+      if (config instanceof ConfigError || !pipeline) throw config;
+      return { pipeline, ns: objectsOf(env, config) };
+    },
   };
 }
 
