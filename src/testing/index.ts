@@ -1,7 +1,8 @@
 /**
  * @module The test kit (package export `./testing`; docs/configuration.md, "Testing your code"): a clock a test moves
- * ({@link TestClock}) and an in-memory limiter ({@link memoryLimiter}) with the library's API and decisions, for plain
- * Node tests without workerd. For tests only: nothing in the package's other entries imports this module
+ * ({@link TestClock}); in `@cloudflare/vitest-plugin` tests, that clock read by the isolate's limiters and the key's
+ * objects alike ({@link useTestClock}) and a reset of every key ({@link resetLimiters}); and an in-memory limiter
+ * ({@link memoryLimiter}) with the library's API and decisions, for plain Node tests without workerd. For tests only: nothing in the package's other entries imports this module
  * (`.dependency-cruiser.cjs`, "testing-is-a-leaf"; test/unit/testing.test.ts follows every entry's imports), so a
  * Worker built from them cannot reach it.
  *
