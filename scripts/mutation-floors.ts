@@ -116,6 +116,8 @@ export const FLOORS: Readonly<Record<string, number>> = {
   // imported-key cache (no answer shows whether a key was imported again) and base64url's regular expressions, whose
   // mutants the canonical-spelling check after them still refuses; guesses.ts 88.4 %.
   "src/base/hmac.ts": 75,
+  // The test kit's seam (issue 60), from its own run: 100 % (8 of 8).
+  "src/base/clock.ts": 99,
   "src/config/guesses.ts": 87,
 };
 

@@ -4,6 +4,7 @@
  * (src/library/service.ts) adds the runtime's `LimiterService`, the in-memory limiter (src/testing/) runs it in Node.
  */
 
+import { epoch, now } from "../base/clock.ts";
 import { type Background, LimiterClient, type LimiterNamespace } from "../client/index.ts";
 import { callObject, withDeadline } from "../client/policy.ts";
 import { checkAccount } from "../config/accounts.ts";
@@ -117,8 +118,18 @@ export function limiterOf(options: LimiterOptions, service: ServiceMaker): Limit
   checkNaming(binding, given, prefix);
   const config = parseLimiterConfig(settings, "createLimiter", OWN_OPTIONS);
   const name = given !== undefined ? given : (prefix ?? derivedName(config));
-  const verifier = verifierOf(config, { verify, verifyCache }, clock ?? Date.now, "createLimiter");
-  const pipeline = new Pipeline(new LimiterClient(config, clock ? { clock } : {}), name, verifier);
+  const time = clock ?? now;
+  // The pipeline and what it keeps in the isolate (leases, deny cache, verified keys), made afresh in a new epoch: only
+  // the test kit's reset starts one (src/base/clock.ts), so in a Worker this is made once.
+  const fresh = () => {
+    const verifier = verifierOf(config, { verify, verifyCache }, time, "createLimiter");
+    return { pipeline: new Pipeline(new LimiterClient(config, { clock: time }), name, verifier), epoch: epoch() };
+  };
+  let made = fresh();
+  const current = (): Pipeline => {
+    if (made.epoch !== epoch()) made = fresh();
+    return made.pipeline;
+  };
   // Resolved once per limiter: an isolate's requests share one `env` (a different one, as in tests, resolves again).
   let seen: { env: object; ns: LimiterNamespace } | null = null;
   const namespace = (env: object): LimiterNamespace => {
@@ -127,11 +138,11 @@ export function limiterOf(options: LimiterOptions, service: ServiceMaker): Limit
   };
 
   const topUpTarget = async (env: object, key: string) => {
-    const { name: object, plan } = await pipeline.identifyFor(env, keyOf(key));
+    const { name: object, plan } = await current().identifyFor(env, keyOf(key));
     return { stub: namespace(env).getByName(object), plan, timeoutMs: config.objectTimeoutMs };
   };
   const decide = async (env: object, key: string, options: LimitCallOptions, inFlight: boolean) => {
-    const decided = await pipeline.decide(env, namespace(env), askingOf(key, options, inFlight));
+    const decided = await current().decide(env, namespace(env), askingOf(key, options, inFlight));
     // A cost of at least 1 is always decided.
     return (decided as NonNullable<typeof decided>).result;
   };
@@ -140,33 +151,37 @@ export function limiterOf(options: LimiterOptions, service: ServiceMaker): Limit
     config,
     bindingName: binding,
     name,
-    pipeline,
-    identify: (key, ip = null) => pipeline.identify(key === null ? null : keyOf(key), ip),
+    get pipeline() {
+      return current();
+    },
+    identify: (key, ip = null) => current().identify(key === null ? null : keyOf(key), ip),
     limit: (env, key, options = {}) => decide(env, key, options, false),
     acquire: (env, key, options = {}) => decide(env, key, options, true),
-    release: (env, result) => pipeline.release(namespace(env), result),
+    release: (env, result) => current().release(namespace(env), result),
     decideRequest: (env, request, { key, cost, ctx } = {}) =>
-      pipeline.decideRequest(env, namespace(env), request, {
+      current().decideRequest(env, namespace(env), request, {
         ...(key === undefined ? {} : { key }),
         ...(cost === undefined ? {} : { cost }),
         ctx: bgOf(ctx),
       }),
-    whenEnded: (env, result, response, ctx) => pipeline.sent(namespace(env), result, response, bgOf(ctx)),
+    whenEnded: (env, result, response, ctx) => current().sent(namespace(env), result, response, bgOf(ctx)),
     settleWhenEnded: (env, result, response, { ctx, actual }) =>
-      pipeline.settleWhenEnded(namespace(env), result, response, { bg: bgOf(ctx), actual }),
-    headers: (result) => pipeline.headers(result),
-    mintKey: (env, plan, options = {}) => mintFor(config, env, plan, { now: pipeline.client.now(), ...options }),
-    setHeaders: (result, target) => pipeline.setHeaders(result, target),
+      current().settleWhenEnded(namespace(env), result, response, { bg: bgOf(ctx), actual }),
+    headers: (result) => current().headers(result),
+    mintKey: (env, plan, options = {}) => mintFor(config, env, plan, { now: current().client.now(), ...options }),
+    setHeaders: (result, target) => current().setHeaders(result, target),
     async peek(env, key, { cost = 1, route } = {}) {
       const ns = namespace(env);
+      const pipeline = current();
       const { name: object, plan } = await pipeline.identifyFor(env, keyOf(key));
       const named = route === undefined ? null : routeNamed(config, plan, route);
       return pipeline.client.peek({ ns, name: object, plan, cost: checked(cost), route: named });
     },
-    refund: async (env, result) => pipeline.refund(namespace(env), result),
-    settle: async (env, result, actual) => pipeline.settle(namespace(env), result, actual),
+    refund: async (env, result) => current().refund(namespace(env), result),
+    settle: async (env, result, actual) => current().settle(namespace(env), result, actual),
     async reset(env, key) {
       const ns = namespace(env);
+      const pipeline = current();
       const { name: object, plan } = await pipeline.identifyFor(env, keyOf(key));
       if (!plan.limits) return;
       const limits = plan.limits;
@@ -176,11 +191,48 @@ export function limiterOf(options: LimiterOptions, service: ServiceMaker): Limit
     },
     credit: async (env, key, add, { id } = {}) => (await topUp(await topUpTarget(env, key), add, id)).balance,
     topUp: async (env, key, add, { id } = {}) => topUp(await topUpTarget(env, key), add, id),
-    usage: async (env, key, options) => usageOf(pipeline, { env, ns: () => namespace(env) }, keyOf(key), options),
+    usage: async (env, key, options) => usageOf(current(), { env, ns: () => namespace(env) }, keyOf(key), options),
     binding: (env, ctx) => bindingOf(limiter, env, ctx),
     service: () => service(limiter),
   };
   return limiter;
+}
+
+/** The calls a `LimiterService` serves (src/library/service.ts): a {@link Limiter}'s, or {@link servedOver}'s. */
+export type ServedCalls = Pick<Limiter, "limit" | "peek" | "refund" | "settle">;
+
+/**
+ * {@link ServedCalls} over the pipeline and namespace `at(env)` gives, decided as a library limiter decides them (no
+ * route, no client address): the proxy's for its `RATE_LIMIT` (src/proxy/index.ts).
+ *
+ * @throws as `at` does (the proxy: a ConfigError for bad vars), and as `limit()` for a bad key or cost
+ */
+export function servedOver(
+  at: (env: object) => { readonly pipeline: Pipeline; readonly ns: LimiterNamespace },
+): ServedCalls {
+  return {
+    async limit(env, key, options = {}) {
+      const asking = askingOf(key, options, false);
+      const { pipeline, ns } = at(env);
+      const decided = await pipeline.decide(env, ns, asking);
+      // A cost of at least 1 is always decided.
+      return (decided as NonNullable<typeof decided>).result;
+    },
+    async peek(env, key, { cost = 1 } = {}) {
+      const asked = { key: keyOf(key), cost: checked(cost) };
+      const { pipeline, ns } = at(env);
+      const { name, plan } = await pipeline.identifyFor(env, asked.key);
+      return pipeline.client.peek({ ns, name, plan, cost: asked.cost, route: null });
+    },
+    async refund(env, result) {
+      const { pipeline, ns } = at(env);
+      return pipeline.refund(ns, result);
+    },
+    async settle(env, result, actual) {
+      const { pipeline, ns } = at(env);
+      return pipeline.settle(ns, result, actual);
+    },
+  };
 }
 
 /** The usage of `key` (`Limiter.usage`) at its object in the namespace `ns()` returns. */

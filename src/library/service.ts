@@ -6,7 +6,7 @@
 
 import { WorkerEntrypoint } from "cloudflare:workers";
 import { askOf } from "./binding.ts";
-import { limiterOf } from "./create.ts";
+import { limiterOf, type ServedCalls } from "./create.ts";
 import type { BindingLimitOptions, Limiter, LimiterServiceCalls, ServiceResult } from "./limiter.ts";
 import type { LimiterOptions } from "./settings.ts";
 
@@ -14,11 +14,11 @@ import type { LimiterOptions } from "./settings.ts";
 export type LimiterService = WorkerEntrypoint<object> & LimiterServiceCalls;
 
 /**
- * The `LimiterService` class of `limiter`: each call decides with the serving Worker's `env` (its `RateLimiter`
+ * The `LimiterService` class of `limiter` (or of the calls the proxy serves, src/proxy/index.ts): each call decides with the serving Worker's `env` (its `RateLimiter`
  * binding) and `ctx` (lease refills and give-backs outlive the call). An error crosses the binding as the runtime
  * carries it: a `TypeError` or `RangeError` as itself, a `LimiterError` as an `Error` with its `name` and `code`.
  */
-export function serviceOf(limiter: Limiter): new (ctx: ExecutionContext, env: object) => LimiterService {
+export function serviceOf(limiter: ServedCalls): new (ctx: ExecutionContext, env: object) => LimiterService {
   return class LimiterService extends WorkerEntrypoint<object> {
     async limit(options: BindingLimitOptions): Promise<ServiceResult> {
       const { key, cost } = askOf(options);

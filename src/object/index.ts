@@ -6,6 +6,7 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
+import { now } from "../base/clock.ts";
 import type { RouteBudget } from "../core/budgets.ts";
 import type { CreditSpec } from "../core/credits.ts";
 import type { Decision, NamedLimit } from "../core/decision.ts";
@@ -188,9 +189,12 @@ export class RateLimiter extends DurableObject<unknown> {
     await this.#setOverride(null);
   }
 
-  /** The object's clock in ms. The only place time is read; tests may replace it. */
+  /**
+   * The object's clock in ms: `Date.now()`, or the test kit's clock while a test holds one (src/base/clock.ts). The
+   * only place time is read; tests may replace it.
+   */
   clock(): number {
-    return Date.now();
+    return now();
   }
 
   /** Forgets what no longer counts (key.ts, `sweep`) and sets the alarm for the next time something will stop counting. */

@@ -4,6 +4,7 @@
  * leases and deny cache belong to it.
  */
 
+import { now as clockNow, epoch } from "../base/clock.ts";
 import { LimiterError } from "../base/errors.ts";
 import { keyId, logEvent } from "../base/log.ts";
 import type { NormalPath } from "../base/path.ts";
@@ -67,6 +68,13 @@ export interface ProxyApp {
   handle(request: Request, env: WorkerEnv, hooks?: Hooks): Promise<Response>;
   /** The client serving these vars (null while they are invalid): its leases and deny cache. */
   clientFor(env: WorkerEnv): LimiterClient<Config> | null;
+  /**
+   * The pipeline serving these vars and the objects it decides at: what the proxy's `LimiterService` calls
+   * (src/proxy/index.ts).
+   *
+   * @throws ConfigError while the vars are invalid
+   */
+  serving(env: WorkerEnv): { readonly pipeline: Pipeline<Config>; readonly ns: LimiterNamespace };
 }
 
 /** Configurations kept per isolate (the vars of one deploy are one; tests use many). */
@@ -75,10 +83,16 @@ const MAX_CONFIGS = 16;
 /** A proxy with its own clients; `options.clock` drives every client's clock and the admin API's. */
 export function createProxy(options: ClientOptions = {}): ProxyApp {
   const loaded: Loaded[] = [];
-  const now = options.clock ?? Date.now;
+  const now = options.clock ?? clockNow;
+  /** The epoch its clients were made in: only the test kit's reset starts another (src/base/clock.ts). */
+  let madeIn = epoch();
 
-  /** Parses the vars once (again only when they change); logs an error once. */
+  /** Parses the vars once (again only when they change, or in a new epoch: new clients); logs an error once. */
   function load(env: WorkerEnv): Loaded {
+    if (madeIn !== epoch()) {
+      loaded.length = 0;
+      madeIn = epoch();
+    }
     const found = loaded.find((l) => l.origin === env.ORIGIN && l.rateLimit === env.RATE_LIMIT);
     if (found) return found;
     let config: Config | ConfigError;
@@ -92,7 +106,8 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
       logEvent("config_error", { message: e.message }, "error");
     }
     // The proxy names its objects `key:<key>` (no scope): it is the binding's one limiter.
-    const pipeline = config instanceof ConfigError ? null : new Pipeline(new LimiterClient(config, options), null);
+    const pipeline =
+      config instanceof ConfigError ? null : new Pipeline(new LimiterClient(config, { clock: now }), null);
     const entry: Loaded = { origin: env.ORIGIN, rateLimit: env.RATE_LIMIT, config, pipeline, targets };
     if (loaded.length >= MAX_CONFIGS) loaded.shift();
     loaded.push(entry);
@@ -135,6 +150,11 @@ export function createProxy(options: ClientOptions = {}): ProxyApp {
     fetch: (request, env, ctx) => handle(request, env, ctx ? { waitUntil: (p) => ctx.waitUntil?.(p) } : {}),
     handle,
     clientFor: (env) => load(env).pipeline?.client ?? null,
+    serving(env) {
+      const { config, pipeline } = load(env);
+      if (config instanceof ConfigError || !pipeline) throw config;
+      return { pipeline, ns: objectsOf(env, config) };
+    },
   };
 }
 

@@ -1,7 +1,8 @@
 /**
  * @module The test kit (package export `./testing`; docs/configuration.md, "Testing your code"): a clock a test moves
- * ({@link TestClock}) and an in-memory limiter ({@link memoryLimiter}) with the library's API and decisions, for plain
- * Node tests without workerd. For tests only: nothing in the package's other entries imports this module
+ * ({@link TestClock}); in `@cloudflare/vitest-plugin` tests, that clock read by the isolate's limiters and the key's
+ * objects alike ({@link useTestClock}) and a reset of every key ({@link resetLimiters}); and an in-memory limiter
+ * ({@link memoryLimiter}) with the library's API and decisions, for plain Node tests without workerd. For tests only: nothing in the package's other entries imports this module
  * (`.dependency-cruiser.cjs`, "testing-is-a-leaf"; test/unit/testing.test.ts follows every entry's imports), so a
  * Worker built from them cannot reach it.
  *
@@ -18,41 +19,11 @@ import { ConfigError } from "../config/types.ts";
 import { limiterOf } from "../library/create.ts";
 import type { Limiter } from "../library/limiter.ts";
 import type { LimiterOptions } from "../library/settings.ts";
+import { TestClock } from "./clock.ts";
 import { MemoryObjects } from "./objects.ts";
 
-/** 2030-01-01T00:00:00Z: where a {@link TestClock} starts unless told. */
-const START = Date.UTC(2030, 0, 1);
-
-/** A clock a test moves: it stands still until {@link advance} moves it. */
-export class TestClock {
-  #now: number;
-
-  /** @param start the time it reads (ms since the epoch; default 2030-01-01T00:00:00Z) */
-  constructor(start = START) {
-    this.#now = TestClock.#checked(start, "start");
-  }
-
-  /** The time it reads (ms since the epoch); bound, so `clock.now` can be passed as a `clock` option. */
-  readonly now = (): number => this.#now;
-
-  /**
-   * Moves the clock `ms` forward, and answers the time it then reads.
-   *
-   * @throws RangeError for a step that is not a whole number of ms ≥ 0 (time never goes back)
-   */
-  advance(ms: number): number {
-    if (!Number.isSafeInteger(ms) || ms < 0) {
-      throw new RangeError(`advance(ms): expected a whole number of ms ≥ 0, got ${String(ms)}`);
-    }
-    this.#now = TestClock.#checked(this.#now + ms, "advance(ms)");
-    return this.#now;
-  }
-
-  static #checked(t: number, what: string): number {
-    if (!Number.isSafeInteger(t) || t < 0) throw new RangeError(`${what}: expected a time in ms ≥ 0, got ${String(t)}`);
-    return t;
-  }
-}
+export { TestClock, useRealClock, useTestClock } from "./clock.ts";
+export { resetLimiters } from "./reset.ts";
 
 /** {@link memoryLimiter}'s options: `createLimiter()`'s, with a {@link TestClock} for its `clock`. */
 export type MemoryLimiterOptions = Omit<LimiterOptions, "clock"> & {
@@ -145,6 +116,10 @@ export function memoryLimiter(options: MemoryLimiterOptions): MemoryLimiter {
   return {
     ...real,
     ...calls,
+    // The limiter's current pipeline (a reset's new epoch makes another), not the one spread above.
+    get pipeline() {
+      return real.pipeline;
+    },
     clock,
     async resetAll() {
       const pending: Promise<unknown>[] = [];

@@ -4,7 +4,8 @@
 // examples/, in the clone, installed as it stands (its package.json names the clone's tarball), typechecked against
 // its `wrangler types` Env (examples/worker with README's Worker code beside it), run under its own `wrangler dev`
 // with its own config — a wrangler.toml (examples/worker, examples/proxy) or a wrangler.jsonc (examples/hono-app),
-// each declaring the class in `exports` — and driven over HTTP. Last, a newcomer's next steps with the packed proxy:
+// each declaring the class in `exports` — and driven over HTTP; examples/hono-app's own @cloudflare/vitest-plugin test,
+// which moves the test kit's clock and resets every key, typechecked and run by `npm test` there. Last, a newcomer's next steps with the packed proxy:
 // docs/llm.md's OpenAI configuration and configuration.md's signed plan as written, a key minted by the admin API, a
 // chat completion settled to what a fake model reported, a forged key refused before the model.
 import { execFile } from "node:child_process";
@@ -193,6 +194,28 @@ describe("examples/hono-app (README's hono app): the hono middleware from the pa
     for (let i = 0; i < 3; i++) expect((await get("/api/fail", key)).status).toBe(500);
     const next = await get("/api/hello", key);
     expect(await next.json()).toEqual({ remaining: 9 });
+  });
+
+  it("its own @cloudflare/vitest-plugin test passes with the test kit: the clock advanced past the minute, every key reset between tests", async () => {
+    const dir = join(clone, "examples", "hono-app");
+    const test = readFileSync(join(dir, "test/index.test.ts"), "utf8");
+    expect(test).toContain('from "strict-edge-rate-limiter/testing"');
+    expect(test).toMatch(/clock\.advance\(/);
+    expect(test).toMatch(/resetLimiters\(env\.LIMITER\)/);
+    // Typechecked as the user's tests are, then `npm test` as written: vitest inside workerd, the kit from the tarball.
+    await run(join(dir, "node_modules/.bin/tsc"), ["-p", "test"], { cwd: dir });
+    const report = join(temp.path, "hono-app-vitest.json");
+    await sh(`npm test -- --reporter=json --outputFile=${report}`, dir);
+    const results = JSON.parse(readFileSync(report, "utf8")) as {
+      numPassedTests: number;
+      numFailedTests: number;
+      testResults: { assertionResults: { title: string; status: string }[] }[];
+    };
+    expect(results.testResults.flatMap((f) => f.assertionResults.map((a) => [a.title, a.status]))).toEqual([
+      ["allows 10 calls a minute, then answers 429 until the minute has passed", "passed"],
+      ["starts every test with every key fresh", "passed"],
+    ]);
+    expect(results.numFailedTests).toBe(0);
   });
 });
 

@@ -1,5 +1,7 @@
 // docs/configuration.md, "Testing your code": its hono app and its plain Node test, compiled and run as written (their
-// imports pointed at this repository's src/ and the installed hono and vitest): the test's own `it`s run here.
+// imports pointed at this repository's src/ and the installed hono and vitest): the test's own `it`s run here. Its
+// workerd example is examples/hono-app's vitest config and test, as they stand: test/e2e/examples.test.ts runs them
+// from the packed package.
 import { readFileSync } from "node:fs";
 import { Hono } from "hono";
 import ts from "typescript";
@@ -27,8 +29,12 @@ function run(block: string, modules: Record<string, unknown>): Record<string, un
 }
 
 describe("docs/configuration.md, Testing your code", () => {
-  expect(blocks).toHaveLength(2);
-  const [appTs, testTs] = blocks as [string, string];
+  expect(blocks).toHaveLength(4);
+  const [configTs, workerdTs, appTs, testTs] = blocks as [string, string, string, string];
+  it("shows examples/hono-app's vitest config and test as they stand", () => {
+    expect(configTs).toBe(readFileSync("examples/hono-app/vitest.config.ts", "utf8"));
+    expect(workerdTs).toBe(readFileSync("examples/hono-app/test/index.test.ts", "utf8"));
+  });
   expect(appTs).toContain("// app.ts");
   expect(testTs).toContain('from "strict-edge-rate-limiter/testing"');
   const app = run(appTs, { hono: { Hono } });
