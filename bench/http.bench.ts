@@ -447,6 +447,25 @@ async function main(): Promise<void> {
         ref: "honobare",
       })),
     );
+    // One library limiter in the Worker that serves the request, against the same limiter over a service binding
+    // (issue 60: `limiter.service()`), each answering from the same handler; the bare hono handler as the reference.
+    all.push(
+      ...(
+        [
+          ["svcinh", "in-process, hot key", "svc-inproc", "hot", "honobare"],
+          ["svcremoteh", "over a service binding, hot key", "svc-remote", "hot", "svcinh"],
+          ["svcin", "in-process, 1000 keys re-seen", "svc-inproc", scatteredKeys("vi_"), "honobare"],
+          ["svcremote", "over a service binding, 1000 keys re-seen", "svc-remote", scatteredKeys("vr_"), "svcin"],
+        ] as const
+      ).map(([id, label, role, key, ref]) => ({
+        id,
+        label: `(7) library limiter ${label}`,
+        url: () => u[role],
+        key,
+        expect: 200,
+        ref,
+      })),
+    );
     if (!BASELINE) {
       // A valid signed key on the hot path (its proof checked once per isolate, then remembered) beside the unsigned
       // hot key of the same limits; 1,000 young signed keys (each proven on first sight) beside 1,000 young unsigned.
@@ -543,6 +562,8 @@ async function main(): Promise<void> {
       ["(3) leases on / off, 1000 keys", "allowed", "allowedoff"],
       ["(3) leases on / off, hot key", "hot", "hotoff"],
       ["(2g) gateway / (2) pass-through", "gwpass", "pass"],
+      ["(7) service binding / in-process, hot key", "svcremoteh", "svcinh"],
+      ["(7) service binding / in-process, 1000 keys", "svcremote", "svcin"],
       ["(3g) gateway / plain, hot key", "gwhot", "hot"],
       ["(4) denied, deny cache / (2) pass-through", "denied", "pass"],
       ["(4) denied, no cache / (2) pass-through", "deniednc", "pass"],

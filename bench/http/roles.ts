@@ -15,6 +15,9 @@ export const BENCH_ROLES = [
   "hono-bare",
   "hono-ours",
   "hono-peer",
+  "svc-inproc",
+  "svc-remote",
+  "svc-host",
 ] as const;
 
 export type BenchRole = (typeof BENCH_ROLES)[number];
@@ -27,6 +30,8 @@ export interface BenchWorker {
   readonly leases?: boolean;
   /** Share this Worker's RateLimiter objects (another isolate deciding the same keys). */
   readonly limiterOf?: string;
+  /** Bind this Worker's `BenchLimiterService` entrypoint as `LIMITER_SVC` (the service roles). */
+  readonly serviceOf?: string;
 }
 
 /**
@@ -35,7 +40,8 @@ export interface BenchWorker {
  * `sim-2` … `sim-4` (three more Workers on `sim`'s objects, for `npm run bench:sim`).
  */
 export const BENCH_WORKERS = [
-  ...BENCH_ROLES.map((role) => ({ name: role, role }) as const),
+  ...BENCH_ROLES.filter((role) => role !== "svc-remote").map((role) => ({ name: role, role }) as const),
+  { name: "svc-remote", role: "svc-remote", serviceOf: "svc-host" },
   { name: "count-off", role: "count", leases: false },
   { name: "hono-ours-off", role: "hono-ours", leases: false },
   { name: "far-off", role: "far", leases: false },

@@ -154,6 +154,9 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
       NOOP: sqlite("Noop"),
       PEER: sqlite("DurableObjectRateLimiter"),
     },
+    ...("serviceOf" in w && w.serviceOf
+      ? { serviceBindings: { LIMITER_SVC: { name: w.serviceOf, entrypoint: "BenchLimiterService" } } }
+      : {}),
     ratelimits: {
       NATIVE: { namespace_id: `${w.name}-1`, simple: { limit: 1_000_000_000, period: 10 as const } },
       NATIVE_CHART: { namespace_id: `${w.name}-2`, simple: { limit: o.chartLimit, period: 10 as const } },

@@ -48,9 +48,11 @@ import { HONO_ROLES, type HonoRole, honoApp } from "./hono.mts";
 import type { FixedWindow, Noop, TokenBucket } from "./objects.mts";
 import { outage } from "./outage.mts";
 import type { BenchRole } from "./roles.ts";
+import { SERVICE_ROLES, type ServiceRole, serviceAnswer } from "./service.mts";
 
 export { DurableObjectRateLimiter } from "./hono.mts";
 export { FixedWindow, Noop, TokenBucket } from "./objects.mts";
+export { BenchLimiterService } from "./service.mts";
 export { RateLimiter };
 
 interface RateLimitBinding {
@@ -381,6 +383,9 @@ const denied = () =>
 
 export default {
   async fetch(request, env, ctx): Promise<Response> {
+    if ((SERVICE_ROLES as readonly string[]).includes(env.BENCH_ROLE)) {
+      return serviceAnswer(env.BENCH_ROLE as ServiceRole, request, env as never, ctx);
+    }
     if ((HONO_ROLES as readonly string[]).includes(env.BENCH_ROLE)) {
       return honoApp(env.BENCH_ROLE as HonoRole, env as never).fetch(request, env, ctx);
     }
