@@ -76,3 +76,46 @@ export function answered(slot: CallSlot, call: LeaseCall): void {
   call.done = true;
   if (slot.call === call) slot.call = null;
 }
+
+/**
+ * A call out carrying the key's settlements (docs/design.md, "What real clients do"): the units they free count at the
+ * object only once it decides that call, and calls are not ordered, so a request of the same burst may reach the
+ * object first and be refused on them. Such a refusal waits for this call's answer and, when the object decided it
+ * later than the refusal, asks once more within the room that answer shows.
+ */
+export interface SettlingCall {
+  /** Local time its answer is expected at: a recent round trip after it was sent. */
+  readonly dueAt: number;
+  /** How long a refusal waiting for it sleeps once it is due (ms): a recent round trip, at least 5 ms. */
+  readonly stepMs: number;
+  /** Whether its answer came (or it failed). */
+  done: boolean;
+  /** The object's clock when it decided the call (its settlements applied); −∞ until answered, or when it failed. */
+  decidedAt: number;
+  /** Units its answer showed free in every limit, not yet claimed by a refused request (0 when it failed). */
+  room: number;
+}
+
+/** A call carrying settlements sent at `now`, due a recent round trip later (`rttMs`, at least 5 ms). */
+export function settlingOut(now: number, rttMs: number): SettlingCall {
+  const stepMs = Math.max(Math.ceil(rttMs), MIN_WAIT_MS);
+  return { dueAt: now + stepMs, stepMs, done: false, decidedAt: Number.NEGATIVE_INFINITY, room: 0 };
+}
+
+/** `call` answered: decided at `decidedAt` (the object's clock) with `room` units free in every limit after it. */
+export function settlingAnswered(call: SettlingCall, decidedAt: number, room: number): void {
+  call.done = true;
+  call.decidedAt = decidedAt;
+  call.room = room;
+}
+
+/**
+ * Whether a refusal the object decided at `refusedAt` (its clock), for `cost` units, may ask once more after `call`:
+ * answered, decided later than the refusal (its settlements were not applied yet when the refusal was), with room for
+ * the cost — which the refusal then claims, so that no more requests ask again than it showed units for.
+ */
+export function claimRoom(call: SettlingCall | null, refusedAt: number, cost: number): boolean {
+  if (call === null || !call.done || refusedAt >= call.decidedAt || call.room < cost) return false;
+  call.room -= cost;
+  return true;
+}

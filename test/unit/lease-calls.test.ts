@@ -1,7 +1,17 @@
 // Joining a lease call already out (src/client/lease-calls.ts) at its edges: when a call is due and late, which
-// requests may join it, and how long one waits after each wait.
+// requests may join it, and how long one waits after each wait; and a call carrying settlements, which a refusal it
+// may have caused waits for and asks again after, within its room.
 import { describe, expect, it } from "vitest";
-import { answered, type CallSlot, callOut, join, waitMs } from "../../src/client/lease-calls.ts";
+import {
+  answered,
+  type CallSlot,
+  callOut,
+  claimRoom,
+  join,
+  settlingAnswered,
+  settlingOut,
+  waitMs,
+} from "../../src/client/lease-calls.ts";
 
 describe("callOut", () => {
   it("is due a round trip after it is sent (at least 5 ms), late four deviations after (5 ms to a round trip)", () => {
@@ -58,5 +68,43 @@ describe("waitMs", () => {
     const newer = callOut(slot, { units: 1, now: 0 }, { meanMs: 20, devMs: 2 });
     answered(slot, c);
     expect(slot.call).toBe(newer);
+  });
+});
+
+describe("a call carrying settlements", () => {
+  it("is due a round trip after it is sent, at least 5 ms, and waited for a round trip at a time after that", () => {
+    expect(settlingOut(100, 20.5)).toEqual({
+      dueAt: 121,
+      stepMs: 21,
+      done: false,
+      decidedAt: Number.NEGATIVE_INFINITY,
+      room: 0,
+    });
+    expect(settlingOut(100, 0)).toMatchObject({ dueAt: 105, stepMs: 5 });
+  });
+
+  it("lets a refusal decided before it ask once more, each claiming its cost of the room the answer showed", () => {
+    const call = settlingOut(0, 20);
+    // Not answered yet: nothing to claim.
+    expect(claimRoom(call, 999, 1)).toBe(false);
+    settlingAnswered(call, 1000, 3);
+    expect([call.done, call.decidedAt, call.room]).toEqual([true, 1000, 3]);
+    expect(claimRoom(call, 999, 2)).toBe(true);
+    expect(call.room).toBe(1);
+    expect(claimRoom(call, 999, 2)).toBe(false); // the room left is short of the cost
+    expect(claimRoom(call, 999, 1)).toBe(true);
+    expect(claimRoom(call, 999, 1)).toBe(false); // claimed in full
+  });
+
+  it("never for no call, a refusal decided at or after it (its settlements were already applied), or a failed call", () => {
+    expect(claimRoom(null, 0, 1)).toBe(false);
+    const call = settlingOut(0, 20);
+    settlingAnswered(call, 1000, 5);
+    expect(claimRoom(call, 1000, 1)).toBe(false);
+    expect(claimRoom(call, 1001, 1)).toBe(false);
+    expect(call.room).toBe(5);
+    const failed = settlingOut(0, 20);
+    settlingAnswered(failed, Number.NEGATIVE_INFINITY, 0);
+    expect(claimRoom(failed, 0, 1)).toBe(false);
   });
 });
