@@ -11,7 +11,7 @@ import type { Answers } from "./answers.ts";
 import type { Blocked } from "./deny-cache.ts";
 import { sameOverride } from "./held.ts";
 import type { SlotAsk } from "./in-flight.ts";
-import { claimRoom, settlingAnswered, waitMs } from "./lease-calls.ts";
+import { claimRoom, refusedByLimits, settlingAnswered, settlingFailed, waitMs } from "./lease-calls.ts";
 import { type HeldLease, IDLE_RETURN_MS, type KeyLeases, type KeySettlements, type LeaseCall } from "./leases.ts";
 import { refusalReason, statesOf, withLease } from "./outcomes.ts";
 import type { Parts } from "./parts.ts";
@@ -25,8 +25,6 @@ interface AtObject {
   readonly entry: KeyLeases | undefined;
   readonly slot: SlotAsk | undefined;
   readonly now: number;
-  /** Asked once more after a refusal a settlement out may have caused ({@link Acquire.#roomAfterSettling}). */
-  readonly again?: boolean;
 }
 
 export class Acquire {
@@ -114,16 +112,16 @@ export class Acquire {
     const asked = this.#answers.ask(entry, want, cost, now);
     const ask = slot ? { ...asked, slot: heldAlone > 0 ? { ...slot, limit: slot.limit - heldAlone } : slot } : asked;
     const call = entry && ask.leaseUnits ? leases.calling(entry, ask.leaseUnits, now, ask.leaseFromLog) : null;
-    const settling = entry && ask.settle && ask.settle.length > 0 ? leases.settling(entry, now) : null;
+    const settling = entry && ask.settle.length > 0 ? leases.settling(entry) : null;
     let d: Decision;
     try {
       d = await this.#p.calls.take(r, this.#p.refusals.penalized(name, plan, ask));
     } catch (e) {
-      if (settling) settlingAnswered(settling, Number.NEGATIVE_INFINITY, 0);
+      if (settling) settlingFailed(settling);
       if (entry) this.#answers.ended(entry, call, ask);
       return this.#without.decide(r, slot, e);
     }
-    if (settling) settlingAnswered(settling, d.now, roomOf(d));
+    if (settling) settlingAnswered(settling, d);
     const lease = this.#answers.took(r, d, { entry, call, ask, sentAt });
     // Grants this isolate made alone that the object had not recorded when it decided (made while this call was out,
     // or a report of them still out): the object's grant must fit this isolate's log too, else it is refused here
@@ -141,15 +139,11 @@ export class Acquire {
         this.#p.refusals.grantedHere(name, plan);
         return this.#leased(r, entry, held, this.#p.now());
       }
-      // Refused by a limit on units a settlement of this isolate's, still out, frees: once more, within its room.
-      if (
-        !at.again &&
-        !settling &&
-        d.limits.some((l) => l.exceeded) &&
-        (await this.#roomAfterSettling(entry, r, { sentAt, refusedAt: d.now }))
-      ) {
+      // Refused by a limit on units a settlement of this isolate's, out when it was decided, frees: once more,
+      // within the room that settlement's answer shows.
+      if (refusedByLimits(d) && (await this.#roomAfterSettling(entry, r, d.now))) {
         this.#p.refusals.grantedHere(name, plan);
-        return this.#atObject(r, { ...at, now: this.#p.now(), again: true });
+        return this.#atObject(r, { ...at, now: this.#p.now() });
       }
     }
     if (!d.allowed) return this.#p.results.decided(r, d, { reason: refusalReason(d), fits: false });
@@ -202,26 +196,16 @@ export class Acquire {
   }
 
   /**
-   * Whether `r`, refused at the key's object at `refusedAt` (its clock) on a call sent at `sentAt`, may ask once more:
-   * the key's latest call carrying settlements was decided after it, with room for `r` in its answer (claimed: no more
-   * requests ask again than it showed units for). Calls are not ordered: a burst's other calls may reach the object
-   * before the one that gives back what the key's expired leases did not use, and be refused on those units. While
-   * that call is out its answer is waited for — on this request's own timers, as in {@link decide} — at most until the
-   * request's own call would have timed out.
+   * Whether `r`, refused at the key's object at `refusedAt` (its clock), may ask once more: the key's latest call
+   * carrying settlements was decided after the refusal, with room for `r` in its answer (claimed: no more units are
+   * asked for again than it showed). Calls are not ordered: a burst's other calls may reach the object before the one
+   * that gives back what the key's expired leases did not use, and be refused on those units. While that call is out
+   * its answer is waited for, on this request's own timers (as in {@link decide}): at most until its deadline.
    */
-  async #roomAfterSettling(
-    entry: KeyLeases,
-    r: LimitRequest,
-    at: { sentAt: number; refusedAt: number },
-  ): Promise<boolean> {
-    for (;;) {
-      const settling = entry.settling ?? null;
-      const now = this.#p.now();
-      if (settling === null || settling.done || now - at.sentAt >= this.#p.config.objectTimeoutMs) {
-        return claimRoom(settling, at.refusedAt, r.cost);
-      }
-      await sleep(Math.max(settling.dueAt - now, settling.stepMs));
-    }
+  async #roomAfterSettling(entry: KeyLeases, r: LimitRequest, refusedAt: number): Promise<boolean> {
+    const settling = entry.settling ?? null;
+    while (settling !== null && !settling.done) await sleep(settling.stepMs);
+    return claimRoom(settling, refusedAt, r.cost);
   }
 
   /**
@@ -277,11 +261,4 @@ export class Acquire {
 /** Resolves after `ms` on this request's own timer. */
 function sleep(ms: number): Promise<unknown> {
   return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-/** The units a decision shows free in every limit after it (0 without limits: nothing to ask once more for). */
-function roomOf(d: Decision): number {
-  let room = d.limits.length > 0 ? Number.POSITIVE_INFINITY : 0;
-  for (const l of d.limits) room = Math.min(room, l.remaining);
-  return room;
 }

@@ -8,6 +8,7 @@
 import type { Plan } from "../config/types.ts";
 import type { Decision } from "../core/decision.ts";
 import { ringSlackMs } from "../core/limits.ts";
+import type { Settlement } from "../core/log.ts";
 import type { TakeAsk } from "../protocol.ts";
 import type { Blocked } from "./deny-cache.ts";
 import type { HeldLease, KeyLeases, KeySettlements, LeaseAsk, LeaseCall } from "./leases.ts";
@@ -43,7 +44,12 @@ export class Answers {
    * What a call for the key asks: the request's `cost`, the lease `want`ed (sized by the object from the
    * key's log when this isolate has no rate of its own for it), and the settlement of the key's leases here.
    */
-  ask(entry: KeyLeases | undefined, want: LeaseAsk | undefined, cost: number, now: number): TakeAsk {
+  ask(
+    entry: KeyLeases | undefined,
+    want: LeaseAsk | undefined,
+    cost: number,
+    now: number,
+  ): TakeAsk & { readonly settle: readonly Settlement[] } {
     const leaseUnits = want?.units ?? 0;
     return {
       cost,

@@ -1,8 +1,11 @@
 /**
  * @module Joining a lease call already out instead of asking for oneself (docs/design.md, "No
  * waiting behind other requests"): a request that finds no unit here may wait for the key's lease
- * call while the units it asked for cover the request, and never past that call's round trip.
+ * call while the units it asked for cover the request, and never past that call's round trip. And a call carrying the
+ * key's settlements, which a refusal it may have caused waits for ("What real clients do").
  */
+
+import type { Decision } from "../core/decision.ts";
 
 /**
  * A lease call out for a key: requests that find no unit here may wait for it while the units it asked
@@ -84,38 +87,51 @@ export function answered(slot: CallSlot, call: LeaseCall): void {
  * later than the refusal, asks once more within the room that answer shows.
  */
 export interface SettlingCall {
-  /** Local time its answer is expected at: a recent round trip after it was sent. */
-  readonly dueAt: number;
-  /** How long a refusal waiting for it sleeps once it is due (ms): a recent round trip, at least 5 ms. */
+  /** How long a refusal waiting for it sleeps at a time (ms): a recent round trip, at least 5 ms. */
   readonly stepMs: number;
   /** Whether its answer came (or it failed). */
   done: boolean;
   /** The object's clock when it decided the call (its settlements applied); −∞ until answered, or when it failed. */
   decidedAt: number;
-  /** Units its answer showed free in every limit, not yet claimed by a refused request (0 when it failed). */
+  /** Units its answer showed free in every limit, quota and credit balance, not yet claimed by a refused request. */
   room: number;
 }
 
-/** A call carrying settlements sent at `now`, due a recent round trip later (`rttMs`, at least 5 ms). */
-export function settlingOut(now: number, rttMs: number): SettlingCall {
-  const stepMs = Math.max(Math.ceil(rttMs), MIN_WAIT_MS);
-  return { dueAt: now + stepMs, stepMs, done: false, decidedAt: Number.NEGATIVE_INFINITY, room: 0 };
+/** A call carrying settlements, sent when recent round trips took `rttMs`. */
+export function settlingOut(rttMs: number): SettlingCall {
+  return { stepMs: Math.max(Math.ceil(rttMs), MIN_WAIT_MS), done: false, decidedAt: Number.NEGATIVE_INFINITY, room: 0 };
 }
 
-/** `call` answered: decided at `decidedAt` (the object's clock) with `room` units free in every limit after it. */
-export function settlingAnswered(call: SettlingCall, decidedAt: number, room: number): void {
+/** `call` answered `d`: decided at `d.now` (the object's clock), with what `d` shows free after it as its room. */
+export function settlingAnswered(call: SettlingCall, d: Decision): void {
   call.done = true;
-  call.decidedAt = decidedAt;
-  call.room = room;
+  call.decidedAt = d.now;
+  const free = [...d.limits, ...(d.quotas ?? [])].map((l) => l.remaining);
+  call.room = Math.min(...free, d.credits?.balance ?? Number.POSITIVE_INFINITY);
+}
+
+/** `call` failed: nothing to wait for, and no room (its settlements may or may not have been applied). */
+export function settlingFailed(call: SettlingCall): void {
+  call.done = true;
 }
 
 /**
  * Whether a refusal the object decided at `refusedAt` (its clock), for `cost` units, may ask once more after `call`:
  * answered, decided later than the refusal (its settlements were not applied yet when the refusal was), with room for
- * the cost — which the refusal then claims, so that no more requests ask again than it showed units for.
+ * the cost — which the refusal then claims, so that no more units are asked for again than it showed.
  */
 export function claimRoom(call: SettlingCall | null, refusedAt: number, cost: number): boolean {
-  if (call === null || !call.done || refusedAt >= call.decidedAt || call.room < cost) return false;
+  if (call === null || refusedAt >= call.decidedAt || call.room < cost) return false;
   call.room -= cost;
   return true;
+}
+
+/**
+ * Whether `d` refused a request on its rate limits alone, which a settlement may free: not a cost over a limit, not a
+ * quota or the credits (a settlement re-dates and gives back units in the windows). Blocks and full concurrency are
+ * told apart by the caller.
+ */
+export function refusedByLimits(d: Decision): boolean {
+  if (d.neverAllowed || d.credits?.exceeded || d.quotas?.some((q) => q.exceeded)) return false;
+  return d.limits.some((l) => l.exceeded);
 }

@@ -346,9 +346,9 @@ export class LeaseTable {
     return callOut(e, { units: expected, now }, { meanMs: this.#rttMs, devMs: this.#rttDevMs });
   }
 
-  /** Marks a call carrying the key's settlements as out at `now` (lease-calls.ts, {@link settlingOut}). */
-  settling(e: KeyLeases, now: number): SettlingCall {
-    const call = settlingOut(now, this.#rttMs);
+  /** Marks a call carrying the key's settlements as the key's latest (lease-calls.ts, {@link SettlingCall}). */
+  settling(e: KeyLeases): SettlingCall {
+    const call = settlingOut(this.#rttMs);
     e.settling = call;
     return call;
   }
