@@ -280,10 +280,11 @@ describe("a burst whose calls overtake its isolate's settlement", () => {
   // units it frees, they ask once more within the room its answer shows (acquire.ts, `#roomAfterSettling`).
   for (const name of ["parallel bursts of 90 after quiet", "parallel bursts of 90 after 3 s of pacing"]) {
     for (const settleDelay of [40, 100]) {
-      it(`${name}, R = 20 ms, the settling call ${settleDelay} ms late: 97 % of exact or one fewer, never over N`, async () => {
+      it(`${name}, R = 20 ms, the settling call ${settleDelay} ms late: what exact grants or one fewer, never over N`, async () => {
         const r = await drive(SHAPES[name] as Shape, 20, true, settleDelay);
         expect(r.over).toBeLessThanOrEqual(0);
-        expect(r.granted).toBeGreaterThanOrEqual(Math.min(r.exact - 1, Math.ceil(0.97 * r.exact)));
+        // Without asking once more: 67 and 72 of 72, 57 and 62 of 66.
+        expect(r.granted).toBeGreaterThanOrEqual(r.exact - 1);
       });
     }
   }
