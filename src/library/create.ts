@@ -119,17 +119,10 @@ export function limiterOf(options: LimiterOptions, service: ServiceMaker): Limit
   const config = parseLimiterConfig(settings, "createLimiter", OWN_OPTIONS);
   const name = given !== undefined ? given : (prefix ?? derivedName(config));
   const time = clock ?? now;
-  // The pipeline and what it keeps in the isolate (leases, deny cache, verified keys), made afresh in a new epoch: only
-  // the test kit's reset starts one (src/base/clock.ts), so in a Worker this is made once.
-  const fresh = () => {
+  const current = pipelineOf(() => {
     const verifier = verifierOf(config, { verify, verifyCache }, time, "createLimiter");
-    return { pipeline: new Pipeline(new LimiterClient(config, { clock: time }), name, verifier), epoch: epoch() };
-  };
-  let made = fresh();
-  const current = (): Pipeline => {
-    if (made.epoch !== epoch()) made = fresh();
-    return made.pipeline;
-  };
+    return new Pipeline(new LimiterClient(config, { clock: time }), name, verifier);
+  });
   // Resolved once per limiter: an isolate's requests share one `env` (a different one, as in tests, resolves again).
   let seen: { env: object; ns: LimiterNamespace } | null = null;
   const namespace = (env: object): LimiterNamespace => {
@@ -196,6 +189,18 @@ export function limiterOf(options: LimiterOptions, service: ServiceMaker): Limit
     service: () => service(limiter),
   };
   return limiter;
+}
+
+/**
+ * The pipeline `make` makes, and with it what the pipeline keeps in the isolate (leases, deny cache, verified keys),
+ * made afresh in a new epoch: only the test kit's reset starts one (src/base/clock.ts), so in a Worker it is made once.
+ */
+function pipelineOf(make: () => Pipeline): () => Pipeline {
+  let made = { pipeline: make(), epoch: epoch() };
+  return () => {
+    if (made.epoch !== epoch()) made = { pipeline: make(), epoch: epoch() };
+    return made.pipeline;
+  };
 }
 
 /** The calls a `LimiterService` serves (src/library/service.ts): a {@link Limiter}'s, or {@link servedOver}'s. */
