@@ -10,6 +10,7 @@
  *   npm run bench:limit                  # ~6 min
  *   LIMIT_RTTS=80 LIMIT_SHAPES=loop,burst npm run bench:limit    # one round trip class, two shapes
  *   LIMIT_SLOWEST=1 npm run bench:limit  # and each row's slowest requests (send time, status, latency)
+ *   LIMIT_REFUSALS=1 npm run bench:limit # and each row's refusals: how many, their p50 and p99 latency
  */
 
 import { cpus } from "node:os";
@@ -24,6 +25,8 @@ const RTTS = (process.env.LIMIT_RTTS ?? "0,20,80").split(",").map(Number);
 const ONLY = process.env.LIMIT_SHAPES?.split(",");
 /** `LIMIT_SLOWEST=1`: each row's slowest requests too (what its p99 is made of: in a 120-request shape, the 2nd). */
 const SLOWEST = process.env.LIMIT_SLOWEST === "1";
+/** `LIMIT_REFUSALS=1`: each row's 429s too — how many, and their own p50 and p99 latency (ms, not added). */
+const REFUSALS = process.env.LIMIT_REFUSALS === "1";
 
 /** The shapes' plans, by key prefix. */
 const PLANS = {
@@ -81,6 +84,15 @@ function slowest(sent: readonly Sent[]): string {
     .slice(0, 8)
     .map(({ s, i }) => `#${i}@${s.at - t0} ${s.status} ${s.latencyMs.toFixed(0)} ms`)
     .join(", ");
+}
+
+/** The 429s of `sent`: how many, and their p50 and p99 latency (ms). */
+function refusals(sent: readonly Sent[]): string {
+  const lat = sent
+    .filter((s) => s.status === 429)
+    .map((s) => s.latencyMs)
+    .sort((a, b) => a - b);
+  return `  429s ${lat.length}: p50 ${fmt(quantile(lat, 0.5))} p99 ${fmt(quantile(lat, 0.99))} ms`;
 }
 
 /** One request; its send time (wall clock, for the exact limiter), latency and status. */
@@ -259,6 +271,7 @@ async function main(): Promise<void> {
               18,
             ),
             failed > 0 ? `  ${failed} failed` : "",
+            REFUSALS ? refusals(sent) : "",
           ].join(" ");
           rows.push(row);
           console.log(row);

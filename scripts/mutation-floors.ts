@@ -73,8 +73,10 @@ export const FLOORS: Readonly<Record<string, number>> = {
   // index.ts was split (issue 48) the client's paths are in the files below; they score 75.7 % together (578 of 764),
   // index.ts alone 63.9 % before.
   "src/client/index.ts": 76,
-  "src/client/acquire.ts": 86,
-  "src/client/answers.ts": 94,
+  // Issue 62 (the burst that overtakes its settlement, its calls counted; answers.ts's own unit tests): a run narrowed
+  // to acquire, answers, lease-calls, leases and held, 92.53 % (223 of 241) and 97.10 % (134 of 138).
+  "src/client/acquire.ts": 91,
+  "src/client/answers.ts": 96,
   "src/client/outcomes.ts": 81,
   "src/client/without.ts": 74,
   // Its survivors are log lines (limiter_up/down/retry/unavailable and their fields, which no unit test reads), and

@@ -11,7 +11,7 @@ import type { Answers } from "./answers.ts";
 import type { Blocked } from "./deny-cache.ts";
 import { sameOverride } from "./held.ts";
 import type { SlotAsk } from "./in-flight.ts";
-import { waitMs } from "./lease-calls.ts";
+import { claimRoom, refusedByLimits, settlingAnswered, settlingFailed, waitMs } from "./lease-calls.ts";
 import { type HeldLease, IDLE_RETURN_MS, type KeyLeases, type KeySettlements, type LeaseCall } from "./leases.ts";
 import { refusalReason, statesOf, withLease } from "./outcomes.ts";
 import type { Parts } from "./parts.ts";
@@ -112,13 +112,16 @@ export class Acquire {
     const asked = this.#answers.ask(entry, want, cost, now);
     const ask = slot ? { ...asked, slot: heldAlone > 0 ? { ...slot, limit: slot.limit - heldAlone } : slot } : asked;
     const call = entry && ask.leaseUnits ? leases.calling(entry, ask.leaseUnits, now, ask.leaseFromLog) : null;
+    const settling = entry && ask.settle.length > 0 ? leases.settling(entry) : null;
     let d: Decision;
     try {
       d = await this.#p.calls.take(r, this.#p.refusals.penalized(name, plan, ask));
     } catch (e) {
+      if (settling) settlingFailed(settling);
       if (entry) this.#answers.ended(entry, call, ask);
       return this.#without.decide(r, slot, e);
     }
+    if (settling) settlingAnswered(settling, d);
     const lease = this.#answers.took(r, d, { entry, call, ask, sentAt });
     // Grants this isolate made alone that the object had not recorded when it decided (made while this call was out,
     // or a report of them still out): the object's grant must fit this isolate's log too, else it is refused here
@@ -135,6 +138,12 @@ export class Acquire {
         // The object counted this refusal towards a penalty: one fewer of those answered here is reported.
         this.#p.refusals.grantedHere(name, plan);
         return this.#leased(r, entry, held, this.#p.now());
+      }
+      // Refused by a limit on units a settlement of this isolate's, out when it was decided, frees: once more,
+      // within the room that settlement's answer shows.
+      if (refusedByLimits(d) && (await this.#roomAfterSettling(entry, r, d.now))) {
+        this.#p.refusals.grantedHere(name, plan);
+        return this.#atObject(r, { ...at, now: this.#p.now() });
       }
     }
     if (!d.allowed) return this.#p.results.decided(r, d, { reason: refusalReason(d), fits: false });
@@ -184,6 +193,19 @@ export class Acquire {
       if (ms === null) return held;
       await sleep(ms);
     }
+  }
+
+  /**
+   * Whether `r`, refused at the key's object at `refusedAt` (its clock), may ask once more: the key's latest call
+   * carrying settlements was decided after the refusal, with room for `r` in its answer (claimed: no more units are
+   * asked for again than it showed). Calls are not ordered: a burst's other calls may reach the object before the one
+   * that gives back what the key's expired leases did not use, and be refused on those units. While that call is out
+   * its answer is waited for, on this request's own timers (as in {@link decide}): at most until its deadline.
+   */
+  async #roomAfterSettling(entry: KeyLeases, r: LimitRequest, refusedAt: number): Promise<boolean> {
+    const settling = entry.settling ?? null;
+    while (settling !== null && !settling.done) await sleep(settling.stepMs);
+    return claimRoom(settling, refusedAt, r.cost);
   }
 
   /**

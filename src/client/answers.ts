@@ -8,6 +8,7 @@
 import type { Plan } from "../config/types.ts";
 import type { Decision } from "../core/decision.ts";
 import { ringSlackMs } from "../core/limits.ts";
+import type { Settlement } from "../core/log.ts";
 import type { TakeAsk } from "../protocol.ts";
 import type { Blocked } from "./deny-cache.ts";
 import type { HeldLease, KeyLeases, KeySettlements, LeaseAsk, LeaseCall } from "./leases.ts";
@@ -22,11 +23,14 @@ import { type LimitRequest, routeEntry } from "./request.ts";
  */
 export const DENY_RECHECK_MS = 1000;
 
+/** What a call for a key asks: its settlement always there, empty when there is nothing to settle. */
+export type Asked = TakeAsk & { readonly settle: readonly Settlement[] };
+
 /** A call that went out: the key's lease entry (none: the request does not lease), its lease call, its ask, when. */
 export interface Sent {
   readonly entry: KeyLeases | undefined;
   readonly call: LeaseCall | null;
-  readonly ask: TakeAsk;
+  readonly ask: Asked;
   readonly sentAt: number;
   /** A lease call of its own, no request's decision: its answer never clears the key's deny cache entry. */
   readonly leaseOnly?: boolean;
@@ -43,7 +47,7 @@ export class Answers {
    * What a call for the key asks: the request's `cost`, the lease `want`ed (sized by the object from the
    * key's log when this isolate has no rate of its own for it), and the settlement of the key's leases here.
    */
-  ask(entry: KeyLeases | undefined, want: LeaseAsk | undefined, cost: number, now: number): TakeAsk {
+  ask(entry: KeyLeases | undefined, want: LeaseAsk | undefined, cost: number, now: number): Asked {
     const leaseUnits = want?.units ?? 0;
     return {
       cost,
@@ -86,8 +90,8 @@ export class Answers {
    * The call that carried `ask` for the key of `entry` (and its lease `call`, if any) answered or failed: its
    * settlement's give-backs are no longer coming (leases.ts, `returned`), and its lease call is no longer out.
    */
-  ended(entry: KeyLeases, call: LeaseCall | null, ask: TakeAsk): void {
-    this.#p.leases.returned(entry, ask.settle ?? []);
+  ended(entry: KeyLeases, call: LeaseCall | null, ask: Asked): void {
+    this.#p.leases.returned(entry, ask.settle);
     if (call) this.#p.leases.answered(entry, call);
   }
 

@@ -5,7 +5,7 @@
 
 import type { LimitStatus, NamedLimit } from "../core/decision.ts";
 import { type LimitSpec, leaseScale, MAX_USE_GROUPS } from "../core/limits.ts";
-import type { CallSlot } from "./lease-calls.ts";
+import type { CallSlot, SettlingCall } from "./lease-calls.ts";
 import type { RateCounter } from "./lease-sizing.ts";
 
 /** Units of a lease spent and not yet settled, and the local time of the last of them. */
@@ -77,6 +77,8 @@ export interface KeyLeases extends RateCounter, CallSlot {
   quietUntil: number;
   /** Unused units given back by calls still out: counted as free in `RateLimit` until their answer. */
   givingBack: number;
+  /** The key's latest call carrying settlements (lease-calls.ts, {@link SettlingCall}); none yet when missing. */
+  settling?: SettlingCall;
 }
 
 /** Whether two operators' override lists are the same limits (null: none, the plan's apply). */

@@ -28,7 +28,7 @@ import {
   type View,
 } from "./held.ts";
 
-import { answered, callOut, join, type LeaseCall } from "./lease-calls.ts";
+import { answered, callOut, join, type LeaseCall, type SettlingCall, settlingOut } from "./lease-calls.ts";
 import { countRequest, type LeaseAsk, leaseToAsk, NO_ASK, refillDue, sizedByObject } from "./lease-sizing.ts";
 import { giveUp, IDLE_RETURN_MS, type KeySettlements, settleForCall, settleIdle } from "./settlement.ts";
 
@@ -344,6 +344,13 @@ export class LeaseTable {
     const share = leaseShare(e, now);
     const expected = fromLog ? (share < 1 ? 0 : Math.min(units, FIRST_LEASE_UNITS)) : Math.floor(units * share);
     return callOut(e, { units: expected, now }, { meanMs: this.#rttMs, devMs: this.#rttDevMs });
+  }
+
+  /** Marks a call carrying the key's settlements as the key's latest (lease-calls.ts, {@link SettlingCall}). */
+  settling(e: KeyLeases): SettlingCall {
+    const call = settlingOut(this.#rttMs);
+    e.settling = call;
+    return call;
   }
 
   /** The key's lease call a request of `cost` may wait for, its units promised to it (lease-calls.ts, {@link join}). */
