@@ -27,10 +27,14 @@ export class RateLimiter extends Shipped {
     return this.#down() ? hang() : super.take(limits, ask, route);
   }
 
-  override settle(limits: readonly LimitSpec[], settled: readonly Settlement[]): number {
+  override settle(
+    limits: readonly LimitSpec[],
+    settled: readonly Settlement[],
+    call?: string,
+  ): number | Promise<number> {
     // Answered at once when it answers at all: a dead object's settle fails.
     if (this.#down()) throw new Error("demo outage: this key's object does not answer");
-    return super.settle(limits, settled);
+    return super.settle(limits, settled, call);
   }
 
   override recover(limits: readonly LimitSpec[], report: AloneReport): number | Promise<number> {

@@ -41,7 +41,16 @@ export interface TakeAsk extends Ask, MeterSpecs {
   readonly slot?: { readonly id: string } & ConcurrencySpec;
   /** Grants the caller made alone while the object could not answer: recorded before the decision. */
   readonly alone?: AloneReport;
+  /** The call's id ({@link CallId}): sent again with it, the call is answered as the first time, applied once. */
+  readonly call?: CallId;
 }
+
+/**
+ * The id of a call that may change a key's state (docs/design.md, "Nothing lost under faults"): unique per call (the
+ * isolate's prefix and a count), 1 to 128 characters. The object keeps the answer of each id that changed anything for
+ * a minute (src/object/kept.ts) and answers a call sent again with it, applying nothing twice.
+ */
+export type CallId = string;
 
 /**
  * The grants an isolate made alone while the key's object could not answer (`failure_mode = "local"`), reported when
@@ -51,6 +60,8 @@ export interface TakeAsk extends Ask, MeterSpecs {
 export interface AloneReport {
   readonly uses: readonly Use[];
   readonly routes: readonly { readonly budget: RouteBudget; readonly uses: readonly Use[] }[];
+  /** The id of the call carrying it on its own (`recover`), {@link CallId}. */
+  readonly call?: CallId;
 }
 
 /** A grant to give back (`refund`): its id (each is given back once), where its units were recorded, how many. */
@@ -80,6 +91,8 @@ export interface RefundedGrant {
    * the limits say (the key waits them out) and counted in its quotas, credits (down to 0) and usage at that time.
    */
   readonly debt?: number;
+  /** The id of the call carrying it ({@link CallId}): not the grant's `id`, which is spent once whatever the call. */
+  readonly call?: CallId;
 }
 
 /**
@@ -101,12 +114,12 @@ export interface TopUp {
 export interface LimiterStub {
   take(limits: readonly LimitSpec[], ask: TakeAsk, route?: RouteBudget): Promise<Decision>;
   refund(limits: readonly LimitSpec[], grant: RefundedGrant, route?: RouteBudget): Promise<boolean>;
-  settle(limits: readonly LimitSpec[], settle: readonly Settlement[]): Promise<number>;
+  settle(limits: readonly LimitSpec[], settle: readonly Settlement[], call?: CallId): Promise<number>;
   release(id: string): Promise<boolean>;
   renew(id: string, timeoutMs: number): Promise<boolean>;
   peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget, meters?: MeterSpecs): Promise<Decision>;
   credit(credits: CreditSpec, add: number, id?: string): Promise<number>;
-  topUp(credits: CreditSpec, add: number, id?: string): Promise<TopUp>;
+  topUp(credits: CreditSpec, add: number, id?: string, call?: CallId): Promise<TopUp>;
   usage(
     spec: UsageSpec,
     range: { readonly period: "day" | "month"; readonly from: number; readonly to: number },

@@ -140,7 +140,7 @@ export class CountingRateLimiter extends RateLimiter {
     return super.refund(...args);
   }
 
-  override settle(...args: Parameters<RateLimiter["settle"]>): number {
+  override settle(...args: Parameters<RateLimiter["settle"]>): number | Promise<number> {
     this.#started();
     // A settlement call counts with the give-backs: a call that is no decision.
     this.#counts.giveBacks += 1;

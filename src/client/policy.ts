@@ -1,9 +1,13 @@
 /**
- * @module The one deadline and retry policy for calls to a key's object (and the proxy's origin
- * deadline): every call has a deadline that holds even when the callee ignores cancellation, and is
- * retried once, with a fresh stub, only when the runtime says the error is retryable and not an
- * overload.
+ * @module The one deadline and resend policy for calls to a key's object (and the proxy's origin deadline), as
+ * docs/design.md, "Nothing lost under faults", has it: every call has a deadline that holds even when the callee
+ * ignores cancellation. A call that may change the key's state carries an id ({@link callIds}) and is sent again, the
+ * same id, after any failure that leaves it unknown whether the object applied it ({@link callOnce}): the object answers
+ * a repeat with the answer it kept. A call that reads is tried again once when the runtime says the error is
+ * retryable and not an overload ({@link callObject}).
  */
+
+import type { CallId } from "../protocol.ts";
 
 /** A call took longer than its deadline. */
 export class LimiterTimeout extends Error {
@@ -55,6 +59,62 @@ export function callObject<T>(
     return attempt();
   });
   return withDeadline(call, timeoutMs);
+}
+
+/** How long after its first send a call may still be sent again (ms): the object keeps answers twice as long. */
+export const RESEND_WITHIN_MS = 30_000;
+
+/** The most times a call is sent within its deadline: the first send and two more. */
+export const MAX_SENDS = 3;
+
+/**
+ * Whether a failed call may have been applied, its answer lost, so that it may be sent again with its id: any failure
+ * (a dropped connection, an object reset, an internal error, the deadline) but three. The object's refusal of its input
+ * — an error its own code threw (workerd marks it `remote`), or a `RangeError` or `TypeError` — which the same input
+ * meets again and which comes before any change; and an overload, which the runtime answers before the call runs (sent
+ * again, it adds to the load).
+ */
+export function isAmbiguous(e: unknown): boolean {
+  const err = e as { remote?: unknown; retryable?: unknown; durableObjectReset?: unknown } | null;
+  const thrownByObject = err?.remote === true && err.retryable !== true && err.durableObjectReset !== true;
+  return !(thrownByObject || e instanceof RangeError || e instanceof TypeError || isOverloaded(e));
+}
+
+/**
+ * Runs a call that may change a key's state under a deadline of `timeoutMs` for all its sends together: `attempt`
+ * sends it with the same id each time (from a fresh stub: workerd binds a stub to the request that made it), again at
+ * once after an ambiguous failure ({@link isAmbiguous}), at most {@link MAX_SENDS} times and never after the
+ * deadline. `onResend` is called before each send again, so that it leaves a trace.
+ */
+export function callOnce<T>(
+  attempt: () => Promise<T>,
+  timeoutMs: number,
+  onResend: (e: unknown) => void = () => {},
+): Promise<T> {
+  let late = false;
+  const send = (sends: number): Promise<T> =>
+    new Promise<T>((resolve) => resolve(attempt())).catch((e: unknown) => {
+      if (late || sends >= MAX_SENDS || !isAmbiguous(e)) throw e;
+      onResend(e);
+      return send(sends + 1);
+    });
+  return withDeadline(send(1), timeoutMs, () => {
+    late = true;
+    return new LimiterTimeout(`the limiter did not answer within ${timeoutMs} ms`);
+  });
+}
+
+/**
+ * Makes the ids of one client's calls (protocol.ts, {@link CallId}): a prefix unique to it, made on first use (workerd
+ * allows no random values at module level), and a count.
+ */
+export function callIds(): () => CallId {
+  let prefix: string | null = null;
+  let count = 0;
+  return () => {
+    prefix ??= crypto.randomUUID();
+    return `${prefix}:${++count}`;
+  };
 }
 
 /** A short, safe description of an error for a response or a log line: no stack. */

@@ -6,7 +6,7 @@
 
 import { epoch, now } from "../base/clock.ts";
 import { type Background, LimiterClient, type LimiterNamespace } from "../client/index.ts";
-import { callObject, withDeadline } from "../client/policy.ts";
+import { callIds, callObject, callOnce } from "../client/policy.ts";
 import { checkAccount } from "../config/accounts.ts";
 import { routeBudget } from "../config/lookup.ts";
 import { parseLimiterConfig } from "../config/parse.ts";
@@ -132,7 +132,7 @@ export function limiterOf(options: LimiterOptions, service: ServiceMaker): Limit
 
   const topUpTarget = async (env: object, key: string) => {
     const { name: object, plan } = await current().identifyFor(env, keyOf(key));
-    return { stub: namespace(env).getByName(object), plan, timeoutMs: config.objectTimeoutMs };
+    return { stub: () => namespace(env).getByName(object), plan, timeoutMs: config.objectTimeoutMs };
   };
   const decide = async (env: object, key: string, options: LimitCallOptions, inFlight: boolean) => {
     const decided = await current().decide(env, namespace(env), askingOf(key, options, inFlight));
@@ -256,12 +256,16 @@ async function usageOf(
   return callObject(() => namespace.getByName(object).usage(spec, range), pipeline.config.objectTimeoutMs);
 }
 
+/** The ids of this module's top-up calls (protocol.ts, `CallId`). */
+const topUpCall = callIds();
+
 /**
- * A top-up of `add` credits (with its `id`, once) at the key's object: its new balance, and whether it added them. One
- * try: a retry could add them twice.
+ * A top-up of `add` credits (with its `id`, once for good) at the key's object: its new balance, and whether it added
+ * them. Sent with a call id, and again with it after a failure that may have been applied (policy.ts, `callOnce`):
+ * the object adds the credits once, and answers a call sent again as the first time.
  */
 async function topUp(
-  at: { readonly stub: LimiterStub; readonly plan: Plan; readonly timeoutMs: number },
+  at: { readonly stub: () => LimiterStub; readonly plan: Plan; readonly timeoutMs: number },
   add: number,
   id: string | undefined,
 ): Promise<TopUp> {
@@ -270,8 +274,8 @@ async function topUp(
   }
   const credits = at.plan.meters?.credits;
   if (!credits) throw new ConfigError(`credit(): the plan ${JSON.stringify(at.plan.name)} of this key has no credits`);
-  const call = id === undefined ? at.stub.topUp(credits, add) : at.stub.topUp(credits, add, id);
-  return withDeadline(call, at.timeoutMs);
+  const call = topUpCall();
+  return callOnce(() => at.stub().topUp(credits, add, id, call), at.timeoutMs);
 }
 
 /** The end of `usage()`'s default range: 2100-01-01, past anything kept. */

@@ -5,6 +5,7 @@
  * idle alarm, which deletes the key's state once nothing in it counts any more.
  */
 
+import { retryable } from "cloudflare:durable-objects";
 import { DurableObject } from "cloudflare:workers";
 import { now } from "../base/clock.ts";
 import type { RouteBudget } from "../core/budgets.ts";
@@ -29,6 +30,13 @@ export type { KeyStatus } from "./reads.ts";
 export { SCHEMA_VERSION } from "./schema.ts";
 
 export class RateLimiter extends DurableObject<unknown> {
+  static {
+    // Reads change nothing: the runtime may run them again after a disconnect (docs/design.md, "Nothing lost under
+    // faults"). The calls that change state are applied once by their id instead (kept.ts), and sent again by the
+    // isolate (src/client/policy.ts, `callOnce`).
+    retryable(RateLimiter.prototype.peek, RateLimiter.prototype.status, RateLimiter.prototype.usage);
+  }
+
   /** The key's stores, opened (and migrated) when the object loads. */
   #key!: KeyStores;
   /** When the idle alarm fires (ms); null: none set; +∞ while an override without expiry keeps the state. */
@@ -50,16 +58,18 @@ export class RateLimiter extends DurableObject<unknown> {
    * a denial; the output gate holds the answer until the rows are durable.
    */
   take(limits: readonly LimitSpec[], ask: TakeAsk, route?: RouteBudget): Decision | Promise<Decision> {
-    return rejecting(() => {
-      // No limits at all is a key limited by its calendar quotas alone; without those it is no limit.
-      if (Array.isArray(limits) && limits.length === 0 && !(ask?.quotas && ask.quotas.length > 0))
-        throw new RangeError("limits: expected at least one limit (or calendar quotas)");
-      const now = this.clock();
-      // Grants the caller made alone while this object could not answer count before anything is decided.
-      const recorded = recordAlone(this.#key, now, limits, ask?.alone);
-      const out = this.#seen(now, ask, this.#armAfter(take(this.#key, now, { limits, ask, route })));
-      return recorded === 0 ? out : Promise.resolve(out).then((d) => this.#armAlarm().then(() => d));
-    });
+    return rejecting(() =>
+      this.#once(ask?.call, (now) => {
+        // No limits at all is a key limited by its calendar quotas alone; without those it is no limit.
+        if (Array.isArray(limits) && limits.length === 0 && !(ask?.quotas && ask.quotas.length > 0))
+          throw new RangeError("limits: expected at least one limit (or calendar quotas)");
+        // Grants the caller made alone while this object could not answer count before anything is decided.
+        const recorded = recordAlone(this.#key, now, limits, ask?.alone);
+        const taken = take(this.#key, now, { limits, ask, route });
+        const answer = this.#seen(now, ask, taken.decision);
+        return { answer, arm: recorded === 0 ? (kept) => this.#armAfter(taken, kept) : () => this.#armAlarm() };
+      }),
+    );
   }
 
   /** The key's usage per day or month overlapping `[from, to)`, under `spec`: nothing written. */
@@ -75,20 +85,21 @@ export class RateLimiter extends DurableObject<unknown> {
    * @throws RangeError for an `add` that is not a positive whole number, or one that would take the balance past
    *   `MAX_CREDITS` (nothing changes then, and the id is not kept)
    */
-  topUp(spec: CreditSpec, add: number, id?: string): TopUp | Promise<TopUp> {
-    return rejecting(() => {
-      if (id !== undefined) checkId(id, "a top-up");
-      const account = this.#key.meters.account(spec);
-      const now = this.clock();
-      if (id !== undefined && this.#key.once.seen("topup", id))
-        return { balance: account.balance(now), applied: false };
-      const state = account.add(now, add);
-      this.#key.db.transaction(() => {
-        this.#key.meters.writeCredits(state);
-        if (id !== undefined) this.#key.once.remember("topup", id, null);
-      });
-      return { balance: state.balance, applied: true };
-    });
+  topUp(spec: CreditSpec, add: number, id?: string, call?: string): TopUp | Promise<TopUp> {
+    return rejecting(() =>
+      this.#once<TopUp>(call, (now) => {
+        if (id !== undefined) checkId(id, "a top-up");
+        const account = this.#key.meters.account(spec);
+        if (id !== undefined && this.#key.once.seen("topup", id))
+          return { answer: { balance: account.balance(now), applied: false } };
+        const state = account.add(now, add);
+        this.#key.db.transaction(() => {
+          this.#key.meters.writeCredits(state);
+          if (id !== undefined) this.#key.once.remember("topup", id, null);
+        });
+        return { answer: { balance: state.balance, applied: true } };
+      }),
+    );
   }
 
   /** {@link topUp}'s balance alone (the call of 0.3.0 and before). */
@@ -117,22 +128,33 @@ export class RateLimiter extends DurableObject<unknown> {
    *   more for a settle — and a debt of 0 or more)
    */
   refund(limits: readonly LimitSpec[], grant: RefundedGrant, route?: RouteBudget): boolean | Promise<boolean> {
-    return rejecting(
-      () => refund(this.#key, this.clock(), { limits, grant, route }) && this.#armAlarm().then(() => true),
+    return rejecting(() =>
+      this.#once(grant?.call, (now) => {
+        const done = refund(this.#key, now, { limits, grant, route });
+        return { answer: done, arm: done ? () => this.#armAlarm() : undefined };
+      }),
     );
   }
 
   /** Records the grants a caller made alone while this object could not answer; the rows written. */
   recover(limits: readonly LimitSpec[], report: AloneReport): number | Promise<number> {
-    return rejecting(() => {
-      const written = recordAlone(this.#key, this.clock(), limits, report);
-      return written === 0 ? 0 : this.#armAlarm().then(() => written);
-    });
+    return rejecting(() =>
+      this.#once(report?.call, (now) => {
+        const written = recordAlone(this.#key, now, limits, report);
+        return { answer: written, arm: written === 0 ? undefined : () => this.#armAlarm() };
+      }),
+    );
   }
 
-  /** Settles leases a caller holds of the key outside a decision; the rows written. */
-  settle(limits: readonly LimitSpec[], settled: readonly Settlement[]): number {
-    return settle(this.#key, this.clock(), limits, settled);
+  /**
+   * Settles leases a caller holds of the key outside a decision; the rows written. Once per `call` (its id), whose
+   * answer is kept even when nothing changed: a settle sent with the id of a take whose answer never came claims it
+   * (the take, arriving late, applies nothing), or answers with the take's kept decision.
+   */
+  settle(limits: readonly LimitSpec[], settled: readonly Settlement[], call?: string): number | Promise<number> {
+    return rejecting(() =>
+      this.#once(call, (now) => ({ answer: settle(this.#key, now, limits, settled), keep: true })),
+    );
   }
 
   /** Whether a request of `cost` would be granted now; consumes nothing and writes nothing. */
@@ -212,19 +234,48 @@ export class RateLimiter extends DurableObject<unknown> {
     await this.#armAlarm();
   }
 
-  /** The decision with the refusals counted towards the penalty it was sent with (none: as it is). */
-  #seen(now: number, ask: TakeAsk, out: Decision | Promise<Decision>): Decision | Promise<Decision> {
-    const spec = ask.penalty;
-    if (spec === undefined) return out;
-    const add = (d: Decision): Decision => ({ ...d, refusalsSeen: this.#key.controls.refusals(now, spec.withinMs) });
-    return out instanceof Promise ? out.then(add) : add(out);
+  /**
+   * Applies a call that may change the key's state, once per `call` id (kept.ts; none: no id, applied each time it
+   * comes). A call sent again with its id is answered with the answer kept for it, nothing applied; else `apply` runs
+   * at the object's clock, all of it synchronously, so the answer is kept (when the call wrote anything, or says to
+   * `keep` it: one that changed nothing may run again) in the same transaction as its change. Then `arm` sets the idle alarm, knowing
+   * until when the answer is kept, before the answer goes.
+   */
+  #once<T>(
+    call: string | undefined,
+    apply: (now: number) => {
+      answer: T;
+      arm?: ((keptUntil: number) => Promise<void> | void) | undefined;
+      keep?: boolean;
+    },
+  ): T | Promise<T> {
+    if (call !== undefined) checkId(call, "a call");
+    const now = this.clock();
+    const seen = call === undefined ? undefined : this.#key.kept.answer(call, now);
+    if (seen !== undefined) return seen.answer as T;
+    const before = this.#key.db.written;
+    const { answer, arm, keep } = apply(now);
+    if (call !== undefined && (keep === true || this.#key.db.written !== before))
+      this.#key.kept.keep(call, now, answer);
+    const armed = arm?.(this.#key.kept.keptUntil());
+    return armed instanceof Promise ? armed.then(() => answer) : answer;
   }
 
-  /** Sets the idle alarm at the decision's `idleAt` after a write when none is set, then answers the decision. */
-  #armAfter({ decision, wrote, idleAt }: Taken): Decision | Promise<Decision> {
-    if (!wrote || this.#alarmAt !== null) return decision;
-    this.#alarmAt = idleAt;
-    return this.ctx.storage.setAlarm(Math.min(idleAt, MAX_TIME_MS)).then(() => decision);
+  /** The decision with the refusals counted towards the penalty it was sent with (none: as it is). */
+  #seen(now: number, ask: TakeAsk, decision: Decision): Decision {
+    const spec = ask.penalty;
+    if (spec === undefined) return decision;
+    return { ...decision, refusalsSeen: this.#key.controls.refusals(now, spec.withinMs) };
+  }
+
+  /**
+   * Sets the idle alarm after a decision that wrote, when none is set: at its `idleAt`, or when its answer stops being
+   * kept, whichever is later.
+   */
+  #armAfter({ wrote, idleAt }: Taken, keptUntil: number): Promise<void> | undefined {
+    if (!wrote || this.#alarmAt !== null) return undefined;
+    this.#alarmAt = Math.max(idleAt, keptUntil);
+    return this.ctx.storage.setAlarm(Math.min(this.#alarmAt, MAX_TIME_MS));
   }
 
   /** Sets the idle alarm after a change outside a decision, unless one is set (the alarm re-checks when it fires). */

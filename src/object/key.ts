@@ -1,12 +1,13 @@
 /**
  * @module Everything one key stores, store by store (docs/design.md, "Architecture"), opened at the current schema:
  * the budgets' logs, the controls (block, penalty, override), the meters (quotas and credits), usage, concurrency
- * slots and once-only ids. It answers when the key next needs waking and forgets what has stopped counting.
+ * slots, once-only ids and kept answers. It answers when the key next needs waking and forgets what has stopped counting.
  */
 
 import { Budgets } from "./budgets.ts";
 import { Controls } from "./controls.ts";
 import { SlotStore } from "./inflight.ts";
+import { KeptAnswers } from "./kept.ts";
 import type { Meta } from "./meta.ts";
 import { MeterStore } from "./meters.ts";
 import { OnceIds } from "./once.ts";
@@ -23,6 +24,7 @@ export class KeyStores {
   readonly usage: UsageStore;
   readonly slots: SlotStore;
   readonly once: OnceIds;
+  readonly kept: KeptAnswers;
 
   /** @param clock the object's clock (ms) */
   constructor(storage: DurableObjectStorage, clock: () => number) {
@@ -35,11 +37,21 @@ export class KeyStores {
     this.usage = new UsageStore(db, meta);
     this.slots = new SlotStore(db);
     this.once = new OnceIds(db);
+    this.kept = new KeptAnswers(db);
   }
 
-  /** When nothing stored counts any more: the grants' last window, the controls, the quotas' periods, the slots. */
+  /**
+   * When nothing stored counts any more: the grants' last window, the controls, the quotas' periods, the slots, and the
+   * answers kept for calls that may still be sent again (kept.ts).
+   */
   idleAt(): number {
-    return Math.max(this.budgets.idleAt(), this.controls.idleAt(), this.meters.quotasEnd(), this.slots.idleAt());
+    const counts = Math.max(
+      this.budgets.idleAt(),
+      this.controls.idleAt(),
+      this.meters.quotasEnd(),
+      this.slots.idleAt(),
+    );
+    return Math.max(counts, this.kept.keptUntil());
   }
 
   /**
@@ -71,6 +83,7 @@ export class KeyStores {
   #forget(rows: boolean): void {
     if (rows) this.budgets.clear();
     else this.budgets.drop();
+    this.kept.clear(rows);
     this.controls.clear(rows);
     this.meters.clear(rows);
     this.slots.clear(rows);

@@ -7,6 +7,7 @@
  */
 
 import { Budgets } from "./budgets.ts";
+import { KeptAnswers } from "./kept.ts";
 import { Meta } from "./meta.ts";
 import { OnceIds } from "./once.ts";
 import { Db } from "./sql.ts";
@@ -26,6 +27,7 @@ export const MIGRATIONS: readonly Migration[] = [
     up: Budgets.fromLegacy,
   },
   { version: 2, description: "0.3.0's refund and top-up ids out of meta into once_ids", up: OnceIds.fromMeta },
+  { version: 3, description: "kept_answers: each state-changing call's answer by its id", up: KeptAnswers.create },
 ];
 
 /** The version this code writes. */

@@ -12,6 +12,8 @@ export class Db {
   readonly #sql: SqlStorage;
   /** The tables that exist, each with the statement that made it (as SQLite keeps it in `sqlite_master`). */
   readonly #tables = new Map<string, string>();
+  /** Rows written through {@link run} since the object loaded: a call that changed nothing leaves it as it was. */
+  #written = 0;
 
   constructor(storage: DurableObjectStorage) {
     this.#storage = storage;
@@ -52,7 +54,12 @@ export class Db {
 
   /** Runs a statement that returns nothing. */
   run(query: string, ...bindings: Binding[]): void {
-    this.#sql.exec(query, ...bindings);
+    this.#written += this.#sql.exec(query, ...bindings).rowsWritten;
+  }
+
+  /** Rows written by statements since the object loaded (SQLite's count: inserted, updated and deleted rows). */
+  get written(): number {
+    return this.#written;
   }
 
   /** Every row a query returns. */

@@ -425,7 +425,7 @@ describe("0.2.0's state", () => {
       const tables = sql.exec<{ name: string }>(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_cf\\_%' ESCAPE '\\' ORDER BY name",
       );
-      expect(tables.toArray().map((t) => t.name)).toEqual(["budget_slots", "meta"]);
+      expect(tables.toArray().map((t) => t.name)).toEqual(["budget_slots", "kept_answers", "meta"]);
       const rows = sql.exec("SELECT budget, ts, cost FROM budget_slots ORDER BY budget, ts").toArray();
       expect(rows).toEqual([
         { budget: "", ts: T0, cost: 2 },

@@ -103,13 +103,14 @@ describe("the schema", () => {
     expect(SCHEMA_VERSION).toBe(MIGRATIONS.length);
   });
 
-  it("0.3.0's key: ids move to once_ids, every other row stays as it was, and the version is stamped", async () => {
+  it("0.3.0's key: ids move to once_ids, kept answers get their table, every other row stays as it was, and the version is stamped", async () => {
     const { stub, before } = await stored030(billed);
     expect(Object.keys(before)).toEqual(["budget_slots", "inflight", "meta", "usage"]);
     expect(versionOf("CREATE TABLE meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID")).toBe(0);
     expect(await stub.peek(limits, 1)).toMatchObject({ allowed: true }); // loads the object: the migration runs
     const after = await dump(stub);
-    expect(Object.keys(after)).toEqual(["budget_slots", "inflight", "meta", "once_ids", "usage"]);
+    expect(Object.keys(after)).toEqual(["budget_slots", "inflight", "kept_answers", "meta", "once_ids", "usage"]);
+    expect(after.kept_answers).toEqual([]);
     for (const table of ["budget_slots", "inflight", "usage"]) expect(after[table]).toEqual(before[table]);
     expect(after.once_ids).toEqual([
       { kind: "refund", id: "g-1", forget_at: T0 + 86_400_007 },
@@ -141,8 +142,10 @@ describe("the schema", () => {
     expect(await stub.credit(credits, 10, "top-1")).toBe(28);
     expect(await stub.credit(credits, 10, "top-2")).toBe(38);
     // A grant on the route counts everywhere; its refund gives it back everywhere, once.
-    const d = (await stub.take(limits, { cost: 1, ...specs }, search)) as Decision;
+    const d = (await stub.take(limits, { cost: 1, ...specs, call: "c-1" }, search)) as Decision;
     expect(d).toMatchObject({ allowed: true, quotas: [{ remaining: 47 }], credits: { balance: 37 } });
+    // Sent again with its id (its answer lost): the kept answer, nothing counted twice.
+    expect(await stub.take(limits, { cost: 1, ...specs, call: "c-1" }, search)).toEqual(d);
     const grant = { id: "g-2", recordedAt: d.recordedAt ?? [], units: 1, at: d.now };
     expect(await stub.refund(limits, grant, search)).toBe(true);
     expect(await stub.refund(limits, grant, search)).toBe(false);

@@ -113,7 +113,12 @@ export function countingLimiter(): { namespace: WorkerEnv["LIMITER"]; calls: () 
 }
 
 /** An error shaped like the runtime's Durable Object errors. */
-export function objectError(flags: { retryable?: boolean; overloaded?: boolean }): Error {
+export function objectError(flags: {
+  retryable?: boolean;
+  overloaded?: boolean;
+  remote?: boolean;
+  durableObjectReset?: boolean;
+}): Error {
   return Object.assign(new Error("Durable Object reset because its code was updated."), flags);
 }
 

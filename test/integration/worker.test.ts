@@ -2,6 +2,7 @@
 // route costs, shadow mode, config errors, failure modes and the deny cache.
 import { exports } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { MAX_SENDS } from "../../src/client/policy.ts";
 import type { RateLimitResult } from "../../src/client/result.ts";
 import { problemOf } from "../support/problem.ts";
 import {
@@ -380,11 +381,10 @@ describe("failure modes (the object throws)", () => {
     expect(response.headers.get("Retry-After")).toBe("1");
     expect(await problemOf(response, 503)).toMatchObject({ status: 503 });
     expect(await arrivalsFor(key)).toEqual([]);
-    expect(limiter.calls()).toBe(1);
-    expect(JSON.parse(String(error.mock.calls[0]?.[0]))).toMatchObject({
-      event: "limiter_unavailable",
-      failure_mode: "closed",
-    });
+    // Sent again with its id after each failure that may have been applied (src/client/policy.ts, `callOnce`).
+    expect(limiter.calls()).toBe(MAX_SENDS);
+    const lines = error.mock.calls.map((c) => JSON.parse(String(c[0])) as { event: string });
+    expect(lines.find((l) => l.event === "limiter_unavailable")).toMatchObject({ failure_mode: "closed" });
   });
 
   it("open: proxied without limit headers, and logged", async () => {
@@ -405,23 +405,28 @@ describe("failure modes (the object throws)", () => {
 
   it.each([
     ["retryable", { retryable: true }, 2, 200],
+    ["an object reset", { durableObjectReset: true }, 2, 200],
+    ["unmarked", { retryable: false }, 2, 200],
     ["retryable but overloaded", { retryable: true, overloaded: true }, 1, 503],
-    ["not retryable", { retryable: false }, 1, 503],
-  ])("retries once only when the error is %s", async (_, flags, calls, status) => {
-    vi.spyOn(console, "error").mockImplementation(() => {});
-    const ok = decision({ allowed: true, limits: [{ remaining: 4, resetMs: 60_000, exceeded: false }] });
-    const limiter = fakeLimiter((call) => (call === 1 ? Promise.reject(objectError(flags)) : Promise.resolve(ok)));
-    const response = await handle(request(freshKey()), envWith(oneLimit(5), { LIMITER: limiter.namespace }));
-    expect(response.status).toBe(status);
-    expect(limiter.calls()).toBe(calls);
-  });
+    ["the object's own (remote)", { remote: true }, 1, 503],
+  ])(
+    "sends the call again, with its id, when the failure is %s and may have been applied",
+    async (_, flags, calls, status) => {
+      vi.spyOn(console, "error").mockImplementation(() => {});
+      const ok = decision({ allowed: true, limits: [{ remaining: 4, resetMs: 60_000, exceeded: false }] });
+      const limiter = fakeLimiter((call) => (call === 1 ? Promise.reject(objectError(flags)) : Promise.resolve(ok)));
+      const response = await handle(request(freshKey()), envWith(oneLimit(5), { LIMITER: limiter.namespace }));
+      expect(response.status).toBe(status);
+      expect(limiter.calls()).toBe(calls);
+    },
+  );
 
-  it("a retry that fails again ends in the failure mode", async () => {
+  it("a call whose every send fails ends in the failure mode", async () => {
     vi.spyOn(console, "error").mockImplementation(() => {});
     const limiter = fakeLimiter(() => Promise.reject(objectError({ retryable: true })));
     const response = await handle(request(freshKey()), envWith(oneLimit(5), { LIMITER: limiter.namespace }));
     expect(response.status).toBe(503);
-    expect(limiter.calls()).toBe(2);
+    expect(limiter.calls()).toBe(MAX_SENDS);
   });
 });
 

@@ -33,12 +33,22 @@ export class Store {
     units?: number;
     settle?: readonly Settlement[];
     report?: AloneReport;
+    /** A settle's call id (a take's is in its `ask`). */
+    call?: string;
   }[] = [];
   /** Calls made while it is set wait for it after their failure check, before the object decides (a slow round trip). */
   gate: Promise<void> | null = null;
   /** Makes the next calls fail: an Error with these flags, or a promise that never settles. */
-  fail: { retryable?: boolean; overloaded?: boolean } | "hang" | null = null;
+  fail: { retryable?: boolean; overloaded?: boolean; remote?: boolean } | "hang" | null = null;
   failures = 0;
+  /**
+   * Makes the next calls that change state lose their answer after the object applied them (and kept the answer by
+   * the call's id): they fail with an Error with these flags, as a dropped connection does.
+   */
+  lose: { retryable?: boolean; durableObjectReset?: boolean } | null = null;
+  losses = 0;
+  /** The answers kept by call id, per key (src/object/kept.ts): a call sent again gets its first answer. */
+  readonly kept = new Map<string, unknown>();
   /** Grant ids refunded (the object gives each back once). */
   readonly refunded = new Set<string>();
 
@@ -100,6 +110,66 @@ export class Store {
     return rows;
   }
 
+  /**
+   * A call that may change state, once per call id (src/object/kept.ts): sent again, it is answered as the first
+   * time; applied or answered from what was kept, its answer may be lost ({@link lose}).
+   */
+  async #once<T>(name: string, call: string | undefined, apply: () => T | Promise<T>): Promise<T> {
+    const id = call === undefined ? undefined : `${name}\u0000${call}`;
+    const kept = id !== undefined && this.kept.has(id);
+    const answer = kept ? (this.kept.get(id) as T) : await apply();
+    if (id !== undefined) this.kept.set(id, answer);
+    if (this.lose && this.losses-- > 0) throw Object.assign(new Error("answer lost"), this.lose);
+    return answer;
+  }
+
+  /** A request's decision at the object, as src/object/flow.ts makes it. */
+  #take(name: string, limits: readonly LimitSpec[], ask: Ask): Decision {
+    this.#recover(name, limits, ask.alone);
+    const book = this.book(name, ask);
+    const slots = this.slotsOf(name);
+    const slot = ask.slot;
+    // As the object: a request its limits would grant is refused for its concurrency alone when every slot is held.
+    if (slot !== undefined && !slots.fits(this.now(), slot.id, slot)) {
+      const fits = this.log(name, limits).check(this.now(), ask.cost);
+      if (fits.allowed) {
+        return { ...fits, allowed: false, retryAfterMs: 1000, blockedUntil: fits.now, concurrencyFull: true };
+      }
+    }
+    const take = (log: KeyLog) =>
+      book === null ? log.take(this.now(), ask).decision : takeMetered([log], book, this.now(), ask).decision;
+    const d = this.#decide(name, limits, take, ask.cost);
+    if (d.allowed && slot !== undefined) slots.take(this.now(), slot.id, slot);
+    return d;
+  }
+
+  /** A refund or settle at the object, once per grant id, as src/object/give-back.ts makes it. */
+  #refund(name: string, limits: readonly LimitSpec[], grant: RefundedGrant): boolean {
+    const { id, recordedAt, units, at, debt = 0 } = grant;
+    if (this.refunded.has(id)) return false;
+
+    this.refunded.add(id);
+    const meters = this.book(name, undefined);
+    // A settled leased grant: its quota units only (src/object/give-back.ts, refundQuotas); a settle spends its id
+    // and records its debt even so.
+    if (grant.quotasOnly) {
+      if ((at === undefined || !meters?.quotas) && !grant.settle) return false;
+      if (at !== undefined && units > 0) meters?.quotas?.giveBack(this.now(), at, units);
+    } else if (units > 0) {
+      this.log(name, limits).giveBack(recordedAt, units);
+      if (at !== undefined) meters?.quotas?.giveBack(this.now(), at, units);
+      if (at !== undefined) meters?.credits?.giveBack(units, at, this.now());
+    }
+    // A settle's debt (src/object/debt.ts): at now, over the limits, in the quotas and the credits (down to 0).
+    if (debt > 0) {
+      this.log(name, limits).record(this.now(), [{ ageMs: 0, units: debt }]);
+      meters?.quotas?.take(this.now(), debt, true);
+      const spent = Math.min(debt, meters?.credits?.balance(this.now()) ?? 0);
+      if (spent > 0) meters?.credits?.take(this.now(), spent);
+    }
+    return true;
+  }
+
   async #maybeFail(): Promise<void> {
     if (this.fail === "hang") return new Promise(() => {});
     if (this.fail && this.failures-- > 0) throw Object.assign(new Error("object failed"), this.fail);
@@ -112,22 +182,7 @@ export class Store {
         const gate = this.gate;
         await this.#maybeFail();
         if (gate) await gate;
-        this.#recover(name, limits, ask.alone);
-        const book = this.book(name, ask);
-        const slots = this.slotsOf(name);
-        const slot = ask.slot;
-        // As the object: a request its limits would grant is refused for its concurrency alone when every slot is held.
-        if (slot !== undefined && !slots.fits(this.now(), slot.id, slot)) {
-          const fits = this.log(name, limits).check(this.now(), ask.cost);
-          if (fits.allowed) {
-            return { ...fits, allowed: false, retryAfterMs: 1000, blockedUntil: fits.now, concurrencyFull: true };
-          }
-        }
-        const take = (log: KeyLog) =>
-          book === null ? log.take(this.now(), ask).decision : takeMetered([log], book, this.now(), ask).decision;
-        const d = this.#decide(name, limits, take, ask.cost);
-        if (d.allowed && slot !== undefined) slots.take(this.now(), slot.id, slot);
-        return d;
+        return this.#once(name, ask.call, () => this.#take(name, limits, ask));
       },
       release: async (id: string): Promise<boolean> => {
         this.calls.push({ name, method: "release" });
@@ -140,44 +195,27 @@ export class Store {
         return this.slotsOf(name).renew(this.now(), id, timeoutMs) !== null;
       },
       refund: async (limits: readonly LimitSpec[], grant: RefundedGrant) => {
-        const { id, recordedAt, units, at, debt = 0 } = grant;
+        const { recordedAt, units } = grant;
         // The object's checks (src/object/give-back.ts): times in ms, a settle's units from 0, a refund's from 1.
         if (!recordedAt.every((t) => Number.isSafeInteger(t))) throw new RangeError("recordedAt: expected times in ms");
         if (!Number.isSafeInteger(units) || units < (grant.settle ? 0 : 1)) throw new RangeError("units: not a count");
         this.calls.push({ name, method: "refund", units });
-        if (this.refunded.has(id)) return false;
-        this.refunded.add(id);
-        const meters = this.book(name, undefined);
-        // A settled leased grant: its quota units only (src/object/give-back.ts, refundQuotas); a settle spends its id
-        // and records its debt even so.
-        if (grant.quotasOnly) {
-          if ((at === undefined || !meters?.quotas) && !grant.settle) return false;
-          if (at !== undefined && units > 0) meters?.quotas?.giveBack(this.now(), at, units);
-        } else if (units > 0) {
-          this.log(name, limits).giveBack(recordedAt, units);
-          if (at !== undefined) meters?.quotas?.giveBack(this.now(), at, units);
-          if (at !== undefined) meters?.credits?.giveBack(units, at, this.now());
-        }
-        // A settle's debt (src/object/debt.ts): at now, over the limits, in the quotas and the credits (down to 0).
-        if (debt > 0) {
-          this.log(name, limits).record(this.now(), [{ ageMs: 0, units: debt }]);
-          meters?.quotas?.take(this.now(), debt, true);
-          const spent = Math.min(debt, meters?.credits?.balance(this.now()) ?? 0);
-          if (spent > 0) meters?.credits?.take(this.now(), spent);
-        }
-        return true;
+        return this.#once(name, grant.call, () => this.#refund(name, limits, grant));
       },
-      settle: async (limits: readonly LimitSpec[], settle: readonly Settlement[]) => {
-        this.calls.push({ name, method: "settle", settle });
-        const log = this.log(name, limits);
-        const meters = this.book(name, undefined);
-        if (meters !== null) giveBackUnused(meters, this.now(), settle);
-        return settle.flatMap((x) => log.settle(this.now(), x)).length;
+      settle: async (limits: readonly LimitSpec[], settle: readonly Settlement[], call?: string) => {
+        this.calls.push({ name, method: "settle", settle, call });
+        await this.#maybeFail();
+        return this.#once(name, call, () => {
+          const log = this.log(name, limits);
+          const meters = this.book(name, undefined);
+          if (meters !== null) giveBackUnused(meters, this.now(), settle);
+          return settle.flatMap((x) => log.settle(this.now(), x)).length;
+        });
       },
       recover: async (limits: readonly LimitSpec[], report: AloneReport): Promise<number> => {
         this.calls.push({ name, method: "recover", report });
         await this.#maybeFail();
-        return this.#recover(name, limits, report);
+        return this.#once(name, report.call, () => this.#recover(name, limits, report));
       },
       peek: async (
         limits: readonly LimitSpec[],

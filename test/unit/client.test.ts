@@ -6,6 +6,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { LimiterClient, type LimiterNamespace } from "../../src/client/index.ts";
 import type { HeldLease, KeyLeases, LeaseCall } from "../../src/client/leases.ts";
+import { MAX_SENDS } from "../../src/client/policy.ts";
 import { type GrantRecord, headersOf } from "../../src/client/result.ts";
 import { grantOf, setup, T0 } from "../support/store.ts";
 
@@ -109,8 +110,9 @@ describe("LimiterClient.limit", () => {
   it("the failure mode: closed refuses with a 1 s wait, open allows; neither shows rate-limit fields", async () => {
     for (const mode of ["closed", "open"] as const) {
       const t = setup({ failure_mode: mode, leases: false });
+      // Every send fails (a call is sent again after an ambiguous failure: policy.ts).
       t.store.fail = {};
-      t.store.failures = 1;
+      t.store.failures = MAX_SENDS;
       const r = await t.limit();
       expect(r).toMatchObject({ allowed: mode === "open", reason: "limiter_error" });
       expect(r.retryAfterMs).toBe(mode === "open" ? 0 : 1000);
@@ -122,17 +124,39 @@ describe("LimiterClient.limit", () => {
     expect((await slow.limit()).reason).toBe("limiter_timeout");
   });
 
-  it("retries a retryable error once, never an overload", async () => {
+  it("sends a call again after an ambiguous failure, at most MAX_SENDS times; never after an overload or the object's refusal", async () => {
     const t = setup({ leases: false });
-    t.store.fail = { retryable: true };
-    t.store.failures = 1;
+    t.store.fail = {};
+    t.store.failures = MAX_SENDS - 1;
     expect((await t.limit()).reason).toBe("granted");
+    expect(t.store.count("take")).toBe(MAX_SENDS);
+    const all = setup({ leases: false });
+    all.store.fail = { retryable: true };
+    all.store.failures = MAX_SENDS;
+    expect((await all.limit()).reason).toBe("limiter_error");
+    expect(all.store.count("take")).toBe(MAX_SENDS);
+    // Every send carried the same call id: the object applies it once.
+    expect(new Set(all.store.calls.map((c) => c.ask?.call)).size).toBe(1);
+    for (const flags of [{ retryable: true, overloaded: true }, { remote: true }]) {
+      const o = setup({ leases: false });
+      o.store.fail = flags;
+      o.store.failures = 5;
+      expect((await o.limit()).reason).toBe("limiter_error");
+      expect(o.store.count("take")).toBe(1);
+    }
+  });
+
+  it("a call whose answer was lost is sent again and answered as the first time: applied once", async () => {
+    const t = setup({ limits: [{ limit: 3, window: "1m" }], leases: false });
+    t.store.lose = { retryable: true };
+    t.store.losses = 1;
+    const r = await t.limit();
+    expect(r.reason).toBe("granted");
     expect(t.store.count("take")).toBe(2);
-    const o = setup({ leases: false });
-    o.store.fail = { retryable: true, overloaded: true };
-    o.store.failures = 5;
-    expect((await o.limit()).reason).toBe("limiter_error");
-    expect(o.store.count("take")).toBe(1);
+    // One unit counted, not two: two more fit, then none.
+    expect((await t.limit()).allowed).toBe(true);
+    expect((await t.limit()).allowed).toBe(true);
+    expect((await t.limit()).allowed).toBe(false);
   });
 });
 
@@ -763,7 +787,7 @@ describe("penalties (the client's part)", () => {
     expect(free.store.count("take")).toBe(1);
   });
 
-  it("a retried call carries no refusal count (the first try may have counted them)", async () => {
+  it("a call sent again carries its refusal count with the same id (the object counts them once)", async () => {
     const t = setup({ limits: [{ limit: 1, window: "1m" }], leases: { enabled: false }, penalty });
     await t.limit();
     await t.limit();
@@ -772,7 +796,9 @@ describe("penalties (the client's part)", () => {
     t.store.fail = { retryable: true };
     t.store.failures = 1;
     await t.limit();
-    const takes = t.store.calls.filter((c) => c.method === "take").map((c) => c.ask?.refused);
-    expect(takes.slice(-2)).toEqual([2, 0]);
+    const takes = t.store.calls.filter((c) => c.method === "take").slice(-2);
+    expect(takes.map((c) => c.ask?.refused)).toEqual([2, 2]);
+    expect(takes[0]?.ask?.call).toBeDefined();
+    expect(takes[1]?.ask?.call).toBe(takes[0]?.ask?.call);
   });
 });

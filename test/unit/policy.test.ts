@@ -1,15 +1,122 @@
-// The one deadline and retry policy for object calls: what is retried, how often, and the deadline.
+// The one deadline and resend policy for object calls: what is sent again (with its id) or retried, how often, and the
+// deadline.
 import { describe, expect, it } from "vitest";
 import {
+  callIds,
   callObject,
+  callOnce,
   errorName,
+  isAmbiguous,
   isOverloaded,
   isRetryable,
   LimiterTimeout,
+  MAX_SENDS,
   withDeadline,
 } from "../../src/client/policy.ts";
 
-const marked = (flags: { retryable?: boolean; overloaded?: boolean }) => Object.assign(new Error("x"), flags);
+const marked = (flags: { retryable?: boolean; overloaded?: boolean; remote?: boolean; durableObjectReset?: boolean }) =>
+  Object.assign(new Error("x"), flags);
+
+describe("isAmbiguous", () => {
+  it("is every failure but the object's refusal of its input and an overload", () => {
+    for (const e of [
+      marked({}),
+      marked({ retryable: true }),
+      marked({ durableObjectReset: true }),
+      // Thrown in the object but marked by the runtime as a reset or a disconnect: it may have applied it.
+      marked({ remote: true, retryable: true }),
+      marked({ remote: true, durableObjectReset: true }),
+      new LimiterTimeout("late"),
+      "a string",
+      null,
+    ]) {
+      expect(isAmbiguous(e)).toBe(true);
+    }
+    for (const e of [
+      marked({ remote: true }),
+      new RangeError("cost"),
+      new TypeError("limits"),
+      marked({ overloaded: true }),
+      marked({ retryable: true, overloaded: true }),
+    ]) {
+      expect(isAmbiguous(e)).toBe(false);
+    }
+  });
+});
+
+describe("callOnce", () => {
+  it("sends again after each ambiguous failure, at most MAX_SENDS times in all, leaving a trace each time", async () => {
+    for (const failing of [0, 1, MAX_SENDS - 1, MAX_SENDS, MAX_SENDS + 2]) {
+      let sends = 0;
+      const traces: unknown[] = [];
+      const error = marked({ retryable: true });
+      const call = callOnce(
+        async () => {
+          sends += 1;
+          if (sends <= failing) throw error;
+          return "ok";
+        },
+        1000,
+        (e) => traces.push(e),
+      );
+      if (failing < MAX_SENDS) {
+        expect(await call).toBe("ok");
+        expect(sends).toBe(failing + 1);
+      } else {
+        await expect(call).rejects.toBe(error);
+        expect(sends).toBe(MAX_SENDS);
+      }
+      expect(traces).toHaveLength(Math.min(failing, MAX_SENDS - 1));
+    }
+  });
+
+  it("never sends again after the object's refusal or an overload", async () => {
+    for (const error of [new RangeError("cost"), marked({ remote: true }), marked({ overloaded: true })]) {
+      let sends = 0;
+      const call = callOnce(async () => {
+        sends += 1;
+        throw error;
+      }, 1000);
+      await expect(call).rejects.toBe(error);
+      expect(sends).toBe(1);
+    }
+  });
+
+  it("a send that throws at once is a failed send; none goes after the deadline", async () => {
+    let sends = 0;
+    const thrown = callOnce(() => {
+      sends += 1;
+      if (sends === 1) throw marked({});
+      return Promise.resolve("second");
+    }, 1000);
+    expect(await thrown).toBe("second");
+    let late = 0;
+    let fail: (e: unknown) => void = () => {};
+    const hanging = callOnce(() => {
+      late += 1;
+      return new Promise((_, reject) => {
+        fail = reject;
+      });
+    }, 5);
+    await expect(hanging).rejects.toBeInstanceOf(LimiterTimeout);
+    // The first send fails after the deadline: nothing is sent again.
+    fail(marked({ retryable: true }));
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    expect(late).toBe(1);
+  });
+});
+
+describe("callIds", () => {
+  it("gives ids unique to the maker: its own prefix, then a count", () => {
+    const a = callIds();
+    const b = callIds();
+    const [a1, a2, b1] = [a(), a(), b()];
+    expect(a1).toMatch(/^[0-9a-f-]{36}:1$/);
+    expect(a2).toBe(`${a1.split(":")[0]}:2`);
+    expect(b1.split(":")[0]).not.toBe(a1.split(":")[0]);
+    expect(b1.length).toBeLessThanOrEqual(128);
+  });
+});
 
 describe("isRetryable / isOverloaded", () => {
   it("retries only what the runtime calls retryable and not an overload", () => {

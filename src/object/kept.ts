@@ -1,0 +1,110 @@
+/**
+ * @module Kept answers (docs/design.md, "Nothing lost under faults"): the answer of each call that changed the key's
+ * state, by the call's id, for {@link KEEP_MS}. A call sent again because its answer was lost (a dropped connection, the
+ * caller's deadline, an object restarted after the change was durable) is answered with the kept answer, and nothing is
+ * applied twice. The object writes it in the same synchronous turn as the change, so both commit together (and the
+ * output gate holds the answer until they are durable).
+ *
+ * One row per answer slot in `kept_answers`: a new answer takes the oldest slot whose answer is older than
+ * {@link KEEP_MS}, else a new one. A call costs one row written and nothing is ever deleted row by row; the table holds
+ * as many rows as calls came within {@link KEEP_MS} at the busiest, and goes with the key's state when it is idle.
+ */
+
+import type { Db } from "./sql.ts";
+
+const DDL =
+  "CREATE TABLE IF NOT EXISTS kept_answers (slot INTEGER PRIMARY KEY, id TEXT NOT NULL, at INTEGER NOT NULL, answer TEXT NOT NULL)";
+
+const UPSERT =
+  "INSERT INTO kept_answers (slot, id, at, answer) VALUES (?, ?, ?, ?) ON CONFLICT (slot) DO UPDATE SET id = excluded.id, at = excluded.at, answer = excluded.answer";
+
+/**
+ * How long an answer is kept (ms): longer than any caller sends a call again (`RESEND_WITHIN_MS` in
+ * src/client/policy.ts: 30 s), with room for the clocks of isolate and object to differ.
+ */
+export const KEEP_MS = 60_000;
+
+/** An answer slot in memory: which call's answer it holds, and since when. */
+interface Slot {
+  readonly slot: number;
+  readonly id: string;
+  readonly at: number;
+}
+
+export class KeptAnswers {
+  readonly #db: Db;
+  /** Slots by call id, and in the order they were written (oldest first); read from the table on first use. */
+  #byId: Map<string, Slot> | null = null;
+  #order: Slot[] = [];
+  #slots = 0;
+
+  constructor(db: Db) {
+    this.#db = db;
+  }
+
+  /** The answer kept for `id` at `now`, if there is one not yet {@link KEEP_MS} old. */
+  answer(id: string, now: number): { readonly answer: unknown } | undefined {
+    const s = this.#index().get(id);
+    if (s === undefined || now - s.at >= KEEP_MS) return undefined;
+    const row = this.#db.first<{ answer: string }>(
+      "SELECT answer FROM kept_answers WHERE slot = ? AND id = ?",
+      s.slot,
+      id,
+    );
+    return row === undefined ? undefined : { answer: JSON.parse(row.answer) };
+  }
+
+  /** Keeps `answer` for `id` from `now` (one row written: a slot whose answer is too old to be asked for, or a new one). */
+  keep(id: string, now: number, answer: unknown): void {
+    const byId = this.#index();
+    const oldest = this.#order[0];
+    const reuse = oldest !== undefined && now - oldest.at >= KEEP_MS;
+    if (reuse) {
+      this.#order.shift();
+      if (byId.get(oldest.id) === oldest) byId.delete(oldest.id);
+    }
+    const s: Slot = { slot: reuse ? oldest.slot : this.#slots++, id, at: now };
+    this.#db.ensure("kept_answers", DDL);
+    this.#db.run(UPSERT, s.slot, id, now, JSON.stringify(answer ?? null));
+    byId.set(id, s);
+    this.#order.push(s);
+  }
+
+  /** When the newest answer stops being kept (−∞: none). */
+  keptUntil(): number {
+    const newest = this.#index().size === 0 ? undefined : this.#order.at(-1);
+    return newest === undefined ? Number.NEGATIVE_INFINITY : newest.at + KEEP_MS;
+  }
+
+  /** Forgets every answer (the key's state was deleted, or dropped with the table). */
+  clear(rows: boolean): void {
+    if (rows) this.#db.drop("kept_answers");
+    this.#byId = new Map();
+    this.#order = [];
+    this.#slots = 0;
+  }
+
+  /** The slots by id, read once from the table (a restarted object finds the answers its last instance kept). */
+  #index(): Map<string, Slot> {
+    if (this.#byId !== null) return this.#byId;
+    const byId = new Map<string, Slot>();
+    const rows = this.#db.has("kept_answers")
+      ? this.#db.all<{ slot: number; id: string; at: number }>(
+          "SELECT slot, id, at FROM kept_answers ORDER BY at, slot",
+        )
+      : [];
+    for (const r of rows) {
+      const s: Slot = { slot: r.slot, id: r.id, at: r.at };
+      byId.set(r.id, s);
+      this.#order.push(s);
+      this.#slots = Math.max(this.#slots, r.slot + 1);
+    }
+    this.#byId = byId;
+    return byId;
+  }
+
+  /** Migration: the table, for a key stored before kept answers (a new key makes it with its first kept answer). */
+  static create(db: Db): void {
+    db.ensure("kept_answers", DDL);
+  }
+}

@@ -1,0 +1,177 @@
+// Kept answers (src/object/kept.ts; docs/design.md, "Nothing lost under faults"), inside workerd with the object's
+// SQLite storage and clock seam: a call that changes the key's state, sent again with its id, is answered as the first
+// time and applied once — a take, a refund, a settle of a cost, a lease settlement, a report of grants made alone, a
+// top-up — across an eviction too; a settle with a take's id answers for it or claims it; a call that changed nothing
+// keeps nothing; an answer is kept a minute, one row per
+// call, its row reused after; a bad id is refused with nothing applied.
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { Decision, LimitSpec } from "../../src/core/index.ts";
+import type { RateLimiter } from "../../src/object/index.ts";
+import { KEEP_MS } from "../../src/object/kept.ts";
+import { object, perSecond, T0 } from "./object.ts";
+
+const tenPerMinute: LimitSpec[] = [{ limit: 10, windowMs: 60_000, tickMs: 1 }];
+const tenPerHour: LimitSpec[] = [{ limit: 10, windowMs: 3_600_000, tickMs: 1 }];
+/** Far from its limit: the object leases. */
+const roomy: LimitSpec[] = [{ limit: 1_000, windowMs: 60_000, tickMs: 1 }];
+
+type O = Awaited<ReturnType<typeof object>>;
+
+/** The kept answers' rows: call id and when. */
+const keptRows = (o: O) =>
+  runInDurableObject(o.stub, (_: RateLimiter, state) => {
+    const sql = state.storage.sql;
+    if (sql.exec("SELECT name FROM sqlite_master WHERE name = 'kept_answers'").toArray().length === 0) return [];
+    return sql
+      .exec<{ slot: number; id: string; at: number }>("SELECT slot, id, at FROM kept_answers ORDER BY slot")
+      .toArray();
+  });
+
+/** What the key has left in its one limit. */
+const remaining = async (o: O, limits = tenPerMinute) => (await o.peek(limits, 1)).limits[0]?.remaining;
+
+describe("a call sent again with its id is answered as the first time, applied once", () => {
+  it("take: the same decision, one unit counted, one row kept", async () => {
+    const o = await object();
+    const first = (await o.stub.take(tenPerMinute, { cost: 3, call: "c-1" })) as Decision;
+    o.at(T0 + 5);
+    const again = (await o.stub.take(tenPerMinute, { cost: 3, call: "c-1" })) as Decision;
+    expect(again).toEqual(first);
+    expect(await remaining(o)).toBe(7);
+    expect((await keptRows(o)).map((r) => r.id)).toEqual(["c-1"]);
+    // Another id is another call.
+    await o.stub.take(tenPerMinute, { cost: 3, call: "c-2" });
+    expect(await remaining(o)).toBe(4);
+  });
+
+  it("take: a lease and the settlements it carried, applied once", async () => {
+    const o = await object();
+    const leased = (await o.stub.take(roomy, { cost: 1, leaseUnits: 20, leaseMs: 5_000, call: "lease-1" })) as Decision;
+    expect(leased.lease?.units).toBe(20);
+    expect(await remaining(o, roomy)).toBe(979);
+    const lease = leased.lease as NonNullable<Decision["lease"]>;
+    // The isolate gives its 20 units back with its next request's call, whose answer is lost: sent again.
+    const settle = [{ recordedAt: lease.recordedAt, issuedAt: leased.now, used: 0, lastUseMs: 0, unused: 20 }];
+    o.at(T0 + 10);
+    const ask = { cost: 1, settle, call: "c-2" };
+    const first = (await o.stub.take(roomy, ask)) as Decision;
+    const again = (await o.stub.take(roomy, ask)) as Decision;
+    expect(again).toEqual(first);
+    // 1,000 − 1 (the first request) − 1 (this one): the lease's 20 came back once.
+    expect(await remaining(o, roomy)).toBe(998);
+  });
+
+  it("refund and settle of a grant: true both times, given back once", async () => {
+    const o = await object();
+    const d = (await o.stub.take(tenPerMinute, { cost: 4, call: "t-1" })) as Decision;
+    const grant = { id: "g-1", recordedAt: d.recordedAt ?? [], units: 4, call: "r-1" };
+    expect(await o.stub.refund(tenPerMinute, grant)).toBe(true);
+    expect(await o.stub.refund(tenPerMinute, grant)).toBe(true);
+    expect(await remaining(o)).toBe(10);
+    // The grant's id is spent: a refund of it in another call gives nothing back.
+    expect(await o.stub.refund(tenPerMinute, { ...grant, call: "r-2" })).toBe(false);
+    const s = (await o.stub.take(tenPerMinute, { cost: 6, call: "t-2" })) as Decision;
+    const settle = { id: "g-2", recordedAt: s.recordedAt ?? [], units: 2, settle: true, debt: 0, call: "s-1" };
+    expect(await o.stub.refund(tenPerMinute, settle)).toBe(true);
+    expect(await o.stub.refund(tenPerMinute, settle)).toBe(true);
+    expect(await remaining(o)).toBe(6);
+  });
+
+  it("lease settlements and grants made alone: the rows written both times, recorded once", async () => {
+    const o = await object();
+    const leased = (await o.stub.take(roomy, { cost: 0, leaseUnits: 20, leaseMs: 5_000 })) as Decision;
+    const lease = leased.lease as NonNullable<Decision["lease"]>;
+    const settle = [{ recordedAt: lease.recordedAt, issuedAt: leased.now, used: 0, lastUseMs: 0, unused: 20 }];
+    const rows = await o.stub.settle(roomy, settle, "s-1");
+    expect(await o.stub.settle(roomy, settle, "s-1")).toBe(rows);
+    expect(await remaining(o, roomy)).toBe(1_000);
+    const report = { uses: [{ ageMs: 0, units: 3 }], routes: [], call: "a-1" };
+    const written = await o.stub.recover(roomy, report);
+    expect(written).toBeGreaterThan(0);
+    expect(await o.stub.recover(roomy, report)).toBe(written);
+    expect(await remaining(o, roomy)).toBe(997);
+  });
+
+  it("top-up: applied both times, the credits added once; its own id stays once for good", async () => {
+    const o = await object();
+    const spec = { initial: 10 };
+    expect(await o.stub.topUp(spec, 5, undefined, "u-1")).toEqual({ balance: 15, applied: true });
+    expect(await o.stub.topUp(spec, 5, undefined, "u-1")).toEqual({ balance: 15, applied: true });
+    expect(await o.stub.topUp(spec, 5, "top-1", "u-2")).toEqual({ balance: 20, applied: true });
+    // The operator's id, sent again in another call: not applied, as before kept answers.
+    expect(await o.stub.topUp(spec, 5, "top-1", "u-3")).toEqual({ balance: 20, applied: false });
+  });
+
+  it("a settle sent with a take's id: the take's kept decision if it was applied; else it claims the id", async () => {
+    const o = await object();
+    const d = await o.stub.take(tenPerMinute, { cost: 2, call: "c-1" });
+    expect(await o.stub.settle(tenPerMinute, [], "c-1")).toEqual(d);
+    // Never applied: the settle keeps its answer though it changed nothing, and the take arriving late applies nothing.
+    expect(await o.stub.settle(tenPerMinute, [], "c-2")).toBe(0);
+    expect(await o.stub.take(tenPerMinute, { cost: 2, call: "c-2" })).toBe(0);
+    expect(await remaining(o)).toBe(8);
+  });
+
+  it("across an eviction: the answer is in storage, not only in memory", async () => {
+    const o = await object();
+    const first = await o.stub.take(tenPerMinute, { cost: 2, call: "c-1" });
+    await o.evict();
+    expect(await o.stub.take(tenPerMinute, { cost: 2, call: "c-1" })).toEqual(first);
+    expect(await remaining(o)).toBe(8);
+    // The restarted instance keeps adding answers after the ones it found.
+    await o.stub.take(tenPerMinute, { cost: 1, call: "c-2" });
+    expect((await keptRows(o)).map((r) => [r.slot, r.id])).toEqual([
+      [0, "c-1"],
+      [1, "c-2"],
+    ]);
+  });
+});
+
+describe("what is kept, and for how long", () => {
+  it("a call that changed nothing keeps nothing: sent again, it is decided again", async () => {
+    const o = await object();
+    await o.stub.take(perSecond, { cost: 3, call: "c-1" });
+    const refused = (await o.stub.take(perSecond, { cost: 1, call: "c-2" })) as Decision;
+    expect(refused.allowed).toBe(false);
+    expect((await keptRows(o)).map((r) => r.id)).toEqual(["c-1"]);
+    o.at(T0 + 1_000);
+    expect(((await o.stub.take(perSecond, { cost: 1, call: "c-2" })) as Decision).allowed).toBe(true);
+  });
+
+  it("one row per call; after KEEP_MS a repeat is a new call, and its row reused", async () => {
+    const o = await object();
+    o.writes();
+    await o.stub.take(tenPerHour, { cost: 1, call: "c-1" });
+    // The grant's slot row, the budget's window (meta), the idle alarm, and one kept answer.
+    expect(o.writes().filter((w) => w === "other")).toHaveLength(1);
+    o.at(T0 + KEEP_MS);
+    await o.stub.take(tenPerHour, { cost: 1, call: "c-2" });
+    expect((await keptRows(o)).map((r) => [r.slot, r.id])).toEqual([[0, "c-2"]]);
+    // c-1's answer is gone: sent again now, it counts again (the isolate never sends a call that late).
+    await o.stub.take(tenPerHour, { cost: 1, call: "c-1" });
+    expect(await remaining(o, tenPerHour)).toBe(7);
+    expect(await keptRows(o)).toHaveLength(2);
+  });
+
+  it("the idle alarm keeps the key until its last answer is a minute old, then forgets it all", async () => {
+    const o = await object();
+    await o.stub.take(perSecond, { cost: 1, call: "c-1" });
+    expect(await o.alarm()).toBe(T0 + KEEP_MS);
+    o.at(T0 + KEEP_MS);
+    await runDurableObjectAlarm(o.stub);
+    expect((await o.stored()).tables).toEqual([]);
+  });
+
+  it("a bad id is refused with nothing applied", async () => {
+    const o = await object();
+    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
+      for (const call of ["", "x".repeat(129), 7]) {
+        const take = instance.take(tenPerMinute, { cost: 1, call: call as string });
+        await expect(Promise.resolve(take)).rejects.toThrow(/call's id/);
+      }
+      await expect(Promise.resolve(instance.settle(tenPerMinute, [], ""))).rejects.toThrow(/call's id/);
+    });
+    expect(await remaining(o)).toBe(10);
+  });
+});
