@@ -115,7 +115,7 @@ export interface LimiterStub {
   take(limits: readonly LimitSpec[], ask: TakeAsk, route?: RouteBudget): Promise<Decision>;
   refund(limits: readonly LimitSpec[], grant: RefundedGrant, route?: RouteBudget): Promise<boolean>;
   settle(limits: readonly LimitSpec[], settle: readonly Settlement[], call?: CallId): Promise<number>;
-  release(id: string): Promise<boolean>;
+  release(id: string, call?: CallId): Promise<boolean>;
   renew(id: string, timeoutMs: number): Promise<boolean>;
   peek(limits: readonly LimitSpec[], cost: number, route?: RouteBudget, meters?: MeterSpecs): Promise<Decision>;
   credit(credits: CreditSpec, add: number, id?: string): Promise<number>;

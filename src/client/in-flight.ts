@@ -8,7 +8,7 @@
 
 import type { ConcurrencySpec } from "../core/slots.ts";
 import type { LimiterNamespace } from "../protocol.ts";
-import { callObject } from "./policy.ts";
+import { callIds, callObject, callOnce } from "./policy.ts";
 import type { SlotRecord } from "./result.ts";
 
 /** A slot asked for with a decision: the request's id and the plan's `concurrency`. */
@@ -40,6 +40,8 @@ export class InFlight {
   /** Per key: its slots taken alone here and held, by id, with when each lapses (ms, the client's clock). */
   readonly #aloneByKey = new Map<string, Map<string, number>>();
   readonly #objectTimeoutMs: number;
+  /** The next release's call id (protocol.ts, `CallId`). */
+  readonly #callId = callIds();
   readonly #log: SlotLog;
 
   /**
@@ -152,8 +154,11 @@ export class InFlight {
     }
     this.#released.add(slot.id);
     try {
-      const freed = await callObject(
-        () => (held?.ns ?? ns).getByName(slot.name).release(slot.id),
+      // With an id, sent again after a failure that may have been applied (policy.ts, `callOnce`): answered as the
+      // first time, so a slot freed by a send whose answer was lost still says so.
+      const call = this.#callId();
+      const freed = await callOnce(
+        () => (held?.ns ?? ns).getByName(slot.name).release(slot.id, call),
         this.#objectTimeoutMs,
       );
       // Held here, the slot was this isolate's to free: done, whether or not it had lapsed at the object meanwhile.

@@ -108,9 +108,12 @@ export class RateLimiter extends DurableObject<unknown> {
     return out instanceof Promise ? out.then((t) => t.balance) : out.balance;
   }
 
-  /** Frees the concurrency slot of the request `id`; false when it held none (released, lapsed, never taken). */
-  release(id: string): boolean {
-    return this.#key.slots.release(id);
+  /**
+   * Frees the concurrency slot of the request `id`; false when it held none (released, lapsed, never taken). Once per
+   * `call` (its id): sent again, it answers as the first time.
+   */
+  release(id: string, call?: string): boolean | Promise<boolean> {
+    return rejecting(() => this.#once(call, () => ({ answer: this.#key.slots.release(id) })));
   }
 
   /** Keeps the slot of the request `id` for `timeoutMs` more; false when it holds none any more. */

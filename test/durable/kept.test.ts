@@ -113,6 +113,16 @@ describe("a call sent again with its id is answered as the first time, applied o
     expect(await remaining(o)).toBe(8);
   });
 
+  it("release of a concurrency slot: true both times, the slot freed once", async () => {
+    const o = await object();
+    const slot = { id: "req-1", limit: 1, timeoutMs: 60_000 };
+    expect(((await o.stub.take(tenPerMinute, { cost: 1, slot })) as Decision).allowed).toBe(true);
+    expect(await o.stub.release("req-1", "rel-1")).toBe(true);
+    expect(await o.stub.release("req-1", "rel-1")).toBe(true);
+    // Another call to free it finds none.
+    expect(await o.stub.release("req-1", "rel-2")).toBe(false);
+  });
+
   it("across an eviction: the answer is in storage, not only in memory", async () => {
     const o = await object();
     const first = await o.stub.take(tenPerMinute, { cost: 2, call: "c-1" });

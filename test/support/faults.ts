@@ -4,8 +4,8 @@
 // isolates (three clients, each with its own lease table) share the one object and the one clock.
 //
 // The faults stay within what the client promises to survive: a call with an id (one that may change the key's state)
-// meets at most MAX_SENDS − 1 of them, of any kind the client sends again after (policy.ts, `isAmbiguous`); a call
-// without one (a release, a read) meets at most one, retryable, which `callObject` tries again. Where a test asks
+// (a release too) meets at most MAX_SENDS − 1 of them, of any kind the client sends again after (policy.ts,
+// `isAmbiguous`); a call without one (a read) meets at most one, retryable, which `callObject` tries again. Where a test asks
 // (`Faults.plan`'s `down`), a call carrying lease settlements may also fail on every send, never applied: its
 // settlements ride on with a later call, which goes through.
 
@@ -32,14 +32,16 @@ export const fault: fc.Arbitrary<Fault> = fc.oneof(
   },
 );
 
-/** The call id a send carries (protocol.ts, `CallId`), by the method's signature; none for a release or a read. */
+/** The call id a send carries (protocol.ts, `CallId`), by the method's signature; none for a read. */
 function callIdOf(method: string, args: readonly unknown[]): string | undefined {
   const id =
     method === "settle"
       ? args[2]
       : method === "topUp"
         ? args[3]
-        : (args[1] as { readonly call?: unknown } | undefined)?.call;
+        : method === "release"
+          ? args[1]
+          : (args[1] as { readonly call?: unknown } | undefined)?.call;
   return typeof id === "string" ? id : undefined;
 }
 

@@ -184,10 +184,10 @@ export class Store {
         if (gate) await gate;
         return this.#once(name, ask.call, () => this.#take(name, limits, ask));
       },
-      release: async (id: string): Promise<boolean> => {
-        this.calls.push({ name, method: "release" });
+      release: async (id: string, call?: string): Promise<boolean> => {
+        this.calls.push({ name, method: "release", call });
         await this.#maybeFail();
-        return this.slotsOf(name).release(id);
+        return this.#once(name, call, () => this.slotsOf(name).release(id));
       },
       renew: async (id: string, timeoutMs: number): Promise<boolean> => {
         this.calls.push({ name, method: "renew" });

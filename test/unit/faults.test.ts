@@ -1,7 +1,7 @@
 // Nothing lost under faults (docs/design.md; issue 62): three isolates share one in-memory object (../support/store.ts)
 // and one clock, and any send of any call between them may be dropped before the object applies it, or applied with
 // its answer dropped (../support/faults.ts), within what the client promises to survive: at most MAX_SENDS − 1 faults
-// on a call with an id, one retryable fault on a release. The runs are random sequences of bursts of requests (all at
+// on a call with an id (a release too), one retryable fault on a read. The runs are random sequences of bursts of requests (all at
 // once, or one after another), clock advances, refunds, settles of costs (for less or for more, in the isolate that
 // granted or another), forgotten leases, and concurrency slots taken and released, across four keys: two leasing with
 // an hourly quota, one with credits, one with concurrency slots. Each property below is judged on such runs; the second
