@@ -1,6 +1,7 @@
 // Mutation testing, the gate (npm run test:mutation; CONTRIBUTING.md, "Mutation testing"): the files whose logic the
 // unit tests pin down — the core, the client, config, the ground floor (base/), and the pipeline's pure rules (key, http, telemetry, signed, guesses, verify-hook, reservation, usage-report, all-or-nothing) — against the unit tests in plain
-// Node (vitest.mutation.config.ts). Incremental: results are kept in test/mutation/incremental.json (committed), and
+// Node (vitest.mutation.config.ts). Incremental: results are kept in test/mutation/incremental.json (written out by scripts/mutation.ts from the
+// committed incremental.json.gz, and gzipped back after the run), and
 // a run tests again only the mutants whose code or covering tests changed since. `--force` runs them all and
 // rewrites the file. The object, the proxy and the adapters are not mutated: CONTRIBUTING.md, "Mutation testing".
 /** @type {import("@stryker-mutator/api/core").PartialStrykerOptions} */

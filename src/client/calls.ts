@@ -9,26 +9,16 @@
 import { keyId, logEvent } from "../base/log.ts";
 import { routeBudget } from "../config/lookup.ts";
 import type { LimiterConfig } from "../config/types.ts";
-import type { RouteBudget } from "../core/budgets.ts";
 import type { Decision } from "../core/decision.ts";
 import type { LimitSpec } from "../core/limits.ts";
-import type { Settlement } from "../core/log.ts";
-import type { AloneReport, Background, CallId, LimiterNamespace, RefundedGrant, TakeAsk } from "../protocol.ts";
+import type { AloneReport, Background, LimiterNamespace, RefundedGrant, TakeAsk } from "../protocol.ts";
 import type { AloneLogs } from "./alone.ts";
 import type { Circuit } from "./circuit.ts";
 import type { KeySettlements, LeaseTable } from "./leases.ts";
-import {
-  callIds,
-  callObject,
-  callOnce,
-  errorName,
-  isAmbiguous,
-  isOverloaded,
-  LimiterTimeout,
-  RESEND_WITHIN_MS,
-} from "./policy.ts";
+import { callIds, callObject, callOnce, errorName, isAmbiguous, isOverloaded, LimiterTimeout } from "./policy.ts";
 import type { LimitRequest, PeekRequest } from "./request.ts";
 import type { GrantRecord, Reason } from "./result.ts";
+import { UnansweredCalls } from "./unanswered.ts";
 
 /** What a client's object calls go on from. */
 export interface CallParts {
@@ -45,35 +35,6 @@ type Reached = Pick<LimitRequest, "ns" | "name" | "bg">;
 /** What a give-back says beside its grant (protocol.ts, {@link RefundedGrant}). */
 export type GiveBackFields = Partial<Pick<RefundedGrant, "quotasOnly" | "settle" | "debt">>;
 
-/**
- * A call carrying lease settlements whose answer never came (docs/design.md, "Nothing lost under faults"): the object
- * may or may not have applied them. Sent again with its id, as a settle of its own, until an answer comes — the
- * object applies them then, or answers that it had — within {@link RESEND_WITHIN_MS} of the first send.
- */
-interface Unanswered {
-  readonly ns: LimiterNamespace;
-  readonly name: string;
-  readonly limits: readonly LimitSpec[];
-  readonly settle: readonly Settlement[];
-  /** The id the call went with (a request's `take`, or a settle of its own). */
-  readonly call: CallId;
-  /**
-   * A request's `take` the request did not get (its failure mode refused it or decided it alone): when the answer
-   * shows it was applied after all, its grant — units, lease, slot — goes back. Its route, and its slot's id.
-   */
-  readonly unserved?: { readonly route?: RouteBudget | undefined; readonly slot?: string | undefined };
-  /** Local time it was first sent. */
-  readonly sentAt: number;
-  /** Local time it may be sent again; +∞ while a send is out. */
-  nextAt: number;
-}
-
-/** How long after a failed send unanswered settlements are sent again, unless their key's object answers first (ms). */
-export const RESEND_STEP_MS = 1_000;
-
-/** The most unanswered settlements an isolate keeps (the oldest go first, logged). */
-const UNANSWERED_MAX = 10_000;
-
 /** The probe of a key with nothing decided alone: it records nothing. */
 const NO_REPORT: AloneReport = { uses: [], routes: [] };
 
@@ -87,11 +48,18 @@ export class ObjectCalls {
   readonly #stranded = new Map<string, KeySettlements>();
   /** The next call's id (protocol.ts, `CallId`). */
   readonly #callId = callIds();
-  /** Settlements whose call was not answered, oldest first ({@link Unanswered}). */
-  readonly #unanswered: Unanswered[] = [];
+  /** Calls whose every send failed: their settlements ride on, a take's id is claimed (unanswered.ts). */
+  readonly #unanswered: UnansweredCalls;
 
   constructor(parts: CallParts) {
     this.#p = parts;
+    this.#unanswered = new UnansweredCalls({
+      ...parts,
+      callId: this.#callId,
+      refund: (ns, grant) => this.refund(ns, grant),
+      probe: (u, bg) => this.#probe({ ns: u.ns, name: u.name, bg }, u.limits),
+      log: (event, name, e, level) => this.log(event, name, e, level),
+    });
   }
 
   /**
@@ -105,7 +73,8 @@ export class ObjectCalls {
     const start = this.#p.now();
     return this.#reporting(r, start, (report) => {
       const quoted = r.plan.meters ? { ...ask, ...r.plan.meters } : ask;
-      const sent: TakeAsk = { ...quoted, ...(report ? { alone: report } : {}), call: this.#callId() };
+      const call = this.#callId();
+      const sent: TakeAsk = { ...quoted, ...(report ? { alone: report } : {}), call };
       return callOnce(
         () => {
           const stub = ns.getByName(name);
@@ -115,15 +84,12 @@ export class ObjectCalls {
           });
         },
         this.#p.config.objectTimeoutMs,
-        (e) => this.log("limiter_retry", name, e, "warn"),
+        { onResend: (e) => this.log("limiter_retry", name, e, "warn"), since: { at: start, now: this.#p.now } },
       ).catch((e: unknown) => {
-        // Applied or not? Its settlements ride on, and its id is claimed (a settle with it): a grant it made after all
-        // goes back where the request did not get it.
+        // Applied or not? Its settlements ride on and its id is claimed, with a settle of its own (unanswered.ts).
         if (isAmbiguous(e)) {
-          const settle = sent.settle ?? [];
-          const unserved = this.#p.config.failureMode === "open" ? undefined : { route, slot: sent.slot?.id };
-          const call = sent.call as CallId;
-          this.#unansweredOf({ ns, name, limits, settle, call, sentAt: start, ...(unserved ? { unserved } : {}) });
+          const take = { route, slot: sent.slot?.id, served: this.#p.config.failureMode === "open" };
+          this.#unanswered.add({ ns, name, limits, settle: sent.settle ?? [], call, sentAt: start, take });
         }
         throw e;
       });
@@ -174,7 +140,7 @@ export class ObjectCalls {
     return callOnce(
       () => (route ? ns.getByName(name).refund(limits, refunded, route) : ns.getByName(name).refund(limits, refunded)),
       this.#p.config.objectTimeoutMs,
-      (e) => this.log("limiter_retry", name, e, "warn"),
+      { onResend: (e) => this.log("limiter_retry", name, e, "warn") },
     );
   }
 
@@ -183,8 +149,12 @@ export class ObjectCalls {
    * (the object records them); when it answers, the key is up and its requests call it again.
    */
   probe(r: Pick<LimitRequest, "ns" | "name" | "plan" | "bg">): void {
+    this.#probe(r, r.plan.limits ?? []);
+  }
+
+  /** {@link probe} under `limits`. */
+  #probe(r: Reached, limits: readonly LimitSpec[]): void {
     const { ns, name } = r;
-    const limits = r.plan.limits ?? [];
     const probe = this.#reporting(r, this.#p.now(), (report) => {
       const sent: AloneReport = { ...(report ?? NO_REPORT), call: this.#callId() };
       return callOnce(() => ns.getByName(name).recover(limits, sent), this.#p.config.objectTimeoutMs);
@@ -194,7 +164,8 @@ export class ObjectCalls {
 
   /**
    * Settles leases of keys a request is not about (dropped or idle ones) with their objects, in the background, each
-   * call with an id; and sends again the settlements of calls not answered that are due ({@link Unanswered}).
+   * call with an id (one that fails in a way that may have been applied rides on: unanswered.ts); and sends again the
+   * unanswered calls that are due.
    */
   settle(ns: LimiterNamespace, out: readonly KeySettlements[], bg: Background): void {
     for (const k of out) {
@@ -203,89 +174,17 @@ export class ObjectCalls {
       const sending = callOnce(
         () => ns.getByName(k.name).settle(k.limits, k.settle, call),
         this.#p.config.objectTimeoutMs,
+        {
+          since: { at: sentAt, now: this.#p.now },
+        },
       ).catch((e: unknown) => {
         this.log("lease_return_failed", k.name, e);
-        this.#unansweredOf({ ns, name: k.name, limits: k.limits, settle: k.settle, call, sentAt });
+        if (isAmbiguous(e))
+          this.#unanswered.add({ ns, name: k.name, limits: k.limits, settle: k.settle, call, sentAt });
       });
       bg.waitUntil?.(sending);
     }
-    if (this.#unanswered.length > 0) this.#resend(bg);
-  }
-
-  /** Keeps the settlements of a call not answered, to send again from {@link RESEND_STEP_MS} on. */
-  #unansweredOf(u: Omit<Unanswered, "nextAt">): void {
-    if (this.#unanswered.length >= UNANSWERED_MAX) {
-      const lost = this.#unanswered.shift() as Unanswered;
-      this.log("settlement_lost", lost.name, new Error("too many unanswered settlements"), "warn");
-    }
-    this.#unanswered.push({ ...u, nextAt: this.#p.now() + RESEND_STEP_MS });
-  }
-
-  /**
-   * Sends again, each with its own id, the unanswered settlements due — a step after their last send, their key's
-   * object not known down (`of`: every one of that key not out, its object having just answered); forgets those first sent {@link RESEND_WITHIN_MS} ago or more (the object forgets answers
-   * after that: sent again, they could be applied twice), logged as `settlement_lost`.
-   */
-  #resend(bg: Background, of?: string): void {
-    const now = this.#p.now();
-    for (const u of [...this.#unanswered]) {
-      // Not while the key's object is known down: its probe finds it back, and its answer sends them ({@link #up}).
-      const due = of === undefined ? now >= u.nextAt && this.#p.circuit.failures(u.name) === 0 : u.name === of;
-      if (u.nextAt === Number.POSITIVE_INFINITY || !due) continue;
-      if (now - u.sentAt >= RESEND_WITHIN_MS) {
-        this.#unanswered.splice(this.#unanswered.indexOf(u), 1);
-        this.log("settlement_lost", u.name, new Error("no answer within the time a call may be sent again"), "warn");
-        continue;
-      }
-      u.nextAt = Number.POSITIVE_INFINITY;
-      const sending = callOnce(
-        () => u.ns.getByName(u.name).settle(u.limits, u.settle, u.call),
-        this.#p.config.objectTimeoutMs,
-      ).then(
-        (answer: unknown) => {
-          const i = this.#unanswered.indexOf(u);
-          if (i >= 0) this.#unanswered.splice(i, 1);
-          // The kept answer of a request's take: applied after all.
-          const d = answer as Decision | null;
-          if (u.unserved && typeof d === "object" && d?.allowed === true) this.#giveBackUnserved(u, d, bg);
-        },
-        () => {
-          u.nextAt = this.#p.now() + RESEND_STEP_MS;
-        },
-      );
-      bg.waitUntil?.(sending);
-    }
-  }
-
-  /**
-   * A request's take whose every send failed was applied after all (its kept answer came back to the settle sent
-   * with its id), while the request got its failure mode, not this grant: its units go back (a refund, the call's id
-   * as the grant's), its lease's units too, and its slot is freed. Logged `grant_unserved`.
-   */
-  #giveBackUnserved(u: Unanswered, d: Decision, bg: Background): void {
-    const { ns, name, limits } = u;
-    const route = u.unserved?.route;
-    const sends: Promise<unknown>[] = [];
-    if (d.cost > 0 && d.recordedAt !== undefined) {
-      const grant = { id: u.call, name, limits, recordedAt: d.recordedAt, units: d.cost, at: d.now };
-      sends.push(this.refund(ns, route ? { ...grant, route } : grant));
-    }
-    if (d.lease !== null && d.lease.units > 0) {
-      const unused = [
-        { recordedAt: d.lease.recordedAt, issuedAt: d.now, used: 0, lastUseMs: 0, unused: d.lease.units },
-      ];
-      const call = this.#callId();
-      sends.push(callOnce(() => ns.getByName(name).settle(limits, unused, call), this.#p.config.objectTimeoutMs));
-    }
-    const slot = u.unserved?.slot;
-    if (slot !== undefined)
-      sends.push(callObject(() => ns.getByName(name).release(slot), this.#p.config.objectTimeoutMs));
-    const done = Promise.allSettled(sends).then((out) => {
-      const failed = out.filter((o) => o.status === "rejected").length;
-      const fields = { units: d.cost, lease_units: d.lease?.units ?? 0, slot: slot !== undefined, failed };
-      void keyId(name).then((id) => logEvent("grant_unserved", { key_id: id, ...fields }, "warn"));
-    });
-    bg.waitUntil?.(done);
+    if (this.#unanswered.size > 0) this.#unanswered.resend(bg);
   }
 
   /** Logs a request's call to its key's object that failed with `e` (`limiter_unavailable`). */
@@ -349,7 +248,7 @@ export class ObjectCalls {
       this.#stranded.delete(name);
       this.settle(r.ns, [stranded], r.bg ?? {});
     }
-    if (this.#unanswered.length > 0) this.#resend(r.bg ?? {}, name);
+    if (this.#unanswered.size > 0) this.#unanswered.resend(r.bg ?? {}, name);
     if (!this.#p.circuit.answered(name)) return;
     void keyId(name).then((id) => logEvent("limiter_up", { key_id: id, failure_mode: this.#p.config.failureMode }));
   }

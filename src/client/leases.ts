@@ -254,7 +254,8 @@ export class LeaseTable {
 
   /**
    * The call that carried `settle` (from {@link settle}) answered or failed: its give-backs are in the object's
-   * answer, or — a failure, a retry without them — not given back at all; either way no longer counted as coming.
+   * answer, or — every send failed — riding on with a settle of their own (unanswered.ts), shown again by a later
+   * answer; either way no longer counted as coming.
    */
   returned(e: KeyLeases, settle: readonly Settlement[]): void {
     e.givingBack = Math.max(0, e.givingBack - givenBack(settle));

@@ -43,22 +43,17 @@ export function isOverloaded(e: unknown): boolean {
 }
 
 /**
- * Runs `attempt` (which must get a fresh stub each time: workerd binds a stub to the request that
- * made it) under a deadline of `timeoutMs` for both tries together; retries once when
- * {@link isRetryable}, calling `onRetry` first so that the retry leaves a trace.
+ * Runs `attempt` (which must get a fresh stub each time: workerd binds a stub to the request that made it) under a
+ * deadline of `timeoutMs` for both tries together; tries once more when {@link isRetryable}, calling `onRetry` first
+ * so that the retry leaves a trace. For reads and calls that change nothing twice: a call that may change a key's state
+ * goes with an id, through {@link callOnce}.
  */
 export function callObject<T>(
   attempt: () => Promise<T>,
   timeoutMs: number,
   onRetry: (e: unknown) => void = () => {},
 ): Promise<T> {
-  // A try that throws at once (a stub that cannot be made) rejects as one that fails later.
-  const call = new Promise<T>((resolve) => resolve(attempt())).catch((e: unknown) => {
-    if (!isRetryable(e)) throw e;
-    onRetry(e);
-    return attempt();
-  });
-  return withDeadline(call, timeoutMs);
+  return send(attempt, timeoutMs, { again: isRetryable, most: 2, onAgain: onRetry, until: null });
 }
 
 /** How long after its first send a call may still be sent again (ms): the object keeps answers twice as long. */
@@ -80,25 +75,58 @@ export function isAmbiguous(e: unknown): boolean {
   return !(thrownByObject || e instanceof RangeError || e instanceof TypeError || isOverloaded(e));
 }
 
+/** How a call that may change a key's state is sent again ({@link callOnce}). */
+export interface Resending {
+  /** Called before each send again, so that it leaves a trace. */
+  readonly onResend?: (e: unknown) => void;
+  /**
+   * When the call was first sent, on the clock `now` reads (ms): no send goes {@link RESEND_WITHIN_MS} after it (the
+   * object keeps answers twice as long). Default: when `callOnce` is called, on `Date.now`.
+   */
+  readonly since?: { readonly at: number; readonly now: () => number };
+}
+
 /**
  * Runs a call that may change a key's state under a deadline of `timeoutMs` for all its sends together: `attempt`
  * sends it with the same id each time (from a fresh stub: workerd binds a stub to the request that made it), again at
- * once after an ambiguous failure ({@link isAmbiguous}), at most {@link MAX_SENDS} times and never after the
- * deadline. `onResend` is called before each send again, so that it leaves a trace.
+ * once after an ambiguous failure ({@link isAmbiguous}), at most {@link MAX_SENDS} times, never after the deadline
+ * nor {@link RESEND_WITHIN_MS} after its first send. When every send failed and one of them ambiguously, it rejects
+ * with that one's error — the call may have been applied — even when a later send failed otherwise.
  */
-export function callOnce<T>(
-  attempt: () => Promise<T>,
-  timeoutMs: number,
-  onResend: (e: unknown) => void = () => {},
-): Promise<T> {
+export function callOnce<T>(attempt: () => Promise<T>, timeoutMs: number, how: Resending = {}): Promise<T> {
+  const since = how.since ?? { at: Date.now(), now: Date.now };
+  const until = { at: since.at + RESEND_WITHIN_MS, now: since.now };
+  return send(attempt, timeoutMs, { again: isAmbiguous, most: MAX_SENDS, onAgain: how.onResend, until });
+}
+
+/** How {@link send} tries again: after which failures, how many sends at most, and until when (null: the deadline). */
+interface Again {
+  readonly again: (e: unknown) => boolean;
+  readonly most: number;
+  readonly onAgain?: ((e: unknown) => void) | undefined;
+  readonly until: { readonly at: number; readonly now: () => number } | null;
+}
+
+/**
+ * Sends `attempt` under a deadline of `timeoutMs` for all sends together, again after a failure `how.again` allows,
+ * within `how.most` sends, before the deadline and `how.until`. A send that throws at once (a stub that cannot be made)
+ * fails as one that fails later. Rejects with the last failure, unless it is one `how.again` does not allow and an
+ * earlier one was: then with that earlier one.
+ */
+function send<T>(attempt: () => Promise<T>, timeoutMs: number, how: Again): Promise<T> {
   let late = false;
-  const send = (sends: number): Promise<T> =>
+  let allowed: { readonly error: unknown } | null = null;
+  const go = (sends: number): Promise<T> =>
     new Promise<T>((resolve) => resolve(attempt())).catch((e: unknown) => {
-      if (late || sends >= MAX_SENDS || !isAmbiguous(e)) throw e;
-      onResend(e);
-      return send(sends + 1);
+      const again = how.again(e);
+      allowed ??= again ? { error: e } : null;
+      const past = how.until !== null && how.until.now() >= how.until.at;
+      if (!again) throw allowed === null ? e : allowed.error;
+      if (late || past || sends >= how.most) throw e;
+      how.onAgain?.(e);
+      return go(sends + 1);
     });
-  return withDeadline(send(1), timeoutMs, () => {
+  return withDeadline(go(1), timeoutMs, () => {
     late = true;
     return new LimiterTimeout(`the limiter did not answer within ${timeoutMs} ms`);
   });

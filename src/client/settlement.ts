@@ -32,8 +32,9 @@ export const IDLE_RETURN_MS = 1_000;
 /**
  * The key's settlements for a call about to go out: every lease with units used since its last
  * settlement (near a limit, or when the call decides a request: `deciding`), and every expired one (its unused
- * units given back). They count as settled from now on: a call that fails leaves them where the object recorded
- * them, which is later (safe).
+ * units given back). They count as settled from now on: the call carries an id, and one not answered sends them again
+ * with it until an answer comes (unanswered.ts); until then they stay where the object recorded them, which is later
+ * (safe).
  */
 export function settleForCall(e: KeyLeases, now: number, deciding = false): Settlement[] {
   expire(e, now);

@@ -18,6 +18,7 @@ import type { AloneReport, MeterSpecs, RefundedGrant, TakeAsk, TopUp } from "../
 import { MAX_TIME_MS, type Override } from "./controls.ts";
 import { type Taken, take } from "./flow.ts";
 import { recordAlone, refund, settle } from "./give-back.ts";
+import type { KeptMethod } from "./kept.ts";
 import { KeyStores } from "./key.ts";
 import { checkId } from "./once.ts";
 import { type KeyStatus, peek, reset, status } from "./reads.ts";
@@ -28,6 +29,15 @@ export { MAX_TIME_MS, type Override } from "./controls.ts";
 export { METER_REFUND_MS } from "./give-back.ts";
 export type { KeyStatus } from "./reads.ts";
 export { SCHEMA_VERSION } from "./schema.ts";
+
+/** What a call that may change the key's state did (see `#once`): its answer, and what comes after it. */
+interface Applied<T> {
+  readonly answer: T;
+  /** Sets the idle alarm, knowing until when the call's answer is kept (ms). */
+  readonly arm?: ((keptUntil: number) => Promise<void> | void) | undefined;
+  /** Keep the answer in storage even when the call wrote nothing (a settle's: it may claim a take's id). */
+  readonly keep?: boolean;
+}
 
 export class RateLimiter extends DurableObject<unknown> {
   static {
@@ -59,7 +69,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   take(limits: readonly LimitSpec[], ask: TakeAsk, route?: RouteBudget): Decision | Promise<Decision> {
     return rejecting(() =>
-      this.#once(ask?.call, (now) => {
+      this.#once(ask?.call, "take", (now) => {
         // No limits at all is a key limited by its calendar quotas alone; without those it is no limit.
         if (Array.isArray(limits) && limits.length === 0 && !(ask?.quotas && ask.quotas.length > 0))
           throw new RangeError("limits: expected at least one limit (or calendar quotas)");
@@ -87,7 +97,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   topUp(spec: CreditSpec, add: number, id?: string, call?: string): TopUp | Promise<TopUp> {
     return rejecting(() =>
-      this.#once<TopUp>(call, (now) => {
+      this.#once<TopUp>(call, "topUp", (now) => {
         if (id !== undefined) checkId(id, "a top-up");
         const account = this.#key.meters.account(spec);
         if (id !== undefined && this.#key.once.seen("topup", id))
@@ -113,7 +123,7 @@ export class RateLimiter extends DurableObject<unknown> {
    * `call` (its id): sent again, it answers as the first time.
    */
   release(id: string, call?: string): boolean | Promise<boolean> {
-    return rejecting(() => this.#once(call, () => ({ answer: this.#key.slots.release(id) })));
+    return rejecting(() => this.#once(call, "release", () => ({ answer: this.#key.slots.release(id) })));
   }
 
   /** Keeps the slot of the request `id` for `timeoutMs` more; false when it holds none any more. */
@@ -132,7 +142,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   refund(limits: readonly LimitSpec[], grant: RefundedGrant, route?: RouteBudget): boolean | Promise<boolean> {
     return rejecting(() =>
-      this.#once(grant?.call, (now) => {
+      this.#once(grant?.call, "refund", (now) => {
         const done = refund(this.#key, now, { limits, grant, route });
         return { answer: done, arm: done ? () => this.#armAlarm() : undefined };
       }),
@@ -142,7 +152,7 @@ export class RateLimiter extends DurableObject<unknown> {
   /** Records the grants a caller made alone while this object could not answer; the rows written. */
   recover(limits: readonly LimitSpec[], report: AloneReport): number | Promise<number> {
     return rejecting(() =>
-      this.#once(report?.call, (now) => {
+      this.#once(report?.call, "recover", (now) => {
         const written = recordAlone(this.#key, now, limits, report);
         return { answer: written, arm: written === 0 ? undefined : () => this.#armAlarm() };
       }),
@@ -156,7 +166,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   settle(limits: readonly LimitSpec[], settled: readonly Settlement[], call?: string): number | Promise<number> {
     return rejecting(() =>
-      this.#once(call, (now) => ({ answer: settle(this.#key, now, limits, settled), keep: true })),
+      this.#once(call, "settle", (now) => ({ answer: settle(this.#key, now, limits, settled), keep: true })),
     );
   }
 
@@ -239,28 +249,26 @@ export class RateLimiter extends DurableObject<unknown> {
 
   /**
    * Applies a call that may change the key's state, once per `call` id (kept.ts; none: no id, applied each time it
-   * comes). A call sent again with its id is answered with the answer kept for it, nothing applied; else `apply` runs
-   * at the object's clock, all of it synchronously, so the answer is kept (when the call wrote anything, or says to
-   * `keep` it: one that changed nothing may run again) in the same transaction as its change. Then `arm` sets the idle alarm, knowing
-   * until when the answer is kept, before the answer goes.
+   * comes). A call sent again with its id is answered with the answer kept for it, nothing applied — from the same
+   * method, or a settle (which answers for a request's take whose every send failed); any other method finds the id
+   * spent (a `RangeError`). Else `apply` runs at the object's clock, all of it synchronously, and its answer is kept in
+   * the same turn as its change: in storage when the call wrote rows (or says to `keep` it), else in memory, as durable
+   * as what it changed (a penalty's refusal count). Then `arm` — or, for a kept row alone, the idle alarm — is set before
+   * the answer goes.
    */
-  #once<T>(
-    call: string | undefined,
-    apply: (now: number) => {
-      answer: T;
-      arm?: ((keptUntil: number) => Promise<void> | void) | undefined;
-      keep?: boolean;
-    },
-  ): T | Promise<T> {
+  #once<T>(call: string | undefined, method: KeptMethod, apply: (now: number) => Applied<T>): T | Promise<T> {
     if (call !== undefined) checkId(call, "a call");
     const now = this.clock();
     const seen = call === undefined ? undefined : this.#key.kept.answer(call, now);
-    if (seen !== undefined) return seen.answer as T;
+    if (seen !== undefined) {
+      if (seen.method === method || method === "settle") return seen.answer as T;
+      throw new RangeError(`call: the id ${call} was spent by a ${seen.method}`);
+    }
     const before = this.#key.db.written;
     const { answer, arm, keep } = apply(now);
-    if (call !== undefined && (keep === true || this.#key.db.written !== before))
-      this.#key.kept.keep(call, now, answer);
-    const armed = arm?.(this.#key.kept.keptUntil());
+    const durable = keep === true || this.#key.db.written !== before;
+    if (call !== undefined) this.#key.kept.keep(call, now, { method, answer }, durable);
+    const armed = arm ? arm(this.#key.kept.keptUntil()) : call !== undefined && durable ? this.#armAlarm() : undefined;
     return armed instanceof Promise ? armed.then(() => answer) : answer;
   }
 

@@ -7,7 +7,12 @@
  *
  * One row per answer slot in `kept_answers`: a new answer takes the oldest slot whose answer is older than
  * {@link KEEP_MS}, else a new one. A call costs one row written and nothing is ever deleted row by row; the table holds
- * as many rows as calls came within {@link KEEP_MS} at the busiest, and goes with the key's state when it is idle.
+ * as many rows as calls came within {@link KEEP_MS} at the busiest, and goes with the key's state when it is idle. A
+ * call that changed only what the object holds in memory (a penalty's refusal count) keeps its answer in memory only,
+ * as durable as its change.
+ *
+ * Each answer is kept with the method that made it: a call sent again gets it only from the same method; a settle may
+ * read any (a settle sent with the id of a request's take answers for that take: src/client/calls.ts).
  */
 
 import type { Db } from "./sql.ts";
@@ -24,6 +29,30 @@ const UPSERT =
  */
 export const KEEP_MS = 60_000;
 
+/** The method a kept answer is of. */
+export type KeptMethod = "take" | "refund" | "settle" | "recover" | "topUp" | "release";
+
+/** An answer as kept: its method and itself. */
+export interface Kept {
+  readonly method: KeptMethod;
+  readonly answer: unknown;
+}
+
+/** Non-finite numbers (a refusal's `retryAfterMs: Infinity`), which JSON has no form for, as tagged strings. */
+const NON_FINITE = "\u0000number:";
+
+function encode(kept: Kept): string {
+  return JSON.stringify(kept, (_, v: unknown) =>
+    typeof v === "number" && !Number.isFinite(v) ? `${NON_FINITE}${String(v)}` : v,
+  );
+}
+
+function decode(text: string): Kept {
+  return JSON.parse(text, (_, v: unknown) =>
+    typeof v === "string" && v.startsWith(NON_FINITE) ? Number(v.slice(NON_FINITE.length)) : v,
+  ) as Kept;
+}
+
 /** An answer slot in memory: which call's answer it holds, and since when. */
 interface Slot {
   readonly slot: number;
@@ -37,13 +66,17 @@ export class KeptAnswers {
   #byId: Map<string, Slot> | null = null;
   #order: Slot[] = [];
   #slots = 0;
+  /** Answers kept in memory only, by call id, oldest first (Map order): of calls that wrote no row. */
+  readonly #inMemory = new Map<string, Kept & { readonly at: number }>();
 
   constructor(db: Db) {
     this.#db = db;
   }
 
   /** The answer kept for `id` at `now`, if there is one not yet {@link KEEP_MS} old. */
-  answer(id: string, now: number): { readonly answer: unknown } | undefined {
+  answer(id: string, now: number): Kept | undefined {
+    const held = this.#inMemory.get(id);
+    if (held !== undefined) return now - held.at < KEEP_MS ? held : undefined;
     const s = this.#index().get(id);
     if (s === undefined || now - s.at >= KEEP_MS) return undefined;
     const row = this.#db.first<{ answer: string }>(
@@ -51,11 +84,22 @@ export class KeptAnswers {
       s.slot,
       id,
     );
-    return row === undefined ? undefined : { answer: JSON.parse(row.answer) };
+    return row === undefined ? undefined : decode(row.answer);
   }
 
-  /** Keeps `answer` for `id` from `now` (one row written: a slot whose answer is too old to be asked for, or a new one). */
-  keep(id: string, now: number, answer: unknown): void {
+  /**
+   * Keeps `kept` for `id` from `now`: in storage (one row written: a slot whose answer is too old to be asked for, or
+   * a new one) when `durable`, else in memory only.
+   */
+  keep(id: string, now: number, kept: Kept, durable: boolean): void {
+    if (!durable) {
+      for (const [old, k] of this.#inMemory) {
+        if (now - k.at < KEEP_MS) break;
+        this.#inMemory.delete(old);
+      }
+      this.#inMemory.set(id, { ...kept, at: now });
+      return;
+    }
     const byId = this.#index();
     const oldest = this.#order[0];
     const reuse = oldest !== undefined && now - oldest.at >= KEEP_MS;
@@ -65,7 +109,7 @@ export class KeptAnswers {
     }
     const s: Slot = { slot: reuse ? oldest.slot : this.#slots++, id, at: now };
     this.#db.ensure("kept_answers", DDL);
-    this.#db.run(UPSERT, s.slot, id, now, JSON.stringify(answer ?? null));
+    this.#db.run(UPSERT, s.slot, id, now, encode(kept));
     byId.set(id, s);
     this.#order.push(s);
   }
@@ -76,7 +120,7 @@ export class KeptAnswers {
     return newest === undefined ? Number.NEGATIVE_INFINITY : newest.at + KEEP_MS;
   }
 
-  /** Forgets every answer (the key's state was deleted, or dropped with the table). */
+  /** Forgets every answer kept in storage (the key's state was deleted, or dropped with the table). */
   clear(rows: boolean): void {
     if (rows) this.#db.drop("kept_answers");
     this.#byId = new Map();

@@ -1,8 +1,8 @@
 // Kept answers (src/object/kept.ts; docs/design.md, "Nothing lost under faults"), inside workerd with the object's
 // SQLite storage and clock seam: a call that changes the key's state, sent again with its id, is answered as the first
 // time and applied once — a take, a refund, a settle of a cost, a lease settlement, a report of grants made alone, a
-// top-up — across an eviction too; a settle with a take's id answers for it or claims it; a call that changed nothing
-// keeps nothing; an answer is kept a minute, one row per
+// top-up — across an eviction too; a settle with a take's id answers for it or claims it; a call that changed only
+// memory keeps its answer there; an answer is kept a minute, one row per
 // call, its row reused after; a bad id is refused with nothing applied.
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
@@ -107,10 +107,52 @@ describe("a call sent again with its id is answered as the first time, applied o
     const o = await object();
     const d = await o.stub.take(tenPerMinute, { cost: 2, call: "c-1" });
     expect(await o.stub.settle(tenPerMinute, [], "c-1")).toEqual(d);
-    // Never applied: the settle keeps its answer though it changed nothing, and the take arriving late applies nothing.
+    // Never applied: the settle keeps its answer though it changed nothing, and the take arriving late finds its id
+    // spent (a RangeError: nothing applied, nothing sent again).
     expect(await o.stub.settle(tenPerMinute, [], "c-2")).toBe(0);
-    expect(await o.stub.take(tenPerMinute, { cost: 2, call: "c-2" })).toBe(0);
+    await runInDurableObject(o.stub, async (instance: RateLimiter) => {
+      const late = instance.take(tenPerMinute, { cost: 2, call: "c-2" });
+      await expect(Promise.resolve(late)).rejects.toThrow("the id c-2 was spent by a settle");
+    });
     expect(await remaining(o)).toBe(8);
+  });
+
+  it("a claim on a key with nothing stored keeps its answer, and the idle alarm forgets it", async () => {
+    const o = await object();
+    expect(await o.stub.settle(tenPerMinute, [], "claim-1")).toBe(0);
+    expect(await o.alarm()).toBe(T0 + KEEP_MS);
+    o.at(T0 + KEEP_MS);
+    await runDurableObjectAlarm(o.stub);
+    expect((await o.stored()).tables).toEqual([]);
+  });
+
+  it("a refusal that counted towards a penalty, sent again: counted once (its answer kept in memory, as its count)", async () => {
+    const o = await object();
+    const penalty = { after: 3, withinMs: 10_000, blockMs: 60_000, maxBlockMs: null };
+    for (let i = 0; i < 3; i++) await o.stub.take(perSecond, { cost: 1, penalty, call: `g-${i}` });
+    const refused = (await o.stub.take(perSecond, { cost: 1, penalty, call: "r-1" })) as Decision;
+    expect(refused).toMatchObject({ allowed: false, refusalsSeen: 1 });
+    expect(await o.stub.take(perSecond, { cost: 1, penalty, call: "r-1" })).toEqual(refused);
+    expect(await o.stub.take(perSecond, { cost: 1, penalty, call: "r-1" })).toEqual(refused);
+    // Not blocked: two more refusals would have made three.
+    const next = (await o.stub.take(perSecond, { cost: 1, penalty, call: "r-2" })) as Decision;
+    expect(next).toMatchObject({ refusalsSeen: 2 });
+    expect(next.blockCause).toBeUndefined();
+  });
+
+  it("a refusal that can never pass, kept: sent again after an eviction, its wait is still Infinity", async () => {
+    const o = await object();
+    const leased = (await o.stub.take(roomy, { cost: 1, leaseUnits: 20, leaseMs: 5_000 })) as Decision;
+    const lease = leased.lease as NonNullable<Decision["lease"]>;
+    // Over the limit: it can never pass; the settlement it carries (the lease given back) makes it write, so it is kept.
+    const settle = [{ recordedAt: lease.recordedAt, issuedAt: leased.now, used: 0, lastUseMs: 0, unused: 20 }];
+    const ask = { cost: 1_001, settle, call: "c-1" };
+    const first = (await o.stub.take(roomy, ask)) as Decision;
+    expect(first).toMatchObject({ allowed: false, neverAllowed: true, retryAfterMs: Number.POSITIVE_INFINITY });
+    await o.evict();
+    expect(await o.stub.take(roomy, ask)).toEqual(first);
+    // The lease's 20 came back once.
+    expect(await remaining(o, roomy)).toBe(999);
   });
 
   it("release of a concurrency slot: true both times, the slot freed once", async () => {
@@ -139,13 +181,15 @@ describe("a call sent again with its id is answered as the first time, applied o
 });
 
 describe("what is kept, and for how long", () => {
-  it("a call that changed nothing keeps nothing: sent again, it is decided again", async () => {
+  it("a call that changed nothing keeps its answer in memory only: no row, and after an eviction it is decided again", async () => {
     const o = await object();
     await o.stub.take(perSecond, { cost: 3, call: "c-1" });
     const refused = (await o.stub.take(perSecond, { cost: 1, call: "c-2" })) as Decision;
     expect(refused.allowed).toBe(false);
     expect((await keptRows(o)).map((r) => r.id)).toEqual(["c-1"]);
     o.at(T0 + 1_000);
+    expect(await o.stub.take(perSecond, { cost: 1, call: "c-2" })).toEqual(refused);
+    await o.evict();
     expect(((await o.stub.take(perSecond, { cost: 1, call: "c-2" })) as Decision).allowed).toBe(true);
   });
 

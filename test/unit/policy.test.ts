@@ -11,6 +11,7 @@ import {
   isRetryable,
   LimiterTimeout,
   MAX_SENDS,
+  RESEND_WITHIN_MS,
   withDeadline,
 } from "../../src/client/policy.ts";
 
@@ -57,7 +58,7 @@ describe("callOnce", () => {
           return "ok";
         },
         1000,
-        (e) => traces.push(e),
+        { onResend: (e) => traces.push(e) },
       );
       if (failing < MAX_SENDS) {
         expect(await call).toBe("ok");
@@ -80,6 +81,36 @@ describe("callOnce", () => {
       await expect(call).rejects.toBe(error);
       expect(sends).toBe(1);
     }
+  });
+
+  it("rejects with an ambiguous failure when a later send failed otherwise: the call may have been applied", async () => {
+    const lost = marked({ retryable: true });
+    const overloaded = marked({ overloaded: true });
+    let sends = 0;
+    const call = callOnce(async () => {
+      sends += 1;
+      throw sends === 1 ? lost : overloaded;
+    }, 1000);
+    await expect(call).rejects.toBe(lost);
+    expect(sends).toBe(2);
+  });
+
+  it("sends nothing again RESEND_WITHIN_MS after the first send, on the clock given", async () => {
+    let now = 1_000;
+    let sends = 0;
+    const error = marked({ retryable: true });
+    const call = callOnce(
+      async () => {
+        sends += 1;
+        now += RESEND_WITHIN_MS / 2;
+        throw error;
+      },
+      60_000,
+      { since: { at: 1_000, now: () => now } },
+    );
+    await expect(call).rejects.toBe(error);
+    // Sent at 0 and 15 s after the first send; at 30 s it may no longer go.
+    expect(sends).toBe(2);
   });
 
   it("a send that throws at once is a failed send; none goes after the deadline", async () => {

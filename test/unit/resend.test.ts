@@ -4,9 +4,9 @@
 // or a step later, and the object applies it once, whether the lost sends had applied it or not; after the time a call
 // may be sent again it is forgotten, and logged.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { RESEND_STEP_MS } from "../../src/client/calls.ts";
 import { DOWN_FIRST_MS } from "../../src/client/circuit.ts";
 import { MAX_SENDS, RESEND_WITHIN_MS } from "../../src/client/policy.ts";
+import { RESEND_STEP_MS } from "../../src/client/unanswered.ts";
 import { setup } from "../support/store.ts";
 
 /** A key with leases held here: five requests, each answered. */
@@ -134,14 +134,16 @@ describe("a request's call carrying settlements, every send failed", () => {
     const carried = failed[0]?.ask?.settle ?? [];
     expect(r.allowed).toBe(true);
     expect(carried.length).toBeGreaterThan(0);
-    // The key's object is known down: nothing goes to it until its probe finds it back, then they go at once.
-    t.advance(RESEND_STEP_MS);
+    // The key's object is known down: a step later a request for another key probes it (its probe due too), and the
+    // probe's answer sends them.
+    t.advance(RESEND_STEP_MS - 1);
     await t.limit("key:b");
     await t.settle();
-    expect(t.store.calls.filter((c) => c.method === "settle" && c.call === failed[0]?.ask?.call)).toEqual([]);
-    t.advance(DOWN_FIRST_MS);
-    await t.limit();
+    expect(t.store.count("recover")).toBe(0);
+    t.advance(1);
+    await t.limit("key:b");
     await t.settle();
+    expect(t.store.count("recover")).toBe(1);
     const again = t.store.calls.filter((c) => c.method === "settle" && c.call === failed[0]?.ask?.call);
     expect(again.map((c) => c.settle)).toEqual([carried]);
   });
@@ -210,4 +212,64 @@ describe("a request's take whose every answer was lost, applied after all", () =
     await t.ns.getByName("key:a").take(t.plan.limits ?? [], take?.ask as NonNullable<typeof take>["ask"] & object);
     expect(left(t)).toBe(10);
   });
+});
+
+describe("what goes back of a request's take applied after all", () => {
+  /** Loses every answer of the next call, then probes the key when due: the claim's answer gives back what it may. */
+  async function lostThenClaimed(t: ReturnType<typeof setup>, cost: number) {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    vi.spyOn(console, "error").mockImplementation(() => {});
+    t.store.lose = { retryable: true };
+    t.store.losses = MAX_SENDS;
+    const r = await t.limit("key:a", cost);
+    t.advance(DOWN_FIRST_MS);
+    await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan });
+    await vi.waitFor(() => expect(t.store.count("settle")).toBeGreaterThan(0));
+    await t.settle();
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    return r;
+  }
+
+  it("a lease granted with it: its units ride on back to the object, nothing lost", async () => {
+    const t = setup({ limits: [{ limit: 1_000, window: "1h" }] });
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    vi.spyOn(console, "error").mockImplementation(() => {});
+    let granted = 0;
+    const limit = async () => {
+      if ((await t.limit()).allowed) granted += 1;
+      await t.settle();
+    };
+    for (let i = 0; i < 5; i++) await limit();
+    // The next call out asking for a lease loses every answer, the object having granted it.
+    t.store.lose = { retryable: true };
+    t.store.losses = MAX_SENDS;
+    const takes = () => t.store.calls.filter((c) => c.method === "take");
+    const before = takes().length;
+    while (takes().length === before) await limit();
+    const lost = takes()[before];
+    expect(lost?.ask?.leaseUnits).toBeGreaterThan(0);
+    // Known down; past the first interval a request probes it, and the probe's answer sends the claim.
+    t.advance(DOWN_FIRST_MS);
+    await limit();
+    await limit();
+    const claim = t.store.calls.find((c) => c.method === "settle" && c.call === lost?.ask?.call);
+    expect(claim).toBeDefined();
+    // Every lease given back: the object counts exactly what was granted.
+    t.client.forget(t.ns, "key:a", t.bg);
+    await t.settle();
+    await vi.waitFor(() => expect(left(t)).toBe(1_000 - granted));
+  });
+
+  it.each([
+    ["closed", 5],
+    ["open", 4],
+  ] as const)(
+    "failure_mode = %s: its slot is freed (and its cost kept only where the request was served)",
+    async (mode, after) => {
+      const t = setup({ limits: [{ limit: 5, window: "1h" }], concurrency: 1, leases: false, failure_mode: mode });
+      await lostThenClaimed(t, 1);
+      await vi.waitFor(() => expect(t.store.slotsOf("key:a").heldAt(t.store.now())).toBe(0));
+      expect(left(t)).toBe(after);
+    },
+  );
 });
