@@ -81,3 +81,24 @@ describe("failure_mode = local: an object's grant while grants made alone wait t
     expect(await first).toMatchObject({ allowed: true, reason: "granted" });
   });
 });
+
+describe("a refusal from the deny cache", () => {
+  it("for a route's request shows the route's limits too, as the object's answer did", async () => {
+    // The key's own limit refuses (the in-memory object decides a route's request on the key's log).
+    const t = setup({
+      leases: false,
+      limits: [{ limit: 1, window: "1m" }],
+      routes: [{ name: "search", limits: [{ limit: 5, window: "1m" }] }],
+    });
+    const route = t.plan.routes[0] as Route;
+    const limit = () => t.client.limit({ ns: t.ns, name: "key:a", plan: t.plan, cost: 1, route, bg: t.bg });
+    const granted = await limit();
+    expect(granted.allowed).toBe(true);
+    // The object's answer left nothing: the next request is refused here, without a call.
+    const cached = await limit();
+    expect(cached).toMatchObject({ allowed: false, reason: "cached_denial" });
+    expect(t.store.count("take")).toBe(1);
+    expect(cached.limits.map((l) => l.name)).toEqual(granted.limits.map((l) => l.name));
+    expect(cached.limits.map((l) => l.name)).toContain("search");
+  });
+});

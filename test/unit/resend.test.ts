@@ -215,13 +215,18 @@ describe("a request's take whose every answer was lost, applied after all", () =
 });
 
 describe("what goes back of a request's take applied after all", () => {
+  /** The slots held at the key's object right after the lost call. */
+  let heldBefore = 0;
+
   /** Loses every answer of the next call, then probes the key when due: the claim's answer gives back what it may. */
   async function lostThenClaimed(t: ReturnType<typeof setup>, cost: number) {
     vi.spyOn(console, "warn").mockImplementation(() => {});
     vi.spyOn(console, "error").mockImplementation(() => {});
     t.store.lose = { retryable: true };
     t.store.losses = MAX_SENDS;
-    const r = await t.limit("key:a", cost);
+    const r = await t.client.limit({ ns: t.ns, name: "key:a", plan: t.plan, cost, bg: t.bg, inFlight: true });
+    // Applied at the object: its slot (when it takes one) is held there, by a request that never got it.
+    heldBefore = t.store.slotsOf("key:a").heldAt(t.store.now());
     t.advance(DOWN_FIRST_MS);
     await t.client.peek({ ns: t.ns, name: "key:a", plan: t.plan });
     await vi.waitFor(() => expect(t.store.count("settle")).toBeGreaterThan(0));
@@ -268,6 +273,7 @@ describe("what goes back of a request's take applied after all", () => {
     async (mode, after) => {
       const t = setup({ limits: [{ limit: 5, window: "1h" }], concurrency: 1, leases: false, failure_mode: mode });
       await lostThenClaimed(t, 1);
+      expect(heldBefore).toBe(1);
       await vi.waitFor(() => expect(t.store.slotsOf("key:a").heldAt(t.store.now())).toBe(0));
       expect(left(t)).toBe(after);
     },
