@@ -92,8 +92,9 @@ export const FLOORS: Readonly<Record<string, number>> = {
   // The one survivor: `unref?.()` (a Node timer has it, workerd's timer is a number).
   "src/client/in-flight.ts": 86,
   "src/client/policy.ts": 85,
-  // New with exactly-once calls (issue 62): the ride-on of unanswered calls.
-  "src/client/unanswered.ts": 80,
+  // New with exactly-once calls (issue 62), from its first run with test/unit/unanswered.test.ts: 89.58 %. Survivors:
+  // the log lines' fields no unit test reads, and equivalent guards (a splice of an index found just before).
+  "src/client/unanswered.ts": 88,
   // resultOf and bothOf moved here (from index.ts, floor 60): the survivors are equivalent defaults.
   "src/client/result.ts": 94,
   "src/pipeline/key.ts": 92,
