@@ -35,8 +35,12 @@ interface Applied<T> {
   readonly answer: T;
   /** Sets the idle alarm, knowing until when the call's answer is kept (ms). */
   readonly arm?: ((keptUntil: number) => Promise<void> | void) | undefined;
-  /** Keep the answer in storage even when the call wrote nothing (a settle's: it may claim a take's id). */
-  readonly keep?: boolean;
+  /**
+   * Where its answer is kept: by default in storage when the call wrote rows, else in memory; `storage` always (a
+   * settle's: it may claim a take's id); `memory` always — a call whose repeat after a restart could only count a
+   * grant twice (units lost, never over a limit, never billed twice) or that is once by an id of its own.
+   */
+  readonly keep?: "storage" | "memory";
 }
 
 export class RateLimiter extends DurableObject<unknown> {
@@ -77,7 +81,12 @@ export class RateLimiter extends DurableObject<unknown> {
         const recorded = recordAlone(this.#key, now, limits, ask?.alone);
         const taken = take(this.#key, now, { limits, ask, route });
         const answer = this.#seen(now, ask, taken.decision);
-        return { answer, arm: recorded === 0 ? (kept) => this.#armAfter(taken, kept) : () => this.#armAlarm() };
+        const arm = recorded === 0 ? (kept: number) => this.#armAfter(taken, kept) : () => this.#armAlarm();
+        // Applied twice, settlements would move units twice, and meters would bill twice: kept in storage. A plain
+        // grant applied twice after a restart only counts twice (never over): kept in memory, no row.
+        const settles = (ask?.settle?.length ?? 0) > 0;
+        const metered = ask?.quotas !== undefined || ask?.credits !== undefined || ask?.usage !== undefined;
+        return { answer, arm, ...(settles || metered ? {} : { keep: "memory" as const }) };
       }),
     );
   }
@@ -123,7 +132,10 @@ export class RateLimiter extends DurableObject<unknown> {
    * `call` (its id): sent again, it answers as the first time.
    */
   release(id: string, call?: string): boolean | Promise<boolean> {
-    return rejecting(() => this.#once(call, "release", () => ({ answer: this.#key.slots.release(id) })));
+    // A slot's id frees it once: the answer in memory.
+    return rejecting(() =>
+      this.#once(call, "release", () => ({ answer: this.#key.slots.release(id), keep: "memory" as const })),
+    );
   }
 
   /** Keeps the slot of the request `id` for `timeoutMs` more; false when it holds none any more. */
@@ -144,7 +156,8 @@ export class RateLimiter extends DurableObject<unknown> {
     return rejecting(() =>
       this.#once(grant?.call, "refund", (now) => {
         const done = refund(this.#key, now, { limits, grant, route });
-        return { answer: done, arm: done ? () => this.#armAlarm() : undefined };
+        // The grant's own id gives it back once (once.ts, in storage): the answer in memory.
+        return { answer: done, arm: done ? () => this.#armAlarm() : undefined, keep: "memory" as const };
       }),
     );
   }
@@ -154,7 +167,8 @@ export class RateLimiter extends DurableObject<unknown> {
     return rejecting(() =>
       this.#once(report?.call, "recover", (now) => {
         const written = recordAlone(this.#key, now, limits, report);
-        return { answer: written, arm: written === 0 ? undefined : () => this.#armAlarm() };
+        // Recorded twice after a restart, grants made alone only count twice, later: the answer in memory.
+        return { answer: written, arm: written === 0 ? undefined : () => this.#armAlarm(), keep: "memory" as const };
       }),
     );
   }
@@ -166,7 +180,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   settle(limits: readonly LimitSpec[], settled: readonly Settlement[], call?: string): number | Promise<number> {
     return rejecting(() =>
-      this.#once(call, "settle", (now) => ({ answer: settle(this.#key, now, limits, settled), keep: true })),
+      this.#once(call, "settle", (now) => ({ answer: settle(this.#key, now, limits, settled), keep: "storage" })),
     );
   }
 
@@ -252,8 +266,8 @@ export class RateLimiter extends DurableObject<unknown> {
    * comes). A call sent again with its id is answered with the answer kept for it, nothing applied — from the same
    * method, or a settle (which answers for a request's take whose every send failed); any other method finds the id
    * spent (a `RangeError`). Else `apply` runs at the object's clock, all of it synchronously, and its answer is kept in
-   * the same turn as its change: in storage when the call wrote rows (or says to `keep` it), else in memory, as durable
-   * as what it changed (a penalty's refusal count). Then `arm` — or, for a kept row alone, the idle alarm — is set before
+   * the same turn as its change: in storage when a repeat after a restart could break a limit or bill twice (see
+   * {@link Applied.keep}), else in memory (a penalty's refusal count is in memory too). Then `arm` — or, for a kept row alone, the idle alarm — is set before
    * the answer goes.
    */
   #once<T>(call: string | undefined, method: KeptMethod, apply: (now: number) => Applied<T>): T | Promise<T> {
@@ -266,7 +280,7 @@ export class RateLimiter extends DurableObject<unknown> {
     }
     const before = this.#key.db.written;
     const { answer, arm, keep } = apply(now);
-    const durable = keep === true || this.#key.db.written !== before;
+    const durable = keep === "storage" || (keep === undefined && this.#key.db.written !== before);
     if (call !== undefined) this.#key.kept.keep(call, now, { method, answer }, durable);
     const armed = arm ? arm(this.#key.kept.keptUntil()) : call !== undefined && durable ? this.#armAlarm() : undefined;
     return armed instanceof Promise ? armed.then(() => answer) : answer;

@@ -7,9 +7,10 @@
  *
  * One row per answer slot in `kept_answers`: a new answer takes the oldest slot whose answer is older than
  * {@link KEEP_MS}, else a new one. A call costs one row written and nothing is ever deleted row by row; the table holds
- * as many rows as calls came within {@link KEEP_MS} at the busiest, and goes with the key's state when it is idle. A
- * call that changed only what the object holds in memory (a penalty's refusal count) keeps its answer in memory only,
- * as durable as its change.
+ * as many rows as calls came within {@link KEEP_MS} at the busiest, and goes with the key's state when it is idle.
+ * Answers are kept in storage only where a repeat after a restart could break a limit or bill twice (settlements,
+ * meters, a settle's claim: src/object/index.ts says which); the others — a plain grant, which would only count twice,
+ * and calls made once by ids of their own — in memory, at no row.
  *
  * Each answer is kept with the method that made it: a call sent again gets it only from the same method; a settle may
  * read any (a settle sent with the id of a request's take answers for that take: src/client/calls.ts).

@@ -13,6 +13,8 @@ import { object, perSecond, T0 } from "./object.ts";
 
 const tenPerMinute: LimitSpec[] = [{ limit: 10, windowMs: 60_000, tickMs: 1 }];
 const tenPerHour: LimitSpec[] = [{ limit: 10, windowMs: 3_600_000, tickMs: 1 }];
+/** A key with credits: its grants are billed, so their answers are kept in storage. */
+const billed = { credits: { initial: 1_000 } };
 /** Far from its limit: the object leases. */
 const roomy: LimitSpec[] = [{ limit: 1_000, windowMs: 60_000, tickMs: 1 }];
 
@@ -32,17 +34,23 @@ const keptRows = (o: O) =>
 const remaining = async (o: O, limits = tenPerMinute) => (await o.peek(limits, 1)).limits[0]?.remaining;
 
 describe("a call sent again with its id is answered as the first time, applied once", () => {
-  it("take: the same decision, one unit counted, one row kept", async () => {
+  it("take: the same decision, one unit counted; a metered key's answer in a row, a plain key's in memory", async () => {
     const o = await object();
-    const first = (await o.stub.take(tenPerMinute, { cost: 3, call: "c-1" })) as Decision;
+    const first = (await o.stub.take(tenPerMinute, { cost: 3, ...billed, call: "c-1" })) as Decision;
     o.at(T0 + 5);
-    const again = (await o.stub.take(tenPerMinute, { cost: 3, call: "c-1" })) as Decision;
+    const again = (await o.stub.take(tenPerMinute, { cost: 3, ...billed, call: "c-1" })) as Decision;
     expect(again).toEqual(first);
     expect(await remaining(o)).toBe(7);
     expect((await keptRows(o)).map((r) => r.id)).toEqual(["c-1"]);
     // Another id is another call.
-    await o.stub.take(tenPerMinute, { cost: 3, call: "c-2" });
+    await o.stub.take(tenPerMinute, { cost: 3, ...billed, call: "c-2" });
     expect(await remaining(o)).toBe(4);
+    // A plain key: the same answer while the object lives, and no row for it.
+    const plain = await object();
+    const d = await plain.stub.take(tenPerMinute, { cost: 3, call: "p-1" });
+    expect(await plain.stub.take(tenPerMinute, { cost: 3, call: "p-1" })).toEqual(d);
+    expect(await remaining(plain)).toBe(7);
+    expect(await keptRows(plain)).toEqual([]);
   });
 
   it("take: a lease and the settlements it carried, applied once", async () => {
@@ -165,18 +173,24 @@ describe("a call sent again with its id is answered as the first time, applied o
     expect(await o.stub.release("req-1", "rel-2")).toBe(false);
   });
 
-  it("across an eviction: the answer is in storage, not only in memory", async () => {
+  it("across an eviction: a metered key's answer is in storage; a plain key's grant counts again (never over)", async () => {
     const o = await object();
-    const first = await o.stub.take(tenPerMinute, { cost: 2, call: "c-1" });
+    const first = await o.stub.take(tenPerMinute, { cost: 2, ...billed, call: "c-1" });
     await o.evict();
-    expect(await o.stub.take(tenPerMinute, { cost: 2, call: "c-1" })).toEqual(first);
+    expect(await o.stub.take(tenPerMinute, { cost: 2, ...billed, call: "c-1" })).toEqual(first);
     expect(await remaining(o)).toBe(8);
     // The restarted instance keeps adding answers after the ones it found.
-    await o.stub.take(tenPerMinute, { cost: 1, call: "c-2" });
+    await o.stub.take(tenPerMinute, { cost: 1, ...billed, call: "c-2" });
     expect((await keptRows(o)).map((r) => [r.slot, r.id])).toEqual([
       [0, "c-1"],
       [1, "c-2"],
     ]);
+    // A plain key restarted between a call and its repeat counts the grant twice: units lost, never over.
+    const plain = await object();
+    await plain.stub.take(tenPerMinute, { cost: 2, call: "p-1" });
+    await plain.evict();
+    await plain.stub.take(tenPerMinute, { cost: 2, call: "p-1" });
+    expect(await remaining(plain)).toBe(6);
   });
 });
 
@@ -186,7 +200,7 @@ describe("what is kept, and for how long", () => {
     await o.stub.take(perSecond, { cost: 3, call: "c-1" });
     const refused = (await o.stub.take(perSecond, { cost: 1, call: "c-2" })) as Decision;
     expect(refused.allowed).toBe(false);
-    expect((await keptRows(o)).map((r) => r.id)).toEqual(["c-1"]);
+    expect(await keptRows(o)).toEqual([]);
     o.at(T0 + 1_000);
     expect(await o.stub.take(perSecond, { cost: 1, call: "c-2" })).toEqual(refused);
     await o.evict();
@@ -196,25 +210,16 @@ describe("what is kept, and for how long", () => {
   it("one row per call; after KEEP_MS a repeat is a new call, and its row reused", async () => {
     const o = await object();
     o.writes();
-    await o.stub.take(tenPerHour, { cost: 1, call: "c-1" });
-    // The grant's slot row, the budget's window (meta), the idle alarm, and one kept answer.
+    await o.stub.take(tenPerHour, { cost: 1, ...billed, call: "c-1" });
+    // The grant's slot row, the credits (meta), the budget's window (meta), the idle alarm, and one kept answer.
     expect(o.writes().filter((w) => w === "other")).toHaveLength(1);
     o.at(T0 + KEEP_MS);
-    await o.stub.take(tenPerHour, { cost: 1, call: "c-2" });
+    await o.stub.take(tenPerHour, { cost: 1, ...billed, call: "c-2" });
     expect((await keptRows(o)).map((r) => [r.slot, r.id])).toEqual([[0, "c-2"]]);
     // c-1's answer is gone: sent again now, it counts again (the isolate never sends a call that late).
-    await o.stub.take(tenPerHour, { cost: 1, call: "c-1" });
+    await o.stub.take(tenPerHour, { cost: 1, ...billed, call: "c-1" });
     expect(await remaining(o, tenPerHour)).toBe(7);
     expect(await keptRows(o)).toHaveLength(2);
-  });
-
-  it("the idle alarm keeps the key until its last answer is a minute old, then forgets it all", async () => {
-    const o = await object();
-    await o.stub.take(perSecond, { cost: 1, call: "c-1" });
-    expect(await o.alarm()).toBe(T0 + KEEP_MS);
-    o.at(T0 + KEEP_MS);
-    await runDurableObjectAlarm(o.stub);
-    expect((await o.stored()).tables).toEqual([]);
   });
 
   it("a bad id is refused with nothing applied", async () => {
