@@ -10,10 +10,12 @@
 //   or with Content-Length alike). The status cannot change by then.
 // - errors thrown by the object cross RPC as an Error with the same name and message, `remote: true`,
 //   `durableObjectId`, and every own property of the thrown error (so `overloaded` / `retryable` survive).
-//   workerd sets `retryable` on none of them; `ctx.abort()` gives `durableObjectReset: true` (not retryable).
+//   workerd sets `retryable` on none of them; `ctx.abort()` gives `durableObjectReset: true` (not retryable), which
+//   the isolate sends again with the call's id (it may have been applied); an error the object's code threw, not.
 import { createHash } from "node:crypto";
 import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MAX_SENDS } from "../../src/client/policy.ts";
 import { type Limiter, startLimiter, tempDir, waitForOutput } from "../support/harness.ts";
 import { type Origin, startOrigin } from "../support/origin.ts";
 import { type Problem, problemOf } from "../support/problem.ts";
@@ -310,14 +312,8 @@ describe("object faults", () => {
         true,
         "FaultyLimiter: overloaded",
       ],
-      [
-        "the runtime resets the object (ctx.abort → durableObjectReset, not retryable)",
-        "reset",
-        false,
-        "FaultyLimiter: reset",
-      ],
     ] as const)(
-      "%s: 503 + Retry-After: 1, nothing proxied, logged, not retried",
+      "%s: 503 + Retry-After: 1, nothing proxied, logged, not sent again (nothing was applied)",
       async (_, fault, overloaded, message) => {
         const { k, r, calls, unavailable } = await hit(fault);
         await expect503(r);
@@ -329,6 +325,23 @@ describe("object faults", () => {
       },
     );
 
+    it("the runtime resets the object every time (ctx.abort → durableObjectReset): sent MAX_SENDS times with its id, each from a fresh stub, then 503", async () => {
+      const { k, r, calls, unavailable } = await hit("reset");
+      await expect503(r);
+      expect(arrivalsFor(k)).toEqual([]);
+      // It may have been applied: sent again (src/client/policy.ts, `callOnce`).
+      expect(calls).toHaveLength(MAX_SENDS);
+      expect(unavailable).toEqual([
+        {
+          event: "limiter_unavailable",
+          reason: "limiter_error",
+          failure_mode: "closed",
+          overloaded: false,
+          message: "FaultyLimiter: reset",
+        },
+      ]);
+    });
+
     it("retry once: a `retryable` error is retried with a fresh stub and the retry's grant is proxied", async () => {
       const { k, r, calls, unavailable } = await hit("retryonce");
       expect(r.status).toBe(200);
@@ -339,11 +352,11 @@ describe("object faults", () => {
       expect(unavailable).toEqual([]);
     });
 
-    it("retry once only: a `retryable` error every time gives two calls, then 503", async () => {
+    it("a `retryable` error every time: MAX_SENDS calls, then 503", async () => {
       const { k, r, calls, unavailable } = await hit("retryalways");
       await expect503(r);
       expect(arrivalsFor(k)).toEqual([]);
-      expect(calls).toHaveLength(2);
+      expect(calls).toHaveLength(MAX_SENDS);
       expect(unavailable).toHaveLength(1);
     });
 
@@ -360,12 +373,12 @@ describe("object faults", () => {
     const limiter = useLimiter({ origin: () => origin.url, rateLimit: rateLimit("open"), config: FAULTS_CONFIG });
 
     it.each([
-      ["throws", "throw", false],
-      ["is overloaded", "overload", true],
-      ["is reset", "reset", false],
+      ["throws", "throw", false, 1],
+      ["is overloaded", "overload", true, 1],
+      ["is reset", "reset", false, MAX_SENDS],
     ])(
       "the object %s: proxied unlimited (no RateLimit headers) and limiter_unavailable logged",
-      async (_, fault, overloaded) => {
+      async (_, fault, overloaded, sends) => {
         const k = key(fault);
         const before = jsonLines(limiter()).length;
         const r = await fetch(`${limiter().url}/v1/open?q=1`, {
@@ -383,7 +396,7 @@ describe("object faults", () => {
         expect(jsonLines(limiter()).slice(before)).toContainEqual(
           expect.objectContaining({ event: "limiter_unavailable", failure_mode: "open", overloaded }),
         );
-        expect(takeCalls(limiter(), k)).toHaveLength(1);
+        expect(takeCalls(limiter(), k)).toHaveLength(sends);
       },
     );
   });
