@@ -30,6 +30,13 @@ const UPSERT =
  */
 export const KEEP_MS = 60_000;
 
+/**
+ * The most answers kept in memory (the oldest go first): a key deciding a thousand calls a second keeps its last few
+ * seconds' — every call sent again at once, or claimed a second later — in a few MB, not a minute's in tens of MB. An
+ * answer gone early is only a plain grant that may count twice, never over a limit.
+ */
+export const IN_MEMORY_MAX = 4_096;
+
 /** The method a kept answer is of. */
 export type KeptMethod = "take" | "refund" | "settle" | "recover" | "topUp" | "release";
 
@@ -95,7 +102,7 @@ export class KeptAnswers {
   keep(id: string, now: number, kept: Kept, durable: boolean): void {
     if (!durable) {
       for (const [old, k] of this.#inMemory) {
-        if (now - k.at < KEEP_MS) break;
+        if (now - k.at < KEEP_MS && this.#inMemory.size < IN_MEMORY_MAX) break;
         this.#inMemory.delete(old);
       }
       this.#inMemory.set(id, { ...kept, at: now });

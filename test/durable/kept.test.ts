@@ -8,7 +8,7 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
 import type { RateLimiter } from "../../src/object/index.ts";
-import { KEEP_MS } from "../../src/object/kept.ts";
+import { IN_MEMORY_MAX, KEEP_MS } from "../../src/object/kept.ts";
 import { object, perSecond, T0 } from "./object.ts";
 
 const tenPerMinute: LimitSpec[] = [{ limit: 10, windowMs: 60_000, tickMs: 1 }];
@@ -220,6 +220,19 @@ describe("what is kept, and for how long", () => {
     await o.stub.take(tenPerHour, { cost: 1, ...billed, call: "c-1" });
     expect(await remaining(o, tenPerHour)).toBe(7);
     expect(await keptRows(o)).toHaveLength(2);
+  });
+
+  it("answers kept in memory are bounded: past IN_MEMORY_MAX the oldest is gone, the newest kept", async () => {
+    const o = await object();
+    const wide: LimitSpec[] = [{ limit: 100_000, windowMs: 60_000, tickMs: 1_000 }];
+    await runInDurableObject(o.stub, (instance: RateLimiter) => {
+      for (let i = 0; i <= IN_MEMORY_MAX; i++) instance.take(wide, { cost: 1, call: `c-${i}` });
+      // The first was forgotten: sent again, it counts again; the last is answered from memory.
+      instance.take(wide, { cost: 1, call: "c-0" });
+      instance.take(wide, { cost: 1, call: `c-${IN_MEMORY_MAX}` });
+    });
+    expect(await remaining(o, wide)).toBe(100_000 - IN_MEMORY_MAX - 2);
+    expect(await keptRows(o)).toEqual([]);
   });
 
   it("a bad id is refused with nothing applied", async () => {
