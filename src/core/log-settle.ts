@@ -17,9 +17,8 @@ export interface Rings {
 /**
  * Settles one lease in `log` at its clock `t` (see {@link Settlement}, checked, its rings the log's): moves its used
  * units to `issuedAt + lastUseMs` plus the margin, when that is earlier than their record, and takes back its unused
- * units. Never earlier than a use; a settled unit's record is kept inside every window of its ring (a unit whose use
- * has left a shorter window of it already counts there for at most a millisecond more), and taken out once its use
- * has left every window.
+ * units. Never earlier than a use: a settled unit counts in the windows that still hold its use (ring.ts, `record`),
+ * and is taken out once its use has left every window of its ring.
  *
  * @returns the rows to write, in order
  */
@@ -30,12 +29,11 @@ export function settleLease(log: Rings, t: number, s: Settlement): SlotRow[] {
   const writes: SlotRow[] = [];
   log.rings.forEach((ring, r) => {
     const from = s.recordedAt[r] as number;
-    // Used units whose use has left every window of the ring count nowhere any more: taken out, not moved (moved
-    // to the oldest time inside the shortest window, they would count there for a millisecond more).
+    // Used units whose use has left every window of the ring count nowhere any more: taken out, not moved.
     if (used > 0 && at <= t - longestWindow(ring, log)) {
       const row = ring.giveBack(from, used);
       if (row) writes.push(row);
-    } else if (used > 0) writes.push(...ring.move(from, Math.max(at, t - shortestWindow(ring, log) + 1), used));
+    } else if (used > 0) writes.push(...ring.move(from, at, used, t));
     const row = unused > 0 ? ring.giveBack(from, unused) : null;
     if (row) writes.push(row);
   });
@@ -45,7 +43,7 @@ export function settleLease(log: Rings, t: number, s: Settlement): SlotRow[] {
 /**
  * Records units used elsewhere (see {@link Use}, checked) in `log` at its clock `t`: each at `t − ageMs` plus one
  * millisecond and the clock-rate margin ({@link leaseMargin}). A use that has left every window of a ring counts
- * nowhere there and is skipped; one older than the ring's shortest window is recorded inside it (later: safe).
+ * nowhere there and is skipped; one older than a shorter window of it counts in the longer ones only.
  *
  * @returns the rows to write, in order
  */
@@ -55,7 +53,7 @@ export function recordUses(log: Rings, t: number, uses: readonly Use[]): SlotRow
     const at = t - ageMs + 1 + leaseMargin(ageMs);
     for (const ring of log.rings) {
       if (at <= t - longestWindow(ring, log)) continue;
-      writes.push(ring.record(Math.max(at, t - shortestWindow(ring, log) + 1), units));
+      writes.push(ring.record(at, units, t));
     }
   }
   return writes;

@@ -176,11 +176,9 @@ export class KeyLog {
   /**
    * Settles one lease at `now` (see {@link Settlement}): moves its used units to `issuedAt + lastUseMs` plus the
    * margin, when that is earlier than their record, and takes back its unused units. Never earlier than a use;
-   * a settled unit's record is kept inside every window of its ring (a unit whose use has left a shorter window of
-   * it already counts there for at most a millisecond more), and taken out once its use has left every window
-   * (log-settle.ts). A lease recorded under other limits (other rings) is not here: its units stay where they are and
-   * expire.
-   * its units stay where they are and expire.
+   * a settled unit counts in the windows that still hold its use, and is taken out once its use has left every
+   * window (log-settle.ts). A lease recorded under other limits (other rings) is not here: its units stay where they
+   * are and expire.
    *
    * @returns the rows to write, in order
    * @throws RangeError for counts or times out of range
@@ -197,7 +195,7 @@ export class KeyLog {
    * clock-rate margin ({@link leaseMargin}) — never earlier than its use, since the call reporting it was sent after
    * the use and reached this log after that. Recorded whatever the limits say (those units passed): the key then
    * waits until they leave its windows. A use that has left every window of a ring counts nowhere there and is
-   * skipped; one older than the ring's shortest window is recorded inside it (later: safe).
+   * skipped; one older than a shorter window of a ring counts in its longer ones only.
    *
    * @returns the rows to write, in order
    * @throws RangeError for a list that is not of uses (whole ms ≥ 0, whole units ≥ 1)

@@ -134,10 +134,11 @@ export class Ring {
   }
 
   /**
-   * Puts a slot at absolute index `i`, shifting the newer ones up by one. The slot is in every
-   * limit's window (`ts` is at or after the evicted-to time), so every head is at or before `i`.
+   * Puts a slot at absolute index `i`, shifting the newer ones up by one. The ring is evicted to `now`: the slot is in
+   * the window of each limit with `ts > now − W` (whose head is then at or before `i`: every slot after it is in that
+   * window too), and before the window of the others (whose head, at or after `i`, moves up with the slots it names).
    */
-  #insert(i: number, ts: number, cost: number, key: number): void {
+  #insert(i: number, ts: number, cost: number, key: number, now = ts): void {
     if (this.size === this.#mask + 1) this.#grow();
     for (let j = this.#end; j > i; j--) {
       const to = j & this.#mask;
@@ -151,7 +152,10 @@ export class Ring {
     this.#cost[p] = cost;
     this.#key[p] = key;
     this.#end++;
-    for (const m of this.#members) m.used += cost;
+    for (const m of this.#members) {
+      if (ts > now - m.windowMs) m.used += cost;
+      else m.head++;
+    }
   }
 
   #grow(): void {
@@ -244,17 +248,19 @@ export class Ring {
    * Records `units` at `at` rounded up to the tick, in time order among the slots (a grant at now
    * goes before leases recorded in the future). When the ring has no free slot it adds them to the
    * next later slot instead, or, with none later, moves the newest slot later to `at` and adds them
-   * there (later is always safe). Returns the one row to write. The ring must be evicted to a time
-   * ≤ `at` and have room (`fits`).
+   * there (later is always safe). Returns the one row to write. The ring must be evicted to `now`
+   * (by default `at`) and have room (`fits`); `at` may lie before `now` — a use settled after the
+   * fact — within the longest window: the units then count in the windows that still hold `at` only.
    */
-  record(at: number, units: number): SlotRow {
+  record(at: number, units: number, now = at): SlotRow {
     const ts = roundUp(at, this.tickMs);
     let i = this.#end;
     while (i > this.#start && this.#tsAt(i - 1) >= ts) i--;
     if (i < this.#end && (this.#tsAt(i) === ts || this.size >= this.capacity)) {
       const p = i & this.#mask;
       this.#cost[p] = (this.#cost[p] as number) + units;
-      for (const m of this.#members) m.used += units;
+      // The slot at `i` counts in the windows whose head is at or before it.
+      for (const m of this.#members) if (m.head <= i) m.used += units;
       return this.#row(i);
     }
     if (this.size >= this.capacity) {
@@ -266,7 +272,7 @@ export class Ring {
       for (const m of this.#members) m.used += units;
       return this.#row(this.#end - 1);
     }
-    this.#insert(i, ts, units, this.#takeKey());
+    this.#insert(i, ts, units, this.#takeKey(), now);
     return this.#row(i);
   }
 
@@ -296,16 +302,17 @@ export class Ring {
   /**
    * Moves up to `units` from the slot at `from` (a lease's record) to `to` rounded up to the tick, when that is
    * earlier: a lease's used units re-dated to their last use. Returns the rows to write, in order (none when no
-   * slot is at `from` or `to` is not earlier). The ring must be evicted to a time before `to` in every window.
+   * slot is at `from` or `to` is not earlier). The ring must be evicted to `now`, and `to` lie after `now` less its
+   * longest window: the units count in the windows that still hold `to` only ({@link record}).
    */
-  move(from: number, to: number, units: number): SlotRow[] {
+  move(from: number, to: number, units: number, now: number): SlotRow[] {
     const i = this.#find(from);
     const ts = roundUp(to, this.tickMs);
     if (i === -1 || ts >= from) return [];
     const taken = Math.min(units, this.#costAt(i));
     const gone = this.giveBack(from, taken) as SlotRow;
     // With the ring full, `record` adds to the next later slot: the lease's own, unless it was just emptied.
-    return [gone, this.record(ts, taken)];
+    return [gone, this.record(ts, taken, now)];
   }
 
   /** Absolute index of the slot at `ts`, or −1. Binary search: slots are sorted. */

@@ -5,7 +5,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { Circuit, DOWN_FIRST_MS, DOWN_MOST_MS } from "../../src/client/circuit.ts";
-import { FALLBACK_NOTHING_RETRY_MS, FallbackLog, KeyLog, type LimitSpec } from "../../src/core/index.ts";
+import { FALLBACK_NOTHING_RETRY_MS, FallbackLog, KeyLog, type LimitSpec, leaseMargin } from "../../src/core/index.ts";
 import { maxInWindow } from "../support/window.ts";
 
 const T0 = 1_800_000_000_000;
@@ -257,7 +257,7 @@ describe("KeyLog.record: the object records grants made alone", () => {
     expect(d.limits[0]?.remaining).toBe(0);
   });
 
-  it("skips a use that has left every window, and keeps an older one inside the shortest", () => {
+  it("skips a use that has left every window, and counts an older one in the windows that still hold it", () => {
     const log = new KeyLog([
       { limit: 10, windowMs: 1000 },
       { limit: 100, windowMs: 10_000 },
@@ -268,12 +268,12 @@ describe("KeyLog.record: the object records grants made alone", () => {
       { ageMs: 5_000, units: 1 },
     ]);
     expect(rows).toHaveLength(1);
-    // Used 5 s ago (+ margin), kept 999 ms ago: inside the 1 s window, later than its use.
-    expect(rows[0]?.ts).toBe(T0 + 20_000 - 1000 + 1);
-    expect(log.check(T0 + 20_000, 1).limits.map((l) => l.remaining)).toEqual([9, 99]);
+    // Used 5 s ago: recorded then (+ a millisecond and the margin), in the 10 s window and not the 1 s one.
+    expect(rows[0]?.ts).toBe(T0 + 20_000 - 5_000 + 1 + leaseMargin(5_000));
+    expect(log.check(T0 + 20_000, 1).limits.map((l) => l.remaining)).toEqual([10, 99]);
   });
 
-  it("skips a use whose record would fall exactly on the longest window's edge, and keeps one a millisecond inside", () => {
+  it("skips a use whose record would fall exactly on the longest window's edge, and counts one a millisecond inside", () => {
     // ageMs 10,206: recorded at t − 10,206 + 1 + leaseMargin (205) = t − 10,000, the 10 s window's open edge.
     const edge = new KeyLog([
       { limit: 10, windowMs: 1000 },
@@ -281,14 +281,14 @@ describe("KeyLog.record: the object records grants made alone", () => {
     ]);
     expect(edge.record(T0 + 20_000, [{ ageMs: 10_206, units: 1 }])).toEqual([]);
     expect(edge.check(T0 + 20_000, 1).limits.map((l) => l.remaining)).toEqual([10, 100]);
-    // ageMs 10,205: at t − 9,999, inside the 10 s window; kept inside the 1 s one (later than its use).
+    // ageMs 10,205: at t − 9,999, inside the 10 s window alone.
     const inside = new KeyLog([
       { limit: 10, windowMs: 1000 },
       { limit: 100, windowMs: 10_000 },
     ]);
     const rows = inside.record(T0 + 20_000, [{ ageMs: 10_205, units: 1 }]);
-    expect(rows.map((r) => r.ts)).toEqual([T0 + 20_000 - 1000 + 1]);
-    expect(inside.check(T0 + 20_000, 1).limits.map((l) => l.remaining)).toEqual([9, 99]);
+    expect(rows.map((r) => r.ts)).toEqual([T0 + 20_000 - 9_999]);
+    expect(inside.check(T0 + 20_000, 1).limits.map((l) => l.remaining)).toEqual([10, 99]);
   });
 
   it("rejects what is not a list of uses", () => {

@@ -1,7 +1,9 @@
 /** @module Rings through the key log: memory growth, storage keys, lease give-backs and forgetting, at their edges. */
 
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { KeyLog, type SlotRow } from "../../src/core/index.ts";
+import { Ring } from "../../src/core/ring.ts";
 
 /** Decisions of cost 1 at each time, as allowed/denied. */
 const allowed = (log: KeyLog, times: number[]) => times.map((t) => log.take(t, { cost: 1 }).decision.allowed);
@@ -219,11 +221,11 @@ describe("forget (an operator's reset)", () => {
     const log = new KeyLog([{ limit: 64, windowMs: 1000 }]);
     const ring = log.rings[0] as NonNullable<(typeof log.rings)[0]>;
     log.take(0, { cost: 0, leaseUnits: 4, leaseMs: 500 }); // recorded at 500
-    expect(ring.move(400, 10, 1)).toEqual([]); // no slot at 400
-    expect(ring.move(500, 500, 1)).toEqual([]); // not earlier
-    expect(ring.move(500, 600, 1)).toEqual([]);
+    expect(ring.move(400, 10, 1, 0)).toEqual([]); // no slot at 400
+    expect(ring.move(500, 500, 1, 0)).toEqual([]); // not earlier
+    expect(ring.move(500, 600, 1, 0)).toEqual([]);
     expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([[500, 4]]);
-    const rows = ring.move(500, 10, 9); // all four, not nine
+    const rows = ring.move(500, 10, 9, 0); // all four, not nine
     expect(rows.map((r) => [r.ts, r.cost])).toEqual([
       [500, 0],
       [10, 4],
@@ -231,5 +233,80 @@ describe("forget (an operator's reset)", () => {
     expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([[10, 4]]);
     expect(log.peek(20).limits[0]?.remaining).toBe(60);
     expect(log.peek(1010).limits[0]?.remaining).toBe(64);
+  });
+});
+
+describe("recording before a short window (a use settled after the fact)", () => {
+  // One ring, two windows (both at a 1 ms tick): 30 a second and 300 a minute.
+  const TWO = [
+    { limit: 30, windowMs: 1000 },
+    { limit: 300, windowMs: 60_000 },
+  ];
+
+  it("a lease's use that left the second's window counts in the minute's only, from the settlement on", () => {
+    const log = new KeyLog(TWO);
+    // Leased at 0 for 400 ms: its 5 units recorded at 400; all used by 100, settled at 1_300.
+    const lease = log.take(0, { cost: 0, leaseUnits: 5, leaseMs: 400 }).decision.lease;
+    expect(lease?.recordedAt).toEqual([400]);
+    // Until settled, they count where they are recorded: in the second's window (300, 1_300] too.
+    expect(log.peek(1_300).limits.map((l) => l.remaining)).toEqual([25, 295]);
+    log.take(1_300, { cost: 3 });
+    expect(log.peek(1_300).limits.map((l) => l.remaining)).toEqual([22, 292]);
+    const rows = log.settle(1_300, { recordedAt: [400], issuedAt: 0, used: 5, lastUseMs: 100, unused: 0 });
+    // Moved to 104 (the use, a millisecond and the margin of 3): before the second's window (300, 1300], inside the minute.
+    expect(rows.map((r) => [r.ts, r.cost])).toEqual([
+      [400, 0],
+      [104, 5],
+    ]);
+    expect(log.peek(1_300).limits.map((l) => l.remaining)).toEqual([27, 292]);
+    // The second's window never counts them; the slot at 1_300 leaves it at 2_300, the minute's at 60_104 and 61_300.
+    expect(log.peek(2_299).limits.map((l) => l.remaining)).toEqual([27, 292]);
+    expect(log.peek(2_300).limits.map((l) => l.remaining)).toEqual([30, 292]);
+    expect(log.peek(60_104).limits.map((l) => l.remaining)).toEqual([30, 297]);
+    expect(log.peek(61_300).limits.map((l) => l.remaining)).toEqual([30, 300]);
+    expect(log.rows()).toEqual([]);
+  });
+
+  it("units used elsewhere long ago count in the minute's window only", () => {
+    const log = new KeyLog(TWO);
+    log.take(10_000, { cost: 2 });
+    // Used 5 s ago (plus a millisecond and the margin): in the minute, not in the second.
+    log.record(10_000, [{ ageMs: 5_000, units: 4 }]);
+    expect(log.peek(10_000).limits.map((l) => l.remaining)).toEqual([28, 294]);
+    expect(allowed(log, Array(28).fill(10_000))).toEqual(Array(28).fill(true));
+    expect(log.take(10_000, { cost: 1 }).decision.allowed).toBe(false);
+  });
+
+  it("property: a ring's limits count exactly the slots each window holds, whatever order the times come in", () => {
+    const limits = [
+      { limit: 1_000, windowMs: 10 },
+      { limit: 1_000, windowMs: 40 },
+      { limit: 1_000, windowMs: 100 },
+    ];
+    const step = fc.record({
+      advance: fc.integer({ min: 0, max: 30 }),
+      age: fc.integer({ min: -5, max: 99 }),
+      units: fc.integer({ min: 1, max: 3 }),
+    });
+    fc.assert(
+      fc.property(fc.array(step, { minLength: 1, maxLength: 60 }), (steps) => {
+        const ring = new Ring(1, 1_000, limits);
+        const kept: { ts: number; cost: number }[] = [];
+        let now = 0;
+        for (const { advance, age, units } of steps) {
+          now += advance;
+          ring.evict(now);
+          // At `now` or later (a grant, a lease), or earlier within the longest window (a settled use).
+          const at = now - age;
+          ring.record(at, units, now);
+          kept.push({ ts: at, cost: units });
+          limits.forEach((l, j) => {
+            const inWindow = kept.filter((k) => k.ts > now - l.windowMs).reduce((n, k) => n + k.cost, 0);
+            expect(ring.remaining(j)).toBe(l.limit - inWindow);
+          });
+        }
+      }),
+      { numRuns: 300 },
+    );
   });
 });
