@@ -63,6 +63,8 @@ const MIN_LEAD_MS = 5;
 
 /** A lease is asked for only when its lifetime is at least this many recent object round trips. */
 const RTT_LIFETIMES = 4;
+/** Deviations of the round trip a lease's lead adds to the mean (see {@link leaseToAsk}). */
+const LEAD_DEVIATIONS = 4;
 
 /** Counts one request of the key at `now`. */
 export function countRequest(c: RateCounter, now: number): void {
@@ -120,6 +122,8 @@ export interface AskBounds {
   readonly youngMs: number;
   /** The recent object round trip from this isolate (ms). */
   readonly rttMs: number;
+  /** The mean deviation of recent round trips from `rttMs` (ms); 0 when absent. */
+  readonly rttDevMs?: number;
   /**
    * The limits the key is far below as this isolate last saw it (the object would grant a whole lease), those the
    * object decided against; null (or absent) when it is not. Unless the key's rate here heads near one of them, the rate is
@@ -149,7 +153,10 @@ export function leaseToAsk(c: RateCounter, now: number, b: AskBounds): LeaseAsk 
   if (lifetimeMs <= 0) return NO_ASK;
   // A lease arrives a round trip into its lifetime: one that would be mostly over by then is not worth asking.
   if (lifetimeMs < RTT_LIFETIMES * b.rttMs) return NO_ASK;
-  const leadMs = Math.ceil(b.rttMs);
+  // The lease's answer is on its way for up to a round trip and four deviations (as TCP's retransmission timeout, RFC
+  // 6298): a lease led by the mean alone arrives with none of its spending time left half the time the object is slow,
+  // its units counted at the object for nothing until the next call gives them back.
+  const leadMs = Math.ceil(b.rttMs + LEAD_DEVIATIONS * (b.rttDevMs ?? 0));
   if (sizedByObject(c)) return c.score < SEEN_BEFORE_SCORE ? NO_ASK : { units: maxUnits, lifetimeMs, leadMs };
   const steady = steadyRate(c, now);
   const burst = burstRate(c);

@@ -296,7 +296,7 @@ export class LeaseTable {
     if (now < e.quietUntil || share === 0) return NO_ASK;
     // Far below the limits the object last decided against (an operator's override, else the plan's).
     const farBelow = share === 1 && e.view !== null ? (e.view.applied ?? e.limits) : null;
-    return leaseToAsk(e, now, { youngMs: 0, ...sizing, rttMs: this.#rttMs, farBelow });
+    return leaseToAsk(e, now, { youngMs: 0, ...sizing, rttMs: this.#rttMs, rttDevMs: this.#rttDevMs, farBelow });
   }
 
   /** Whether the key has no rate of its own here yet: its lease is sized from the object's log. */

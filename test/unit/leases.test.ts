@@ -512,17 +512,30 @@ describe("LeaseTable", () => {
     expect(table.want(e, 50_000, { lifetimeMs: 0, maxUnits: 1000 }).units).toBe(0);
     expect(table.want(e, 50_000, { lifetimeMs: -1000, maxUnits: 1000 }).units).toBe(0);
     // The round trip comes first: the units are those spent in the rest of the lifetime, which is the lead plus it.
+    // The lead is the round trip and four of its deviations: a first one of 49.5 ms deviates by half of it.
     table.observeRtt(49.5);
+    expect(table.want(e, 50_000, { lifetimeMs: 1000, maxUnits: 1000 })).toEqual({
+      units: 6,
+      lifetimeMs: 851 + 149,
+      leadMs: 149,
+    });
+    expect(table.want(e, 50_000, { lifetimeMs: 1000, maxUnits: 4 })).toEqual({
+      units: 4,
+      lifetimeMs: 149 + 500,
+      leadMs: 149,
+    });
+    // Round trips that keep to 49.5 ms: the deviation dies away, and the lead with it.
+    for (let i = 0; i < 40; i++) table.observeRtt(49.5);
     expect(table.want(e, 50_000, { lifetimeMs: 1000, maxUnits: 1000 })).toEqual({
       units: 7,
       lifetimeMs: 950 + 50,
       leadMs: 50,
     });
-    expect(table.want(e, 50_000, { lifetimeMs: 1000, maxUnits: 4 })).toEqual({
-      units: 4,
-      lifetimeMs: 50 + 500,
-      leadMs: 50,
-    });
+    // Round trips of 20 and 80 ms in turn: a lease arriving in 80 ms still has its spending time.
+    for (let i = 0; i < 40; i++) table.observeRtt(i % 2 === 0 ? 20 : 80);
+    const { leadMs } = table.want(e, 50_000, { lifetimeMs: 1000, maxUnits: 1000 });
+    expect(leadMs).toBeGreaterThan(80 + 50);
+    expect(leadMs).toBeLessThan(80 + 4 * 30);
   });
 
   it("refills two round trips (at least 5 ms each) before the held units or time run out, counting only leases not yet expired", () => {
