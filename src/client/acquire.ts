@@ -77,6 +77,9 @@ export class Acquire {
         const blocked = denyCache.get(cached, now);
         const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
         if (blocked && retryAt !== undefined && !refusals.completesPenalty(name, plan, blocked, now)) {
+          // Refused by the limits while this isolate holds units of the key's that expired unspent (the object counts
+          // them until they go back): to the object, carrying them back.
+          if (entry && blocked.blockedBy === undefined && leases.expiredUnspent(entry, now) >= cost) break;
           refusals.refusedHere(name, plan, blocked, now);
           return this.#cachedDenial(r, blocked, retryAt, now);
         }
@@ -138,6 +141,13 @@ export class Acquire {
         // The object counted this refusal towards a penalty: one fewer of those answered here is reported.
         this.#p.refusals.grantedHere(name, plan);
         return this.#leased(r, entry, held, this.#p.now());
+      }
+      // Refused by a limit on units of this isolate's leases that expired unspent (they may have expired while the call
+      // was out): once more, carrying them back, when they and the room left cover the cost.
+      const unspent = refusedByLimits(d) ? this.#p.leases.expiredUnspent(entry, this.#p.now()) : 0;
+      if (unspent > 0 && Math.min(...d.limits.map((l) => l.remaining)) + unspent >= cost) {
+        this.#p.refusals.grantedHere(name, plan);
+        return this.#atObject(r, { ...at, now: this.#p.now() });
       }
       // Refused by a limit on units a settlement of this isolate's, out when it was decided, frees: once more,
       // within the room that settlement's answer shows.

@@ -245,6 +245,17 @@ export class LeaseTable {
   }
 
   /**
+   * The units of the key's leases that expired unspent by `now`: the object counts them until the key's next call from
+   * here gives them back.
+   */
+  expiredUnspent(e: KeyLeases, now: number): number {
+    expire(e, now);
+    let units = 0;
+    for (const h of e.expired) units += h.left;
+    return units;
+  }
+
+  /**
    * The units the key's object would find free for this isolate's next call beyond what it last said: the units held
    * here and the unused ones of expired leases that call gives back first (exact with one isolate after any pause).
    */

@@ -261,3 +261,97 @@ describe("a burst that overtakes its isolate's settlement", () => {
     expect(rs.filter((r) => r.reason === "over_limit").length).toBe(5);
   });
 });
+
+describe("a refusal on units this isolate's leases left unspent", () => {
+  /**
+   * This isolate's leases from a paced phase (3 units unspent: 1 in the first, expiring at `first`, 2 in the second, at
+   * `last`), and other isolates' requests (leases off) since, until the key has `free` units left at the object beside
+   * the leases'.
+   */
+  async function unspentLeases(w: World, free: number) {
+    for (let i = 0; i < 12; i++) {
+      await w.direct();
+      await vi.advanceTimersByTimeAsync(200);
+    }
+    const held = w.client.leases.get("key:a")?.held ?? [];
+    expect(held.map((h) => h.left)).toEqual([1, 2]);
+    const config = parseLimiterConfig({ limits: ONE_MINUTE, leases: false }, "test") as LimiterConfig;
+    const plan = config.defaultPlan as Plan;
+    // Each from an isolate of its own: none answers from a deny cache.
+    const other = () =>
+      new LimiterClient(config, { clock: () => Date.now() }).limit({ ns: w.ns, name: "key:a", plan, cost: 1, bg });
+    while ((await other()).limits[0]?.remaining !== free);
+    const [first, last] = held.map((h) => h.expiresAt) as [number, number];
+    expect(last - first).toBeGreaterThan(200);
+    return { first, last, other, from: w.takes.length };
+  }
+
+  /** The units the object's takes from the `from`th on were given back. */
+  const givenBack = (w: World, from: number) =>
+    w.takes.slice(from).map((t) => t.ask.settle?.reduce((n, s) => n + s.unused, 0) ?? 0);
+
+  it("asks once more when a lease expired while the refused call was out, carrying its units back", async () => {
+    const w = world();
+    w.unheld();
+    const { last, from } = await unspentLeases(w, 1);
+    // A request of 4, 5 ms before the second lease expires: 2 units here (not enough). Its call gives back the first
+    // lease's 1; the object has 2 free: refused. The second lease expires while the call is out.
+    await vi.advanceTimersByTimeAsync(last - Date.now() - 5);
+    const r = w.limit(4);
+    await vi.advanceTimersByTimeAsync(100);
+    expect((await r).reason).toBe("granted");
+    const asked = w.takes.slice(from);
+    expect(asked.map((t) => [t.ask.cost, t.d?.allowed])).toEqual([
+      [4, false],
+      [4, true],
+    ]);
+    // The second call carries the second lease's 2 back: with the 2 free, 4; the key is full after.
+    expect(givenBack(w, from)).toEqual([1, 2]);
+    expect(asked[1]?.d?.limits[0]?.remaining).toBe(0);
+  });
+
+  it("asks nothing more when the units coming back and the room left do not cover the cost", async () => {
+    const w = world();
+    w.unheld();
+    const { last, from } = await unspentLeases(w, 1);
+    await vi.advanceTimersByTimeAsync(last - Date.now() - 5);
+    const r = w.limit(5);
+    await vi.advanceTimersByTimeAsync(100);
+    // 2 free after the first lease's unit, and 2 coming back: not 5.
+    expect((await r).reason).toBe("over_limit");
+    expect(w.asked(from)).toBe(1);
+  });
+
+  it("a request the deny cache would refuse goes to the object instead, carrying the expired lease's units back", async () => {
+    const w = world();
+    w.unheld();
+    const { first, last, other } = await unspentLeases(w, 0);
+    // The first lease expired: a request of 3 (2 units here) gives its unit back, and is refused on the 1 free. The
+    // other isolate takes that one.
+    await vi.advanceTimersByTimeAsync(Math.max(0, first - Date.now() + 5));
+    const from = w.takes.length;
+    const three = () => {
+      const r = w.limit(3);
+      return vi.advanceTimersByTimeAsync(50).then(() => r);
+    };
+    expect((await three()).reason).toBe("over_limit");
+    expect((await other()).allowed).toBe(true);
+    // Refused again with none free: the key is in this isolate's deny cache. A request of 1 is served from the second
+    // lease, nothing asked; then it expires with 1 unspent.
+    expect((await three()).reason).toBe("over_limit");
+    expect((await w.limit()).reason).toBe("leased");
+    expect(w.asked(from)).toBe(2);
+    await vi.advanceTimersByTimeAsync(last - Date.now() + 5);
+    // The next is not refused from the cache: its call gives the unit back and it is granted on it.
+    const next = w.limit();
+    await vi.advanceTimersByTimeAsync(50);
+    expect((await next).reason).toBe("granted");
+    expect(w.asked(from)).toBe(3);
+    expect(givenBack(w, from)).toEqual([1, 0, 1]);
+    // Nothing more comes back: the next is refused from the cache, as before.
+    const again = w.limit();
+    await vi.advanceTimersByTimeAsync(50);
+    expect((await again).reason).toBe("cached_denial");
+    expect(w.asked(from)).toBe(3);
+  });
+});

@@ -174,6 +174,10 @@ const SHAPES: Record<string, Shape> = {
     ],
     run: (send) => atOnce(send, 60),
   },
+  "60 at once on a fresh key of 40 a minute": {
+    limits: [{ limit: 40, window: 60_000 }],
+    run: (send) => atOnce(send, 60),
+  },
   "a burst of 90 after quiet, 2 ms apart": {
     limits: [
       { limit: 30, window: 1000 },
@@ -318,9 +322,16 @@ describe("parallel bursts on a loaded machine: arrivals spread, object calls slo
   // Arrivals up to 400 ms late and each way of an object call up to 150 ms late (the e2e case under three busy loops
   // saw 450 ms of jitter): a lease led by the mean round trip alone arrived with its spending time gone, its units
   // counted at the object until the next burst (57 of 66 at seed 14); its lead is now the round trip and four
-  // deviations. And a lease's use settled after it left the second's window counts in the minute's alone (ring.ts).
+  // deviations. A lease's use settled after it left the second's window counts in the minute's alone (ring.ts). And a
+  // refusal on units a lease left unspent asks once more carrying them back (60 at once on a fresh key of 40 a
+  // minute: 37 of 40 before).
   const LOAD = { arrivalMs: 400, callMs: 150 };
-  for (const name of ["parallel bursts of 90 after quiet", "parallel bursts of 90 after 3 s of pacing"]) {
+  for (const name of [
+    "parallel bursts of 90 after quiet",
+    "parallel bursts of 90 after 3 s of pacing",
+    "60 at once on a fresh key",
+    "60 at once on a fresh key of 40 a minute",
+  ]) {
     for (const settleDelay of [0, 40]) {
       it(`${name}, R = 20 ms, settling calls ${settleDelay} ms late: what exact grants or one fewer, never over N`, async () => {
         for (let seed = 1; seed <= 20; seed++) {
