@@ -7,8 +7,9 @@
 // config answers HTTP. The registry here is a directory of the test's own, not the user's.
 //
 // Over HTTP to each consumer, every call crossing from one wrangler dev to another: the two share a key's limit
-// exactly, one by one and all at once; a result one got is refunded by the other; bad input rejects with the
-// library's errors (a LimiterError losing its name and code on the way: below) and counts nothing.
+// exactly, one by one and all at once, and with the limiter's leases never beyond it; a result one got is refunded by
+// the other; bad input rejects with the library's errors (a LimiterError losing its name and code on the way: below)
+// and counts nothing.
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -128,14 +129,29 @@ describe("a LimiterService shared by two Workers, each under its own wrangler de
   });
 
   it("grants exactly N of many requests sent through both at once", async () => {
-    // crowd_: 40 a minute; 30 requests through each consumer, all in flight together.
+    // team_: 5 a minute, too few units to lease: every grant is the key's object's decision.
+    const key = `team_${crypto.randomUUID()}`;
+    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => limit(i % 2 === 0 ? a : b, key)));
+    expect(answers.filter((x) => x.error !== undefined)).toEqual([]);
+    expect(answers.filter((x) => x.value?.success === true).length).toBe(5);
+    expect(await remaining(b, key)).toBe(0);
+  });
+
+  it("never grants more than N with leases, many requests through both at once", async () => {
+    // crowd_: 40 a minute; 30 requests through each consumer, all in flight together. The limiter's Worker leases
+    // under this load, one lease table for both consumers. Its grants may fall short of N: a request the object
+    // refused waits for a lease call of the isolate's that is out only until that call is late (docs/design.md,
+    // "What real clients do"), and on this shared machine one in ten to twenty such bursts got 36–38. Never over.
     const key = `crowd_${crypto.randomUUID()}`;
     const answers = await Promise.all(Array.from({ length: 60 }, (_, i) => limit(i % 2 === 0 ? a : b, key)));
     expect(answers.filter((x) => x.error !== undefined)).toEqual([]);
     const granted = answers.filter((x) => x.value?.success === true).length;
-    const refused = answers.filter((x) => x.value?.success === false).length;
-    expect({ granted, refused }).toEqual({ granted: 40, refused: 20 });
-    expect(await remaining(b, key)).toBe(0);
+    const refused = answers.filter((x) => x.value?.success === false);
+    expect(granted).toBeLessThanOrEqual(40);
+    expect(granted + refused.length).toBe(60);
+    expect(refused.every((x) => (x.value?.retryAfterMs ?? 0) > 0)).toBe(true);
+    // What the key has left (its object's, and units the limiter's isolate holds on lease) leaves no room beyond N.
+    expect(granted + ((await remaining(a, key)) ?? 40)).toBeLessThanOrEqual(40);
   });
 
   it("refunds a result one Worker got through the other, once", async () => {
