@@ -35,7 +35,7 @@ const LATENCY_RATE = 250;
 const KEYS = 1000;
 /**
  * `BENCH_ONLY=allowed,floor npm run bench`: only these targets (and the pass-through), no chart; the storage count
- * only when `count` is among them.
+ * only when `count` is among them, the service count (two Workers sharing one `LimiterService`) when `svccount` is.
  */
 const ONLY = process.env.BENCH_ONLY?.split(",") ?? null;
 /** `BENCH_BASELINE=<git rev> npm run bench`: the product as of that revision too, side by side ("before", "beforehot", and its own pass-through "beforepass"). */
@@ -689,8 +689,9 @@ async function main(): Promise<void> {
     }
     if (ONLY) {
       if (ONLY.includes("count")) await countStorage(u);
+      if (ONLY.includes("svccount")) await countService(u);
       console.log(
-        `\nBENCH_ONLY: ${ONLY.includes("count") ? "" : "no storage count, "}no chart or targets; total ${fmt((performance.now() - started) / 1000, 0)} s`,
+        `\nBENCH_ONLY: ${ONLY.includes("count") ? "" : "no storage count, "}${ONLY.includes("svccount") ? "" : "no service count, "}no chart or targets; total ${fmt((performance.now() - started) / 1000, 0)} s`,
       );
       return;
     }
@@ -703,6 +704,7 @@ async function main(): Promise<void> {
 
     const dist = await distance(u);
     const storage = await countStorage(u);
+    await countService(u);
     const util = await utilisation(u);
     await chart(u);
 
@@ -894,6 +896,110 @@ async function countStorage(u: Runtime["urls"]) {
     `  denied: ${denials} denials reached the object and wrote ${after.rowsWritten - before.rowsWritten} rows, ${after.setAlarms - before.setAlarms} setAlarm: ${fmt(perDenied, 3)} rows per denied request`,
   );
   return { on, off, perDenied };
+}
+
+/** What the objects of a load's keys counted, and the load's responses: all of them, and the grants (`200`). */
+interface Counted {
+  readonly s: StorageCounts;
+  readonly allowed: number;
+  readonly total: number;
+}
+
+/**
+ * Object calls per grant for two consumer Workers deciding the same keys (issue 60): both over service bindings to one
+ * `LimiterService` (`svc-remote-1`, `svc-remote-2` → `svc-host-count`), whose one lease table serves them both, against
+ * each with its own library limiter in-process (`svc-inproc-1`, `svc-inproc-2`: two lease tables over the same
+ * objects). The same limiter (bench/http/service.mts, leases on as by default) and the same loads, each spread over the
+ * two consumers at once; calls counted in the object (`CountingRateLimiter`: take + giveBack).
+ */
+async function countService(u: Runtime["urls"]) {
+  /** The steady load's rate over both consumers: each of the 1,000 keys about once a second. */
+  const STEADY_RATE = 1000;
+  const variants = [
+    {
+      id: "shared",
+      label: "one LimiterService",
+      urls: [u["svc-remote-1"], u["svc-remote-2"]],
+      stats: u["svc-host-count"],
+    },
+    {
+      id: "own",
+      label: "each its own limiter",
+      urls: [u["svc-inproc-1"], u["svc-inproc-2"]],
+      stats: u["svc-inproc-1"],
+    },
+  ] as const;
+  const countsOf = async (url: string, keys: readonly string[]) =>
+    sum(await Promise.all(keys.map((key) => stats(url, `bench-svc/key:${key}`))));
+  const keysOf = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
+  const some = 200;
+  const loads = [
+    {
+      label: `one hot key (1e9/1m), ${HOT_AMOUNT} requests`,
+      keys: (tag: string) => [`hot${tag}`],
+      run: (urls: readonly string[], tag: string) =>
+        loadAll(urls, { amount: HOT_AMOUNT, connections: CONNECTIONS, key: `hot${tag}` }),
+    },
+    {
+      label: `${some} keys (100/1s + 1000/1m), 20 requests each`,
+      keys: (tag: string) => keysOf(`c${tag}_`, some),
+      run: (urls: readonly string[], tag: string) =>
+        loadAll(urls, { amount: 20 * some, connections: CONNECTIONS, key: (i) => `c${tag}_${i % some}` }),
+    },
+  ];
+  /**
+   * 1,000 keys in steady state, counted over the measured seconds only; at one fixed rate for both (a key's leases grow
+   * with the rate its isolate sees it at, and a call over the binding is slower: at saturation the two would differ).
+   */
+  const steady = async (v: (typeof variants)[number]): Promise<Counted> => {
+    const key = scatteredKeys(`s${v.id}_`);
+    const keys = keysOf(`s${v.id}_`, KEYS);
+    const o = { connections: CONNECTIONS, rate: STEADY_RATE, key };
+    await loadAll(v.urls, { ...o, duration: STEADY_WARMUP_S });
+    await sleep(200);
+    const before = await countsOf(v.stats, keys);
+    const run = await loadAll(v.urls, { ...o, duration: COUNT_SECONDS });
+    await sleep(200);
+    return { s: minus(await countsOf(v.stats, keys), before), allowed: run.statuses[200] ?? 0, total: run.total };
+  };
+  type Variant = (typeof variants)[number]["id"];
+  const rows: { label: string; by: Record<Variant, Counted> }[] = [];
+  for (const l of loads) {
+    const by = {} as Record<Variant, Counted>;
+    for (const v of variants) {
+      const r = await l.run(v.urls, v.id);
+      await sleep(200); // lease give-backs and refills after the last answer
+      by[v.id] = { s: await countsOf(v.stats, l.keys(v.id)), allowed: r.statuses[200] ?? 0, total: r.total };
+    }
+    rows.push({ label: l.label, by });
+  }
+  const steadyBy = {} as Record<Variant, Counted>;
+  for (const v of variants) steadyBy[v.id] = await steady(v);
+  rows.push({
+    label: `${KEYS} keys (100/1s + 1000/1m), ${STEADY_RATE} req/s, ${COUNT_SECONDS} s after ${STEADY_WARMUP_S} s`,
+    by: steadyBy,
+  });
+  console.log(
+    `\ntwo consumer Workers on the same keys, leases on: both bound to one LimiterService, or each with its own library limiter (object calls = take + giveBack, counted in the object):`,
+  );
+  console.log(
+    "| load | limiter | requests | grants | take calls | leases (units) | giveBack calls | object calls / grant | own ÷ shared |",
+  );
+  console.log("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+  const perGrant = (x: Counted) => (x.s.decides + x.s.giveBacks) / x.allowed;
+  const ratios: string[] = [];
+  for (const { label, by } of rows) {
+    const ratio = perGrant(by.own) / perGrant(by.shared);
+    ratios.push(`${label}: ${fmt(perGrant(by.shared), 4)} vs ${fmt(perGrant(by.own), 4)} (${fmt(ratio, 2)}×)`);
+    for (const v of variants) {
+      const x = by[v.id];
+      console.log(
+        `| ${label} | ${v.label} | ${x.total} | ${x.allowed} | ${x.s.decides} | ${x.s.leases} (${x.s.leasedUnits}) | ${x.s.giveBacks} | ${fmt(perGrant(x), 4)} | ${v.id === "own" ? fmt(ratio, 2) : "–"} |`,
+      );
+    }
+  }
+  console.log(`  object calls per grant, one LimiterService vs each its own limiter: ${ratios.join("; ")}`);
+  console.log(`  reproduce: ${QUICK ? "BENCH_QUICK=1 " : ""}BENCH_ONLY=svccount npm run bench`);
 }
 
 /**

@@ -145,7 +145,9 @@ async function start(o: RuntimeOptions, tmp: string, state: string, cleanup: () 
     },
     durableObjects: {
       LIMITER: sqlite(
-        w.role === "count" || w.role === "sim" ? "CountingRateLimiter" : "RateLimiter",
+        w.role === "count" || w.role === "sim" || ("counting" in w && w.counting)
+          ? "CountingRateLimiter"
+          : "RateLimiter",
         w.limiterOf,
         w.role === "sim",
       ),

@@ -6,7 +6,9 @@
  * - `svc-remote`: `env.LIMITER_SVC.limit({ key })`, the binding to the `svc-host` Worker's `LimiterService`
  *   (`limiter.service()`, exported by the bench bundle as `BenchLimiterService`), which decides with its own leases.
  *
- * Limits as the hono roles' (`100/1s + 1000/1m`; keys starting `hot`: a billion a minute); keys in `x-api-key`.
+ * Limits as the hono roles' (`100/1s + 1000/1m`; keys starting `hot`: a billion a minute); keys in `x-api-key`. A
+ * Worker of these roles whose LIMITER is `CountingRateLimiter` answers `GET /__bench/stats?name=…` with an object's
+ * counts (its names: `bench-svc/key:<key>`).
  */
 
 import { createLimiter } from "../../src/library/service.ts";

@@ -332,7 +332,7 @@ function heldUnits(env: BenchEnv): Record<string, number> {
   return out;
 }
 
-/** An object's counts (`count` and `sim` roles, whose LIMITER is `CountingRateLimiter`). */
+/** An object's counts (`count` and `sim` roles and the counting service Workers, whose LIMITER is `CountingRateLimiter`). */
 async function objectStats(env: BenchEnv, url: URL): Promise<Response> {
   const stub = env.LIMITER.getByName(
     url.searchParams.get("name") ?? "",
@@ -384,6 +384,9 @@ const denied = () =>
 export default {
   async fetch(request, env, ctx): Promise<Response> {
     if ((SERVICE_ROLES as readonly string[]).includes(env.BENCH_ROLE)) {
+      const url = new URL(request.url);
+      // The service Workers whose LIMITER is `CountingRateLimiter` (bench/http/roles.ts): their objects' counts.
+      if (url.pathname === "/__bench/stats") return objectStats(env, url);
       return serviceAnswer(env.BENCH_ROLE as ServiceRole, request, env as never, ctx);
     }
     if ((HONO_ROLES as readonly string[]).includes(env.BENCH_ROLE)) {

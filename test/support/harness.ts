@@ -53,6 +53,14 @@ export interface LimiterOptions {
   project?: { dir: string; wrangler: string };
   /** Another Worker entry than the config's `main` (relative to the project's directory). */
   main?: string;
+  /**
+   * The dev registry: a directory where each `wrangler dev` lists its Workers, and through which one process's service
+   * bindings reach another's Workers (`WRANGLER_REGISTRY_PATH`, and `CLOUDFLARE_DEV_REGISTRY_PATH`, which Miniflare
+   * reads first). Default: wrangler's own, in the user's home, shared with every `wrangler dev` on the machine.
+   */
+  registry?: string;
+  /** How long `wrangler dev` may take to answer (default 60 s). */
+  readyTimeoutMs?: number;
 }
 
 export interface Limiter {
@@ -109,12 +117,16 @@ async function startOnce(options: LimiterOptions): Promise<Limiter> {
     "log",
   ];
   if (options.rateLimit !== undefined) args.push("--var", `RATE_LIMIT:${JSON.stringify(options.rateLimit)}`);
+  const registry =
+    options.registry === undefined
+      ? {}
+      : { WRANGLER_REGISTRY_PATH: options.registry, CLOUDFLARE_DEV_REGISTRY_PATH: options.registry };
   // Its own process group, so stop() reaches workerd and any helper wrangler starts.
   const child = spawn(options.project?.wrangler ?? WRANGLER, args, {
     cwd: options.project?.dir ?? ROOT,
     detached: true,
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, WRANGLER_SEND_METRICS: "false", NO_COLOR: "1", FORCE_COLOR: "0", CI: "1" },
+    env: { ...process.env, WRANGLER_SEND_METRICS: "false", NO_COLOR: "1", FORCE_COLOR: "0", CI: "1", ...registry },
   });
   let output = "";
   child.stdout?.on("data", (c: Buffer) => {
@@ -133,7 +145,7 @@ async function startOnce(options: LimiterOptions): Promise<Limiter> {
     stop: () => stopGroup(child, exited),
   };
   try {
-    await waitUntilReady(url, child, () => output);
+    await waitUntilReady(url, child, () => output, options.readyTimeoutMs ?? READY_TIMEOUT_MS);
   } catch (e) {
     await limiter.stop();
     throw e;
@@ -141,8 +153,13 @@ async function startOnce(options: LimiterOptions): Promise<Limiter> {
   return limiter;
 }
 
-async function waitUntilReady(url: string, child: ChildProcess, output: () => string): Promise<void> {
-  const deadline = Date.now() + READY_TIMEOUT_MS;
+async function waitUntilReady(
+  url: string,
+  child: ChildProcess,
+  output: () => string,
+  timeoutMs: number,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (child.exitCode !== null) {
       if (/EADDRINUSE|address already in use/i.test(output())) throw new PortTaken(output());
@@ -160,7 +177,7 @@ async function waitUntilReady(url: string, child: ChildProcess, output: () => st
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  throw new Error(`wrangler dev not ready within ${READY_TIMEOUT_MS} ms:\n${output()}`);
+  throw new Error(`wrangler dev not ready within ${timeoutMs} ms:\n${output()}`);
 }
 
 async function stopGroup(child: ChildProcess, exited: Promise<void>): Promise<void> {
