@@ -137,17 +137,18 @@ describe("a LimiterService shared by two Workers, each under its own wrangler de
     expect(await remaining(b, key)).toBe(0);
   });
 
-  it("never grants more than N with leases, many requests through both at once", async () => {
+  it("grants what exact grants or one fewer with leases, never more, many requests through both at once", async () => {
     // crowd_: 40 a minute; 30 requests through each consumer, all in flight together. The limiter's Worker leases
-    // under this load, one lease table for both consumers. Its grants may fall short of N: a request the object
-    // refused waits for a lease call of the isolate's that is out only until that call is late (docs/design.md,
-    // "What real clients do"), and on this shared machine one in ten to twenty such bursts got 36–38. Never over.
+    // under this load, one lease table for both consumers. A lease that expired while the burst's calls were out is
+    // given back by the next refusal, which asks once more (docs/design.md, "What real clients do"): before, one in
+    // ten to twenty such bursts on this shared machine got 34–38.
     const key = `crowd_${crypto.randomUUID()}`;
     const answers = await Promise.all(Array.from({ length: 60 }, (_, i) => limit(i % 2 === 0 ? a : b, key)));
     expect(answers.filter((x) => x.error !== undefined)).toEqual([]);
     const granted = answers.filter((x) => x.value?.success === true).length;
     const refused = answers.filter((x) => x.value?.success === false);
     expect(granted).toBeLessThanOrEqual(40);
+    expect(granted).toBeGreaterThanOrEqual(39);
     expect(granted + refused.length).toBe(60);
     expect(refused.every((x) => (x.value?.retryAfterMs ?? 0) > 0)).toBe(true);
     // What the key has left (its object's, and units the limiter's isolate holds on lease) leaves no room beyond N.
