@@ -270,7 +270,17 @@ async function run(urls: readonly string[], plan: readonly Planned[], random: ()
 /** What the sim reads of an object's counts (bench/http/counts.ts). */
 type Stats = Pick<
   StorageCounts,
-  "decides" | "giveBacks" | "rowsWritten" | "setAlarms" | "leasedUnits" | "returnedUnits" | "grants"
+  | "decides"
+  | "giveBacks"
+  | "rowsWritten"
+  | "slotRowsWritten"
+  | "metaRowsWritten"
+  | "keptRowsWritten"
+  | "setAlarms"
+  | "leasedUnits"
+  | "returnedUnits"
+  | "grants"
+  | "databaseSize"
 >;
 
 /** Each key's object counts, read at the end (objects are kept in memory for the run). */
@@ -451,6 +461,14 @@ async function main(): Promise<void> {
       exact: number;
       calls: number;
       rows: number;
+      /** Of `rows`: ring slots, `meta`, kept answers, other tables, alarms set; keys whose object wrote anything. */
+      slotRows: number;
+      metaRows: number;
+      keptRows: number;
+      alarms: number;
+      writers: number;
+      /** The objects' SQLite files at the end (bytes, summed). */
+      bytes: number;
       overN: number;
       errors: number;
       mismatched: number;
@@ -482,6 +500,12 @@ async function main(): Promise<void> {
           exact: 0,
           calls: 0,
           rows: 0,
+          slotRows: 0,
+          metaRows: 0,
+          keptRows: 0,
+          alarms: 0,
+          writers: 0,
+          bytes: 0,
           overN: 0,
           errors: 0,
           mismatched: 0,
@@ -502,6 +526,12 @@ async function main(): Promise<void> {
       const st = counts.get(k);
       c.calls += (st?.decides ?? 0) + (st?.giveBacks ?? 0);
       c.rows += (st?.rowsWritten ?? 0) + (st?.setAlarms ?? 0);
+      c.slotRows += st?.slotRowsWritten ?? 0;
+      c.metaRows += st?.metaRowsWritten ?? 0;
+      c.keptRows += st?.keptRowsWritten ?? 0;
+      c.alarms += st?.setAlarms ?? 0;
+      if ((st?.rowsWritten ?? 0) > 0) c.writers++;
+      c.bytes += st?.databaseSize ?? 0;
       c.leased += st?.leasedUnits ?? 0;
       c.returned += st?.returnedUnits ?? 0;
       c.objectGrants += st?.grants ?? 0;
@@ -561,6 +591,25 @@ async function main(): Promise<void> {
     console.log(
       "rows / grant: rows the object wrote (grants, leases, give-backs, meta) plus alarms set, per grant; $ / M grants: object requests at $0.15/M and rows written at $1.00/M (duration and rows read not included)",
     );
+    // What each row is for: the logs' ring slots (a grant, a lease, a settlement's move), `meta` (a budget's window,
+    // quotas, controls), kept answers (calls with ids whose repeat could bill twice), other tables, and alarms set.
+    // A key's first write in the run also writes its window's `meta` row and sets its idle alarm: a key seen again
+    // within a day writes neither (src/object/key.ts, IDLE_KEEP_MS), so "without first writes" is a rare key's grant in
+    // the steady state.
+    console.log(
+      "\n| class | slot rows / grant | meta / grant | kept / grant | other / grant | alarms / grant | keys written | rows / grant without each key's first meta row and alarm | SQLite bytes per key at the end |",
+    );
+    console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (const name of order) {
+      const c = classes.get(name);
+      if (!c || c.grants === 0) continue;
+      const other = c.rows - c.slotRows - c.metaRows - c.keptRows - c.alarms;
+      const per = (n: number) => fmt(n / c.grants, 3);
+      const steady = (c.rows - 2 * c.writers) / c.grants;
+      console.log(
+        `| ${name} | ${per(c.slotRows)} | ${per(c.metaRows)} | ${per(c.keptRows)} | ${per(other)} | ${per(c.alarms)} | ${c.writers} | ${fmt(steady, 3)} | ${fmt(c.bytes / c.keys, 0)} |`,
+      );
+    }
     const env = Object.entries(process.env).filter(([k]) => k.startsWith("SIM_"));
     console.log(`\nReproduce: ${env.map(([k, v]) => `${k}=${v} `).join("")}npm run bench:sim`);
     const o = summary["ordinary (0.5–5/s)"];

@@ -20,12 +20,14 @@ export interface StorageCounts {
   /** `sql.exec` calls that wrote (INSERT/UPDATE/DELETE), and the rows they reported written. */
   writeStatements: number;
   rowsWritten: number;
-  /** The part of `rowsWritten` that went to the `slots` table. */
+  /** The parts of `rowsWritten` that went to `budget_slots` (the logs' ring slots), `meta` and `kept_answers`. */
   slotRowsWritten: number;
+  metaRowsWritten: number;
+  keptRowsWritten: number;
   setAlarms: number;
   /** Instances of the object a `take` or `giveBack` started: the key's first call, and every call after an eviction (idle ~10 s). */
   starts: number;
-  /** At rest, after the run: rows in `slots` and `meta`, and the object's SQLite file size. */
+  /** At rest, after the run: rows in `budget_slots` and `meta`, and the object's SQLite file size. */
   slotRows: number;
   metaRows: number;
   databaseSize: number;
@@ -43,6 +45,8 @@ export function emptyCounts(): StorageCounts {
     writeStatements: 0,
     rowsWritten: 0,
     slotRowsWritten: 0,
+    metaRowsWritten: 0,
+    keptRowsWritten: 0,
     setAlarms: 0,
     starts: 0,
     slotRows: 0,

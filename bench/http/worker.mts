@@ -102,7 +102,9 @@ export class CountingRateLimiter extends RateLimiter {
         if (/^\s*(INSERT|UPDATE|DELETE|REPLACE)/i.test(query)) {
           counts.writeStatements += 1;
           counts.rowsWritten += cursor.rowsWritten;
-          if (/\bgrants\b/.test(query)) counts.slotRowsWritten += cursor.rowsWritten;
+          if (/\bbudget_slots\b/.test(query)) counts.slotRowsWritten += cursor.rowsWritten;
+          else if (/\bkept_answers\b/.test(query)) counts.keptRowsWritten += cursor.rowsWritten;
+          else if (/\bmeta\b/.test(query)) counts.metaRowsWritten += cursor.rowsWritten;
         }
         return cursor;
       },
@@ -155,7 +157,12 @@ export class CountingRateLimiter extends RateLimiter {
       const exists = sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", table).toArray();
       return exists.length === 0 ? 0 : Number(sql.exec<{ n: number }>(`SELECT count(*) AS n FROM ${table}`).one().n);
     };
-    return { ...this.#counts, slotRows: count("grants"), metaRows: count("meta"), databaseSize: sql.databaseSize };
+    return {
+      ...this.#counts,
+      slotRows: count("budget_slots"),
+      metaRows: count("meta"),
+      databaseSize: sql.databaseSize,
+    };
   }
 }
 
