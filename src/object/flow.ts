@@ -21,7 +21,7 @@ export interface Call {
   readonly route?: RouteBudget | undefined;
 }
 
-/** A decision and what the object must do after it: arm the idle alarm (at `idleAt`) when it wrote anything. */
+/** A decision and what the object must do after it: arm the idle alarm (from `idleAt`) when it wrote anything. */
 export interface Taken {
   readonly decision: Decision;
   readonly wrote: boolean;

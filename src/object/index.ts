@@ -2,7 +2,7 @@
  * @module The RateLimiter Durable Object: one per key, the single writer of that key's log. It receives the calls and
  * delegates: the decision flow (flow.ts), give-backs (give-back.ts) and reads (reads.ts) run over the key's stores
  * (key.ts), each of which alone runs its table's SQL (docs/design.md, "Architecture"). It reads the clock and keeps the
- * idle alarm, which deletes the key's state once nothing in it counts any more.
+ * idle alarm, which deletes the key's state a day after nothing in it counts any more (key.ts, `IDLE_KEEP_MS`).
  */
 
 import { retryable } from "cloudflare:durable-objects";
@@ -19,7 +19,7 @@ import { MAX_TIME_MS, type Override } from "./controls.ts";
 import { type Taken, take } from "./flow.ts";
 import { recordAlone, refund, settle } from "./give-back.ts";
 import type { KeptMethod } from "./kept.ts";
-import { KeyStores } from "./key.ts";
+import { KeyStores, sweepAt } from "./key.ts";
 import { checkId } from "./once.ts";
 import { type KeyStatus, peek, reset, status } from "./reads.ts";
 import { rejecting } from "./sql.ts";
@@ -246,7 +246,10 @@ export class RateLimiter extends DurableObject<unknown> {
     return now();
   }
 
-  /** Forgets what no longer counts (key.ts, `sweep`) and sets the alarm for the next time something will stop counting. */
+  /**
+   * Forgets what no longer counts (key.ts, `sweep`) and sets the alarm for the next time something needs it: a usage
+   * day to drop, or the key a day idle.
+   */
   override async alarm(): Promise<void> {
     this.#alarmAt = null;
     const next = await this.#key.sweep(this.clock());
@@ -294,12 +297,12 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /**
-   * Sets the idle alarm after a decision that wrote, when none is set: at its `idleAt`, or when its answer stops being
-   * kept, whichever is later.
+   * Sets the idle alarm after a decision that wrote, when none is set: a day after its `idleAt`, or after its answer
+   * stops being kept, whichever is later (key.ts, {@link sweepAt}).
    */
   #armAfter({ wrote, idleAt }: Taken, keptUntil: number): Promise<void> | undefined {
     if (!wrote || this.#alarmAt !== null) return undefined;
-    this.#alarmAt = Math.max(idleAt, keptUntil);
+    this.#alarmAt = sweepAt(Math.max(idleAt, keptUntil));
     return this.ctx.storage.setAlarm(Math.min(this.#alarmAt, MAX_TIME_MS));
   }
 
@@ -312,7 +315,7 @@ export class RateLimiter extends DurableObject<unknown> {
       this.#alarmAt = at;
       return;
     }
-    this.#alarmAt = Math.max(at, this.clock());
+    this.#alarmAt = Math.max(sweepAt(at), this.clock());
     await this.ctx.storage.setAlarm(Math.min(this.#alarmAt, MAX_TIME_MS));
   }
 }

@@ -15,6 +15,21 @@ import { openStorage } from "./schema.ts";
 import type { Db } from "./sql.ts";
 import { UsageStore } from "./usage.ts";
 
+/**
+ * How long a key's state is kept after nothing in it counts any more, before the idle alarm deletes it (ms): a day.
+ * A key seen again within it writes no state afresh — its window's `meta` row and its alarm, two of the three rows a
+ * rare key's grant wrote — and its alarm re-arms about once a day while it is seen. Kept, a key's state costs
+ * storage: a rare key's object is four SQLite pages, ~16 KB (docs/design.md, "A key at rest"), about $0.0000033 a
+ * month at $0.20/GB-month, so a day of it is ~1/20 of the $0.000002 its state written afresh costs at $1 per million
+ * rows; a key never seen again pays that day once.
+ */
+export const IDLE_KEEP_MS = 86_400_000;
+
+/** When the idle alarm deletes a key idle from `idleAt` on ({@link IDLE_KEEP_MS} later; ±∞ stay). */
+export function sweepAt(idleAt: number): number {
+  return idleAt + IDLE_KEEP_MS;
+}
+
 export class KeyStores {
   readonly db: Db;
   readonly meta: Meta;
@@ -55,16 +70,17 @@ export class KeyStores {
   }
 
   /**
-   * The idle alarm at `now`: drops usage past retention; once nothing counts any more, forgets the key's state — all
-   * of it, or all but what outlives idleness (a credit balance, usage within retention, once-only ids still kept).
+   * The idle alarm at `now`: drops usage past retention; {@link IDLE_KEEP_MS} after nothing counts any more, forgets the
+   * key's state — all of it, or all but what outlives idleness (a credit balance, usage within retention, once-only ids
+   * still kept).
    * Returns when it next needs waking (null: never; +∞ while an override without expiry keeps the state).
    */
   async sweep(now: number): Promise<number | null> {
     const pruneAt = this.usage.prune(now);
-    const idleAt = this.idleAt();
-    if (idleAt > now) {
+    const deleteAt = sweepAt(this.idleAt());
+    if (deleteAt > now) {
       this.once.forget(now);
-      return Math.min(idleAt, pruneAt ?? Number.POSITIVE_INFINITY);
+      return Math.min(deleteAt, pruneAt ?? Number.POSITIVE_INFINITY);
     }
     if (!this.meters.hasCredits() && pruneAt === null) {
       this.#forget(false);

@@ -5,6 +5,7 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec, NamedLimit } from "../../src/core/index.ts";
 import type { KeyStatus, RateLimiter } from "../../src/object/index.ts";
+import { IDLE_KEEP_MS } from "../../src/object/key.ts";
 import { object, perSecond, T0 } from "./object.ts";
 
 const bigger: NamedLimit[] = [{ limit: 10, windowMs: 1000, tickMs: 1, name: "vip" }];
@@ -147,11 +148,11 @@ describe("block", () => {
   it("survives an eviction, keeps the key's state until it ends, and unblock lifts it", async () => {
     const o = await object();
     await o.stub.block(T0 + 60_000);
-    expect((await o.stored()).alarm).toBe(T0 + 60_000);
+    expect((await o.stored()).alarm).toBe(T0 + 60_000 + IDLE_KEEP_MS);
     await o.evict();
     o.at(T0 + 10_000);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true); // early: it re-arms and deletes nothing
-    expect((await o.stored()).alarm).toBe(T0 + 60_000);
+    expect((await o.stored()).alarm).toBe(T0 + 60_000 + IDLE_KEEP_MS);
     expect((await o.take(perSecond, 1)).blockedBy).toBe(T0 + 60_000);
     expect((await o.status()).blockedUntil).toBe(T0 + 60_000);
     await o.stub.unblock();
@@ -159,10 +160,11 @@ describe("block", () => {
     expect((await o.status()).blockedUntil).toBeNull();
   });
 
-  it("on a key never seen, is deleted by the idle alarm once it has ended", async () => {
+  it("on a key never seen, is deleted by the idle alarm a day after it has ended", async () => {
     const o = await object();
     await o.stub.block(T0 + 1000);
-    o.at(T0 + 1000);
+    expect((await o.stored()).alarm).toBe(T0 + 1000 + IDLE_KEEP_MS);
+    o.at(T0 + 1000 + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.stored()).toMatchObject({ tables: [], alarm: null });
   });

@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import type { LimitSpec } from "../../src/core/limits.ts";
 import type { PenaltySpec } from "../../src/core/penalty.ts";
 import type { RateLimiter } from "../../src/object/index.ts";
+import { IDLE_KEEP_MS } from "../../src/object/key.ts";
 import { object, T0 } from "./object.ts";
 
 const limits: LimitSpec[] = [{ limit: 100, windowMs: 1000, tickMs: 1 }];
@@ -70,19 +71,19 @@ describe("concurrency slots", () => {
     expect((await o.status(limits)).inFlight).toBe(1);
   });
 
-  it("slots are kept across an eviction; the idle alarm frees them only once they have lapsed", async () => {
+  it("slots are kept across an eviction; the idle alarm frees them only a day after they have lapsed", async () => {
     const o = await object();
     await o.take(limits, 1, slot("a"));
     await o.take(limits, 1, slot("b"));
     await o.evict();
     expect((await o.status(limits)).inFlight).toBe(2);
     expect((await o.take(limits, 1, slot("c"))).concurrencyFull).toBe(true);
-    // The grants' window ends long before the slots lapse: the alarm keeps the key until they do.
+    // The grants' window ends long before the slots lapse: the alarm keeps the key until a day after they do.
     o.at(T0 + 5_000);
     await runDurableObjectAlarm(o.stub);
     expect((await o.status(limits)).inFlight).toBe(2);
-    expect(await o.alarm()).toBe(T0 + 60_000);
-    o.at(T0 + 60_000);
+    expect(await o.alarm()).toBe(T0 + 60_000 + IDLE_KEEP_MS);
+    o.at(T0 + 60_000 + IDLE_KEEP_MS);
     await runDurableObjectAlarm(o.stub);
     expect((await o.stored()).tables).toEqual([]);
     expect((await o.take(limits, 1, slot("c"))).allowed).toBe(true);

@@ -9,6 +9,7 @@ import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
 import type { RateLimiter } from "../../src/object/index.ts";
 import { IN_MEMORY_MAX, KEEP_MS } from "../../src/object/kept.ts";
+import { IDLE_KEEP_MS } from "../../src/object/key.ts";
 import { object, perSecond, T0 } from "./object.ts";
 
 const tenPerMinute: LimitSpec[] = [{ limit: 10, windowMs: 60_000, tickMs: 1 }];
@@ -125,11 +126,11 @@ describe("a call sent again with its id is answered as the first time, applied o
     expect(await remaining(o)).toBe(8);
   });
 
-  it("a claim on a key with nothing stored keeps its answer, and the idle alarm forgets it", async () => {
+  it("a claim on a key with nothing stored keeps its answer, and the idle alarm forgets it a day after it is no longer kept", async () => {
     const o = await object();
     expect(await o.stub.settle(tenPerMinute, [], "claim-1")).toBe(0);
-    expect(await o.alarm()).toBe(T0 + KEEP_MS);
-    o.at(T0 + KEEP_MS);
+    expect(await o.alarm()).toBe(T0 + KEEP_MS + IDLE_KEEP_MS);
+    o.at(T0 + KEEP_MS + IDLE_KEEP_MS);
     await runDurableObjectAlarm(o.stub);
     expect((await o.stored()).tables).toEqual([]);
   });

@@ -6,6 +6,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
 import type { KeyStatus, RateLimiter } from "../../src/object/index.ts";
+import { IDLE_KEEP_MS } from "../../src/object/key.ts";
 import type { AloneReport } from "../../src/protocol.ts";
 import { object, perSecond, T0 } from "./object.ts";
 
@@ -443,18 +444,20 @@ describe("0.2.0's state", () => {
     });
   });
 
-  it("keeps the key alive until the route's 0.2.0 window has passed, even before any call", async () => {
+  it("keeps the key alive until a day after the route's 0.2.0 window has passed, even before any call", async () => {
     const stub = await stored020();
     // The alarm 0.2.0 set fires before any call: the route's row at T0 + 10 counts for 60 s, so the state stays and
-    // the alarm is set again for then.
+    // the alarm is set again for a day after then.
     await runInDurableObject(stub, (instance: RateLimiter) => {
       instance.clock = () => T0 + 1500;
     });
     expect(await runDurableObjectAlarm(stub)).toBe(true);
-    expect(await runInDurableObject(stub, (_: RateLimiter, state) => state.storage.getAlarm())).toBe(T0 + 60_010);
+    expect(await runInDurableObject(stub, (_: RateLimiter, state) => state.storage.getAlarm())).toBe(
+      T0 + 60_010 + IDLE_KEEP_MS,
+    );
     expect(((await stub.peek(own, 2, search)) as Decision).allowed).toBe(false);
     await runInDurableObject(stub, (instance: RateLimiter) => {
-      instance.clock = () => T0 + 60_010;
+      instance.clock = () => T0 + 60_010 + IDLE_KEEP_MS;
     });
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect(((await stub.status(own, 1, [search])) as { stored: boolean }).stored).toBe(false);
@@ -462,7 +465,7 @@ describe("0.2.0's state", () => {
 });
 
 describe("idle alarm", () => {
-  it("is set on the first grant, re-arms while the key is active, and deletes the state once idle", async () => {
+  it("is set on the first grant, re-arms while the key is active or idle less than a day, and deletes the state a day after it is idle", async () => {
     const o = await object();
     const limits: LimitSpec[] = [
       { limit: 5, windowMs: 1000, tickMs: 1 },
@@ -471,41 +474,65 @@ describe("idle alarm", () => {
     expect(await o.alarm()).toBeNull();
     o.at(T0 + 100);
     await o.take(limits, 1);
-    expect(await o.alarm()).toBe(T0 + 100 + 10_000);
+    expect(o.writes().sort()).toEqual(["alarm", "meta", "slot"]);
+    expect(await o.alarm()).toBe(T0 + 100 + 10_000 + IDLE_KEEP_MS);
     o.at(T0 + 5000);
     await o.take(limits, 1);
-    expect(await o.alarm()).toBe(T0 + 100 + 10_000);
+    expect(o.writes()).toEqual(["slot"]);
+    expect(await o.alarm()).toBe(T0 + 100 + 10_000 + IDLE_KEEP_MS);
 
-    // Fires while the grant at T0 + 5000 still counts: nothing is deleted, it re-arms.
-    o.at(T0 + 10_100);
+    // Fires once the key is idle (from T0 + 15 000), but before it has been idle a day: nothing is deleted, it re-arms
+    // for a day after the key went idle.
+    o.at(T0 + 100 + 10_000 + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toHaveLength(2);
-    expect(await o.alarm()).toBe(T0 + 5000 + 10_000);
+    expect(o.writes()).toEqual(["alarm"]);
+    expect(await o.alarm()).toBe(T0 + 5000 + 10_000 + IDLE_KEEP_MS);
 
-    o.at(T0 + 15_000);
+    // Seen again within that day: its state is there; the grant writes its row only (over a slot that no longer
+    // counts) — no window, no alarm.
+    const seen = T0 + 10_000 + IDLE_KEEP_MS;
+    o.at(seen);
+    o.written();
+    expect((await o.take(limits, 1)).limits.map((l) => l.remaining)).toEqual([4, 49]);
+    expect(o.writes()).toEqual(["slot"]);
+    expect(o.written()).toBe(1);
+    expect((await o.slots()).map((r) => r.ts)).toEqual([T0 + 5000, seen]);
+    expect(await o.alarm()).toBe(T0 + 5000 + 10_000 + IDLE_KEEP_MS);
+
+    // Fires while that grant still counts: nothing is deleted, it re-arms.
+    o.at(T0 + 5000 + 10_000 + IDLE_KEEP_MS);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await o.rows()).toHaveLength(2);
+    expect(await o.alarm()).toBe(seen + 10_000 + IDLE_KEEP_MS);
+
+    // A day after the key went idle again: everything goes. The next grant is a first grant again.
+    o.at(seen + 10_000 + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toEqual([]);
     expect(await o.alarm()).toBeNull();
+    o.writes();
     const fresh = await o.take(limits, 1);
     expect(fresh.limits.map((l) => l.remaining)).toEqual([4, 49]);
+    expect(o.writes().sort()).toEqual(["alarm", "meta", "slot"]);
   });
 
-  it("counts future records: a lease keeps the key alive until its record has left the window", async () => {
+  it("counts future records: a lease keeps the key alive until a day after its record has left the window", async () => {
     const o = await object();
     const limits: LimitSpec[] = [{ limit: 1000, windowMs: 1600, tickMs: 1 }];
     o.at(T0 + 10);
     await o.take(limits, 1);
-    expect(await o.alarm()).toBe(T0 + 10 + 1600);
+    expect(await o.alarm()).toBe(T0 + 10 + 1600 + IDLE_KEEP_MS);
     o.at(T0 + 20);
     await o.take(limits, 1, { leaseUnits: 10, leaseMs: 50 });
-    o.at(T0 + 1610);
+    o.at(T0 + 1610 + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
-    expect(await o.rows()).toHaveLength(2); // the lease's record at T0 + 70 still counts
-    expect(await o.alarm()).toBe(T0 + 1670);
-    o.at(T0 + 1669);
+    expect(await o.rows()).toHaveLength(2); // the lease's record at T0 + 70 counted until T0 + 1670
+    expect(await o.alarm()).toBe(T0 + 1670 + IDLE_KEEP_MS);
+    o.at(T0 + 1669 + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toHaveLength(2);
-    o.at(T0 + 1670);
+    o.at(T0 + 1670 + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toEqual([]);
   });
@@ -514,7 +541,7 @@ describe("idle alarm", () => {
     const o = await object();
     await o.take(perSecond, 2);
     await o.evict();
-    o.at(T0 + 1000);
+    o.at(T0 + 1000 + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toEqual([]);
   });
@@ -623,17 +650,17 @@ describe("route budgets", () => {
     expect((await take(o)).allowed).toBe(true);
   });
 
-  it("keeps the key alive until the route's longest window has passed, then deletes everything", async () => {
+  it("keeps the key alive until a day after the route's longest window has passed, then deletes everything", async () => {
     const o = await object();
     await take(o);
-    expect(await o.alarm()).toBe(T0 + 60_000);
+    expect(await o.alarm()).toBe(T0 + 60_000 + IDLE_KEEP_MS);
     await o.evict();
-    o.at(T0 + 1000);
-    // The key's own grant has left; the route's still counts (an evicted object reads it from storage).
+    o.at(T0 + 1000 + IDLE_KEEP_MS);
+    // The key's own grant left a day ago; the route's has not (an evicted object reads it from storage).
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await routeRows(o)).toHaveLength(1);
-    expect(await o.alarm()).toBe(T0 + 60_000);
-    o.at(T0 + 60_000);
+    expect(await o.alarm()).toBe(T0 + 60_000 + IDLE_KEEP_MS);
+    o.at(T0 + 60_000 + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect((await o.stored()).tables).toEqual([]);
   });
@@ -680,8 +707,8 @@ describe("recover: grants an isolate made alone while the object could not answe
       { ring: 1, ts: T0 + 5000 + 1 + 101, cost: 2 },
       { ring: 1, ts: T0 + 10_000 + 2, cost: 1 },
     ]);
-    // The idle alarm: when the newest leaves the window.
-    expect(await o.alarm()).toBe(T0 + 10_002 + 3_600_000);
+    // The idle alarm: a day after the newest leaves the window.
+    expect(await o.alarm()).toBe(T0 + 10_002 + 3_600_000 + IDLE_KEEP_MS);
     await o.evict();
     expect((await o.peek(hour)).limits[0]?.remaining).toBe(2);
   });

@@ -4,6 +4,7 @@
 // cause; unblock lifts it; reset forgets the count; all of it across an eviction. Time is the object's `clock()`.
 import { describe, expect, it } from "vitest";
 import type { PenaltySpec } from "../../src/core/penalty.ts";
+import { IDLE_KEEP_MS } from "../../src/object/key.ts";
 import { object, perSecond, T0 } from "./object.ts";
 
 const penalty: PenaltySpec = { after: 3, withinMs: 10_000, blockMs: 60_000, maxBlockMs: null };
@@ -59,7 +60,8 @@ describe("penalty", () => {
     const carried = await o.take(perSecond, 1, { penalty, refused: 3 });
     expect(carried).toMatchObject({ allowed: false, blockCause: "penalty", blockedBy: T0 + 60_000, refusalsSeen: 0 });
     expect(await o.rows()).toEqual([]); // nothing recorded
-    expect((await o.stored()).alarm).toBe(T0 + 60_000 + penalty.withinMs); // the block's end, and its span after
+    // The block's end, its span after, and the day the idle state is kept.
+    expect((await o.stored()).alarm).toBe(T0 + 60_000 + penalty.withinMs + IDLE_KEEP_MS);
     // Under the count the request is decided as usual, and the answer says how many refusals the object has seen.
     const p = await object();
     expect(await p.take(perSecond, 1, { penalty, refused: 1 })).toMatchObject({ allowed: true, refusalsSeen: 1 });

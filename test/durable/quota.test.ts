@@ -1,12 +1,13 @@
 // Calendar quotas in the key's object (docs/design.md, "Quotas, credits and usage"), inside workerd with its SQLite
 // storage and the object's clock seam: all or nothing with the sliding limits, one `meta` row for every quota written
 // with the grant, counts kept across an eviction, leases counted at once and their unused units given back, refunds to
-// the period they were granted in, and the idle alarm keeping the state until the period ends.
+// the period they were granted in, and the idle alarm keeping the state until a day after the period ends.
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { LimitSpec } from "../../src/core/index.ts";
 import type { QuotaSpec } from "../../src/core/quota.ts";
 import type { RateLimiter } from "../../src/object/index.ts";
+import { IDLE_KEEP_MS } from "../../src/object/key.ts";
 import { object, T0 } from "./object.ts";
 
 // T0 is 2027-01-15T08:00:00Z.
@@ -37,14 +38,14 @@ describe("quotas at the key's object", () => {
         ]),
       },
     ]);
-    expect(await o.alarm()).toBe(DAY_END);
+    expect(await o.alarm()).toBe(DAY_END + IDLE_KEEP_MS);
     // Without quotas and without limits, nothing is limited: refused as no limit at all.
     await runInDurableObject(o.stub, async (instance: RateLimiter) => {
       await expect(instance.take([], { cost: 1 })).rejects.toThrow(/^limits: expected at least one limit/);
     });
   });
 
-  it("counts survive an eviction; a new period starts afresh; the alarm deletes the state once it ends", async () => {
+  it("counts survive an eviction; a new period starts afresh; the alarm deletes the state a day after it ends", async () => {
     const o = await object();
     for (let i = 0; i < 3; i++) await o.take(wide, 1, { quotas: daily });
     await o.evict();
@@ -53,12 +54,13 @@ describe("quotas at the key's object", () => {
     expect((await o.take(wide, 1, { quotas: [{ ...daily[0], limit: 4 } as QuotaSpec] })).quotas?.[0]?.remaining).toBe(
       0,
     );
-    // The sliding window's rows leave at T0 + 60 s; the quota's count keeps the key until midnight.
-    o.at(T0 + 120_000);
+    // The sliding window's rows leave at T0 + 60 s, which alone would keep the key a day after; the quota's count
+    // keeps it until a day after midnight.
+    o.at(T0 + 120_000 + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect((await o.stored()).meta).toHaveLength(2); // quotas, and the window of the key's budget
-    o.at(DAY_END);
-    expect(await o.alarm()).toBe(DAY_END);
+    o.at(DAY_END + IDLE_KEEP_MS);
+    expect(await o.alarm()).toBe(DAY_END + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect((await o.stored()).tables).toEqual([]);
     expect((await o.take(wide, 1, { quotas: daily })).quotas?.[0]?.remaining).toBe(2);
@@ -161,7 +163,8 @@ describe("credits at the key's object", () => {
     const o = await object();
     expect(await o.stub.credit(credits, 10)).toBe(15);
     await o.take(wide, 1, { credits });
-    o.at(T0 + 120_000);
+    expect(await o.alarm()).toBe(T0 + 60_000 + IDLE_KEEP_MS);
+    o.at(T0 + 60_000 + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toEqual([]);
     const { meta } = await o.stored();
@@ -214,22 +217,47 @@ describe("usage at the key's object", () => {
     expect(usageRows).toHaveLength(2);
   });
 
-  it("the idle alarm keeps usage for its retention and drops each day after it", async () => {
+  it("the idle alarm keeps usage for its retention and drops each day after it, on time while the key is kept too", async () => {
     const o = await object();
+    const days = async () => (await o.stub.usage(usage, { period: "day", ...all })).map((p) => p.start);
     await o.take(wide, 1, { usage });
     o.at(T0 + DAY);
     await o.take(wide, 1, { usage });
-    // The grants' windows are long gone; the days stay.
-    o.at(T0 + DAY + 120_000);
+    // A day after the first grant left its window the second has only just left its own: nothing goes.
+    expect(await o.alarm()).toBe(T0 + 60_000 + IDLE_KEEP_MS);
+    o.at(T0 + 60_000 + IDLE_KEEP_MS);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect((await o.slots()).map((r) => r.ts)).toContain(T0 + DAY);
+    expect(await o.alarm()).toBe(T0 + DAY + 60_000 + IDLE_KEEP_MS);
+    // A day after that, the grants' rows go; the days stay.
+    o.at(T0 + DAY + 60_000 + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toEqual([]);
     expect((await o.stub.usage(usage, { period: "day", ...all })).map((p) => p.requests)).toEqual([1, 1]);
     // The alarm is set for when the first day leaves the 3 days kept.
     expect(await o.alarm()).toBe(dayOf(T0) + 4 * DAY);
+    // Seen again half an hour before: the alarm stays set for then, and the first day leaves on time while the grant's
+    // state is kept (until a day after it stops counting).
+    const seen = dayOf(T0) + 4 * DAY - 1_800_000;
+    o.at(seen);
+    await o.take(wide, 1, { usage });
+    expect(await o.alarm()).toBe(dayOf(T0) + 4 * DAY);
     o.at(dayOf(T0) + 4 * DAY);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
-    expect((await o.stub.usage(usage, { period: "day", ...all })).map((p) => p.start)).toEqual([dayOf(T0) + DAY]);
+    expect(await days()).toEqual([dayOf(T0) + DAY, dayOf(T0) + 3 * DAY]);
+    expect(await o.rows()).toHaveLength(1);
+    expect(await o.alarm()).toBe(seen + 60_000 + IDLE_KEEP_MS);
+    o.at(seen + 60_000 + IDLE_KEEP_MS);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await o.rows()).toEqual([]);
+    expect(await days()).toEqual([dayOf(T0) + DAY, dayOf(T0) + 3 * DAY]);
+    // Then each day leaves at its time; the last one takes what is left of the key with it.
+    expect(await o.alarm()).toBe(dayOf(T0) + 5 * DAY);
     o.at(dayOf(T0) + 5 * DAY);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await days()).toEqual([dayOf(T0) + 3 * DAY]);
+    expect(await o.alarm()).toBe(dayOf(T0) + 7 * DAY);
+    o.at(dayOf(T0) + 7 * DAY);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect((await o.stored()).tables).toEqual([]);
   });
