@@ -1,4 +1,5 @@
-// Vitest: "unit" (plain Node) and "workers" (inside workerd via @cloudflare/vitest-plugin).
+// Vitest: "unit" (plain Node), "meta" (plain Node: the repository held to its own rules) and "workers" (inside
+// workerd via @cloudflare/vitest-plugin).
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
 
@@ -14,6 +15,18 @@ export default defineConfig({
           include: ["test/unit/**/*.test.ts"],
           // The property tests take seconds; on a loaded machine the default 5 s timed three of them out. No test
           // measures time: this only tells a hang from a slow machine.
+          testTimeout: 30_000,
+        },
+      },
+      {
+        test: {
+          // Checks of the repository, not of the product's behaviour: its docs' links and examples, its configs'
+          // comments, the code's shape and the mutation gate's floors. Outside the mutation run
+          // (vitest.mutation.config.ts takes test/unit/ alone): no mutant is caught by them alone.
+          name: "meta",
+          environment: "node",
+          include: ["test/meta/**/*.test.ts"],
+          // As for the unit tests: only tells a hang from a slow machine.
           testTimeout: 30_000,
         },
       },

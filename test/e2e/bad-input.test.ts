@@ -1,6 +1,6 @@
 // Bad input over real HTTP to `wrangler dev` (workerd): malformed, missing and conflicting keys, huge headers, a
 // 100 MB streamed body (workerd's memory measured), unusual methods, and an invalid config (one from a TOML table,
-// one from a JSON string var; every field's errors are covered by test/unit/config.test.ts and the integration
+// one from a JSON string var; every field's errors are covered by test/unit/config/ and the integration
 // tests). What workerd itself does with bad input before the Worker runs is pinned in workerd-behaviour.test.ts.
 import { createHash, randomBytes } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
@@ -451,7 +451,7 @@ describe("GET and HEAD with a body", () => {
 });
 
 // wrangler dev takes vars at start, so each invalid config is an instance of its own (~2 s). Two representatives of
-// the two ways config reaches the Worker; every field's errors are unit-tested (test/unit/config.test.ts) and run
+// the two ways config reaches the Worker; every field's errors are unit-tested (test/unit/config/) and run
 // through the Worker by the integration tests ("configuration errors").
 describe("invalid config, end to end", () => {
   const ROOT = resolve(import.meta.dirname, "../..");
