@@ -1,8 +1,8 @@
 /**
  * @module The key's budgets (`budget_slots`): the key's own log and its routes' logs (docs/configuration.md, "Per-route
- * budgets") in one table keyed by budget, one row per ring slot a grant touched; and for each budget the longest window
- * its rows were written under (`meta` rows `window:<budget>`), so the alarm knows when they stop counting without the
- * logs in memory.
+ * budgets") in one table keyed by budget, one row per ring slot a grant touched; and for a budget with a window over a
+ * day the longest window its rows were written under (`meta` rows `window:<budget>`), so the alarm knows when they stop
+ * counting without the logs in memory. A budget without such a row counts a day after its newest row.
  */
 
 import type { RouteBudget } from "../core/budgets.ts";
@@ -16,6 +16,19 @@ import type { Db } from "./sql.ts";
 export const KEY_BUDGET = "";
 
 const WINDOW = "window:";
+
+/**
+ * The longest window a budget's rows are read as counting for when none is stored (ms): a day. A budget whose windows
+ * are all this long or shorter keeps no `window:` row — its rows count until a day after the newest, never earlier than
+ * they really stop counting and at most a day later — so a key's first grant writes one row fewer (docs/design.md, "A
+ * key at rest"). A longer window is stored.
+ */
+export const UNSTORED_WINDOW_MS = 86_400_000;
+
+/** The longest window of a log's limits (−∞: none, quotas alone). */
+function longestOf(log: KeyLog): number {
+  return Math.max(...log.limits.map((l) => l.windowMs));
+}
 
 // One table for every budget of the key: its own (budget '') and its routes' (the route's name). WITHOUT ROWID: the key
 // is the row, so writing it writes one row, not a row and an index entry.
@@ -93,15 +106,32 @@ export class Budgets {
   /** Writes a budget's rows (one per slot touched). */
   write(budget: string, rows: readonly SlotRow[]): void {
     if (rows.length === 0) return;
-    this.#db.ensure("budget_slots", DDL);
+    if (!this.#db.has("budget_slots")) {
+      this.#db.ensure("budget_slots", DDL);
+      // The schema's version is in the statement that made `meta` (schema.ts): made with the key's first rows even when
+      // no `meta` row is written, or the key's storage would be read as older than versions and migrated when it loads.
+      if (!this.#meta.exists) this.#meta.restamp();
+    }
     for (const w of rows) this.#db.run(UPSERT, budget, w.ring, w.key, w.ts, w.cost);
   }
 
   /** When nothing the budgets hold counts any more (−∞: nothing): the logs in memory, else their stored rows. */
   idleAt(): number {
     let at = this.#storedIdleAt();
-    for (const log of this.#logs.values()) at = Math.max(at, log.idleAt);
+    for (const log of this.#logs.values()) at = Math.max(at, this.idleAtOf(log));
     return at;
+  }
+
+  /**
+   * When a budget's log stops counting, read as its stored rows are (−∞: empty): its newest slot plus its longest
+   * window, or plus {@link UNSTORED_WINDOW_MS} when no window is longer — never before `log.idleAt`. The alarm is armed
+   * from this while the log is in memory and re-checked from the rows when it fires: read alike, they agree, and an
+   * alarm that finds no grant since deletes the state rather than being set again.
+   */
+  idleAtOf(log: KeyLog): number {
+    let newest = Number.NEGATIVE_INFINITY;
+    for (const ring of log.rings) newest = Math.max(newest, ring.newest);
+    return newest + Math.max(longestOf(log), UNSTORED_WINDOW_MS);
   }
 
   /**
@@ -126,11 +156,21 @@ export class Budgets {
     this.#logs.clear();
   }
 
-  /** Keeps the longest window a budget's rows count for: the key's follows its limits; a route's only grows. */
+  /**
+   * Keeps the longest window a budget's rows count for, when it is over {@link UNSTORED_WINDOW_MS}: the key's follows
+   * its limits; a route's only grows.
+   */
   #keepWindow(budget: string, log: KeyLog): void {
     if (log.limits.length === 0) return; // quotas alone: nothing in budget_slots
-    const longest = Math.max(...log.limits.map((l) => l.windowMs));
+    const longest = longestOf(log);
     const stored = this.#meta.get(WINDOW + budget);
+    if (longest <= UNSTORED_WINDOW_MS) {
+      // Read as a day instead. The key's stored window is stale (its limits had a longer one); a route's shorter than
+      // its longest (written before windows of a day or less went unstored) would end its rows too soon.
+      if (stored !== undefined && (budget === KEY_BUDGET || Number(stored) < longest))
+        this.#meta.delete(WINDOW + budget);
+      return;
+    }
     // Routes of several plans may share a name: the longest window wins.
     const keep = budget !== KEY_BUDGET && stored !== undefined && Number(stored) >= longest;
     if (!keep && stored !== String(longest)) this.#meta.set(WINDOW + budget, String(longest));
@@ -145,7 +185,10 @@ export class Budgets {
     );
   }
 
-  /** When the stored rows stop counting: each budget's newest row plus the longest window it was written under. */
+  /**
+   * When the stored rows stop counting: each budget's newest row plus the longest window it was written under, or
+   * {@link UNSTORED_WINDOW_MS} when none is stored.
+   */
   #storedIdleAt(): number {
     if (!this.#db.has("budget_slots")) return Number.NEGATIVE_INFINITY;
     const windows = new Map(this.#meta.prefixed(WINDOW).map(({ k, v }) => [k, Number(v)]));
@@ -153,7 +196,7 @@ export class Budgets {
     const newest = this.#db.all<{ budget: string; ts: number }>(
       "SELECT budget, MAX(ts) AS ts FROM budget_slots GROUP BY budget",
     );
-    for (const { budget, ts } of newest) at = Math.max(at, ts + (windows.get(budget) ?? 0));
+    for (const { budget, ts } of newest) at = Math.max(at, ts + (windows.get(budget) ?? UNSTORED_WINDOW_MS));
     return at;
   }
 

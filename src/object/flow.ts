@@ -54,7 +54,8 @@ export function take(k: KeyStores, now: number, call: Call): Taken {
   const log = k.budgets.log(KEY_BUDGET, override?.limits ?? limits, "decide");
   const logs = route === undefined ? [log] : [log, k.budgets.route(route)];
   const refuse = (until: number) => combine(logs.map((l) => l.refuse(now, ask.cost, until)));
-  const idleAt = () => Math.max(...logs.map((l) => l.idleAt), k.meters.quotasIdleAt());
+  // As the alarm reads the stored rows (budgets.ts, `idleAtOf`): armed for the time it finds when it fires.
+  const idleAt = () => Math.max(...logs.map((l) => k.budgets.idleAtOf(l)), k.meters.quotasIdleAt());
   // The refusals the caller answered from its deny cache count first: when they complete a penalty, this request is
   // decided under the block they start (docs/design.md, "What real clients do").
   const reported = countReported(k, now, ask);

@@ -17,11 +17,12 @@ import { UsageStore } from "./usage.ts";
 
 /**
  * How long a key's state is kept after nothing in it counts any more, before the idle alarm deletes it (ms): a day.
- * A key seen again within it writes no state afresh — its window's `meta` row and its alarm, two of the three rows a
- * rare key's grant wrote — and its alarm re-arms about once a day while it is seen. Kept, a key's state costs
- * storage: a rare key's object is four SQLite pages, ~16 KB (docs/design.md, "A key at rest"), about $0.0000033 a
- * month at $0.20/GB-month, so a day of it is ~1/20 of the $0.000002 its state written afresh costs at $1 per million
- * rows; a key never seen again pays that day once.
+ * Rows under windows of a day or less are read as counting a day after the newest (budgets.ts, `UNSTORED_WINDOW_MS`),
+ * so such a key's state is kept two days after its last grant. A key seen again within them writes no state afresh —
+ * its alarm, one of the two rows a rare key's first grant writes (a window over a day adds its `meta` row) — and its
+ * alarm re-arms about once every two days while it is seen. Kept, a key's state costs storage: a rare key's object is
+ * four SQLite pages, ~16 KB (docs/design.md, "A key at rest"), about $0.0000033 a month at $0.20/GB-month, so a day of
+ * it is ~1/9 of the $0.000001 its alarm's row costs at $1 per million rows; a key never seen again pays its days once.
  */
 export const IDLE_KEEP_MS = 86_400_000;
 

@@ -5,6 +5,8 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { LimitSpec } from "../../src/core/limits.ts";
 import type { PenaltySpec } from "../../src/core/penalty.ts";
+import { MAX_SLOT_TIMEOUT_MS } from "../../src/core/slots.ts";
+import { UNSTORED_WINDOW_MS } from "../../src/object/budgets.ts";
 import type { RateLimiter } from "../../src/object/index.ts";
 import { IDLE_KEEP_MS } from "../../src/object/key.ts";
 import { object, T0 } from "./object.ts";
@@ -78,12 +80,19 @@ describe("concurrency slots", () => {
     await o.evict();
     expect((await o.status(limits)).inFlight).toBe(2);
     expect((await o.take(limits, 1, slot("c"))).concurrencyFull).toBe(true);
-    // The grants' window ends long before the slots lapse: the alarm keeps the key until a day after they do.
+    // Renewed for a day, slot a lapses after the grants stop counting (read as a day after them): the alarm keeps the
+    // key until a day after it does.
     o.at(T0 + 5_000);
+    expect(await o.stub.renew("a", MAX_SLOT_TIMEOUT_MS)).toBe(true);
+    await o.evict();
     await runDurableObjectAlarm(o.stub);
     expect((await o.status(limits)).inFlight).toBe(2);
-    expect(await o.alarm()).toBe(T0 + 60_000 + IDLE_KEEP_MS);
-    o.at(T0 + 60_000 + IDLE_KEEP_MS);
+    expect(await o.alarm()).toBe(T0 + 5_000 + MAX_SLOT_TIMEOUT_MS + IDLE_KEEP_MS);
+    // When the grants alone would let the key go, the lapsed slot keeps it.
+    o.at(T0 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    await runDurableObjectAlarm(o.stub);
+    expect((await o.stored()).tables).toContain("inflight");
+    o.at(T0 + 5_000 + MAX_SLOT_TIMEOUT_MS + IDLE_KEEP_MS);
     await runDurableObjectAlarm(o.stub);
     expect((await o.stored()).tables).toEqual([]);
     expect((await o.take(limits, 1, slot("c"))).allowed).toBe(true);

@@ -5,6 +5,7 @@ import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "c
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
+import { UNSTORED_WINDOW_MS } from "../../src/object/budgets.ts";
 import type { KeyStatus, RateLimiter } from "../../src/object/index.ts";
 import { IDLE_KEEP_MS } from "../../src/object/key.ts";
 import type { AloneReport } from "../../src/protocol.ts";
@@ -385,7 +386,7 @@ describe("storage", () => {
 
 describe("0.2.0's state", () => {
   /** An object whose storage is as 0.2.0 left it: the key's rows in `grants`, a route's in `route_grants`. */
-  async function stored020() {
+  async function stored020(routeWindow = "60000") {
     const name = crypto.randomUUID();
     const stub = env.LIMITER.getByName(name);
     await runInDurableObject(stub, (_: RateLimiter, state) => {
@@ -400,7 +401,7 @@ describe("0.2.0's state", () => {
       // Two grants of the key (3 units) and one of its search route, 10 ms apart; a lease of 4 recorded ahead.
       sql.exec("INSERT INTO grants VALUES (1, 0, ?, 2), (1, 1, ?, 1), (1, 2, ?, 4)", T0, T0 + 10, T0 + 500);
       sql.exec("INSERT INTO route_grants VALUES ('search', 1, 0, ?, 1)", T0 + 10);
-      sql.exec("INSERT INTO meta VALUES ('longest_window_ms', '1000'), ('route_window_ms', '60000')");
+      sql.exec("INSERT INTO meta VALUES ('longest_window_ms', '1000'), ('route_window_ms', ?)", routeWindow);
       // 0.2.0 set the idle alarm with its grants.
       return state.storage.setAlarm(T0 + 1500);
     });
@@ -436,12 +437,20 @@ describe("0.2.0's state", () => {
         { budget: "search", ts: T0 + 10, cost: 1 },
         { budget: "search", ts: T0 + 20, cost: 1 },
       ]);
+      // Carried over as `window:` rows; the key's (a second) went with its first decision — a window of a day or less
+      // is not stored — and the route's, as long as its limits' longest, is read as before.
       const meta = sql.exec("SELECT k, v FROM meta WHERE k LIKE 'window:%' ORDER BY k").toArray();
-      expect(meta).toEqual([
-        { k: "window:", v: "1000" },
-        { k: "window:search", v: "60000" },
-      ]);
+      expect(meta).toEqual([{ k: "window:search", v: "60000" }]);
     });
+  });
+
+  it("a route window 0.2.0 kept shorter than the route's limits goes: its rows are read as counting a day, not a second", async () => {
+    const stub = await stored020("1000");
+    expect(((await stub.take(own, { cost: 1 }, search)) as Decision).allowed).toBe(true);
+    const meta = await runInDurableObject(stub, (_: RateLimiter, state) =>
+      state.storage.sql.exec("SELECT k FROM meta WHERE k LIKE 'window:%'").toArray(),
+    );
+    expect(meta).toEqual([]);
   });
 
   it("keeps the key alive until a day after the route's 0.2.0 window has passed, even before any call", async () => {
@@ -474,47 +483,103 @@ describe("idle alarm", () => {
     expect(await o.alarm()).toBeNull();
     o.at(T0 + 100);
     await o.take(limits, 1);
-    expect(o.writes().sort()).toEqual(["alarm", "meta", "slot"]);
-    expect(await o.alarm()).toBe(T0 + 100 + 10_000 + IDLE_KEEP_MS);
+    // No window row: windows of a day or less are read as a day (budgets.ts, UNSTORED_WINDOW_MS).
+    expect(o.writes().sort()).toEqual(["alarm", "slot"]);
+    expect(await o.alarm()).toBe(T0 + 100 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     o.at(T0 + 5000);
     await o.take(limits, 1);
     expect(o.writes()).toEqual(["slot"]);
-    expect(await o.alarm()).toBe(T0 + 100 + 10_000 + IDLE_KEEP_MS);
+    expect(await o.alarm()).toBe(T0 + 100 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
 
-    // Fires once the key is idle (from T0 + 15 000), but before it has been idle a day: nothing is deleted, it re-arms
-    // for a day after the key went idle.
-    o.at(T0 + 100 + 10_000 + IDLE_KEEP_MS);
+    // Fires a day after the first grant is read as counting, but the second is read as counting until T0 + 5000 + a
+    // day: nothing is deleted, it re-arms for a day after that.
+    o.at(T0 + 100 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toHaveLength(2);
     expect(o.writes()).toEqual(["alarm"]);
-    expect(await o.alarm()).toBe(T0 + 5000 + 10_000 + IDLE_KEEP_MS);
+    expect(await o.alarm()).toBe(T0 + 5000 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
 
-    // Seen again within that day: its state is there; the grant writes its row only (over a slot that no longer
-    // counts) — no window, no alarm.
-    const seen = T0 + 10_000 + IDLE_KEEP_MS;
+    // Seen again before then: its state is there; the grant writes its row only (over a slot that no longer counts) —
+    // no alarm.
+    const seen = T0 + 1000 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS;
     o.at(seen);
     o.written();
     expect((await o.take(limits, 1)).limits.map((l) => l.remaining)).toEqual([4, 49]);
     expect(o.writes()).toEqual(["slot"]);
     expect(o.written()).toBe(1);
     expect((await o.slots()).map((r) => r.ts)).toEqual([T0 + 5000, seen]);
-    expect(await o.alarm()).toBe(T0 + 5000 + 10_000 + IDLE_KEEP_MS);
+    expect(await o.alarm()).toBe(T0 + 5000 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
 
     // Fires while that grant still counts: nothing is deleted, it re-arms.
-    o.at(T0 + 5000 + 10_000 + IDLE_KEEP_MS);
+    o.at(T0 + 5000 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toHaveLength(2);
-    expect(await o.alarm()).toBe(seen + 10_000 + IDLE_KEEP_MS);
+    expect(await o.alarm()).toBe(seen + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
 
-    // A day after the key went idle again: everything goes. The next grant is a first grant again.
-    o.at(seen + 10_000 + IDLE_KEEP_MS);
+    // A day after that grant stops counting: everything goes. The next grant is a first grant again.
+    o.at(seen + UNSTORED_WINDOW_MS + IDLE_KEEP_MS - 1);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await o.rows()).toHaveLength(2);
+    o.at(seen + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toEqual([]);
     expect(await o.alarm()).toBeNull();
     o.writes();
     const fresh = await o.take(limits, 1);
     expect(fresh.limits.map((l) => l.remaining)).toEqual([4, 49]);
-    expect(o.writes().sort()).toEqual(["alarm", "meta", "slot"]);
+    expect(o.writes().sort()).toEqual(["alarm", "slot"]);
+  });
+
+  const twoDays: LimitSpec[] = [{ limit: 100, windowMs: 2 * UNSTORED_WINDOW_MS, tickMs: 1 }];
+  for (const evicted of [false, true]) {
+    it(`a window over a day is stored with the first grant, and the state goes a day after it (${evicted ? "evicted" : "in memory"})`, async () => {
+      const o = await object();
+      o.at(T0 + 100);
+      await o.take(twoDays, 1);
+      expect(o.writes().sort()).toEqual(["alarm", "meta", "slot"]);
+      expect((await o.stored()).meta).toEqual([{ k: "window:", v: String(2 * UNSTORED_WINDOW_MS) }]);
+      const deleteAt = T0 + 100 + 2 * UNSTORED_WINDOW_MS + IDLE_KEEP_MS;
+      expect(await o.alarm()).toBe(deleteAt);
+      if (evicted) await o.evict();
+      // Fired early (when a day's window would have let it go): the grant still counts; set again for the same time.
+      o.at(T0 + 100 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+      expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+      expect(await o.rows()).toHaveLength(1);
+      expect(await o.alarm()).toBe(deleteAt);
+      o.at(deleteAt - 1);
+      expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+      expect(await o.rows()).toHaveLength(1);
+      o.at(deleteAt);
+      expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+      expect(await o.stored()).toMatchObject({ tables: [], alarm: null });
+    });
+  }
+
+  it("limits changed from a window over a day to a minute: the key's stored window goes, its rows read as a day", async () => {
+    const o = await object();
+    await o.take(twoDays, 1);
+    expect(await o.alarm()).toBe(T0 + 2 * UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    o.at(T0 + 1000);
+    await o.take([{ limit: 100, windowMs: 60_000, tickMs: 1 }], 1);
+    expect(o.writes().filter((w) => w === "meta")).toHaveLength(2); // written, then deleted
+    expect((await o.stored()).meta).toEqual([]);
+    // Evicted, the alarm set under the old window fires early: it finds the newest grant counting a day after it.
+    await o.evict();
+    o.at(T0 + 2000);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await o.alarm()).toBe(T0 + 1000 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    o.at(T0 + 1000 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await o.stored()).toMatchObject({ tables: [], alarm: null });
+  });
+
+  it("a route's stored window over a day stays when the route is decided under a minute (routes of several plans share a name)", async () => {
+    const o = await object();
+    const own = [{ limit: 100, windowMs: 1000, tickMs: 1 }];
+    await o.stub.take(own, { cost: 1 }, { name: "r", limits: twoDays });
+    o.at(T0 + 1000);
+    await o.stub.take(own, { cost: 1 }, { name: "r", limits: [{ limit: 100, windowMs: 60_000, tickMs: 1 }] });
+    expect((await o.stored()).meta).toEqual([{ k: "window:r", v: String(2 * UNSTORED_WINDOW_MS) }]);
   });
 
   it("counts future records: a lease keeps the key alive until a day after its record has left the window", async () => {
@@ -522,17 +587,18 @@ describe("idle alarm", () => {
     const limits: LimitSpec[] = [{ limit: 1000, windowMs: 1600, tickMs: 1 }];
     o.at(T0 + 10);
     await o.take(limits, 1);
-    expect(await o.alarm()).toBe(T0 + 10 + 1600 + IDLE_KEEP_MS);
+    expect(await o.alarm()).toBe(T0 + 10 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     o.at(T0 + 20);
     await o.take(limits, 1, { leaseUnits: 10, leaseMs: 50 });
-    o.at(T0 + 1610 + IDLE_KEEP_MS);
+    o.at(T0 + 10 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
-    expect(await o.rows()).toHaveLength(2); // the lease's record at T0 + 70 counted until T0 + 1670
-    expect(await o.alarm()).toBe(T0 + 1670 + IDLE_KEEP_MS);
-    o.at(T0 + 1669 + IDLE_KEEP_MS);
+    // The lease's record at T0 + 70: read as counting until a day after it.
+    expect(await o.rows()).toHaveLength(2);
+    expect(await o.alarm()).toBe(T0 + 70 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    o.at(T0 + 69 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toHaveLength(2);
-    o.at(T0 + 1670 + IDLE_KEEP_MS);
+    o.at(T0 + 70 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toEqual([]);
   });
@@ -541,7 +607,10 @@ describe("idle alarm", () => {
     const o = await object();
     await o.take(perSecond, 2);
     await o.evict();
-    o.at(T0 + 1000 + IDLE_KEEP_MS);
+    o.at(T0 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS - 1);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await o.rows()).toHaveLength(1);
+    o.at(T0 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toEqual([]);
   });
@@ -652,15 +721,19 @@ describe("route budgets", () => {
 
   it("keeps the key alive until a day after the route's longest window has passed, then deletes everything", async () => {
     const o = await object();
-    await take(o);
-    expect(await o.alarm()).toBe(T0 + 60_000 + IDLE_KEEP_MS);
+    // A route's window over a day is stored (`meta`), beside its row and the key's.
+    const archive = { name: "archive", limits: [{ limit: 2, windowMs: 2 * UNSTORED_WINDOW_MS, tickMs: 1 }] };
+    await take(o, 1, archive);
+    expect(o.writes().sort()).toEqual(["alarm", "meta", "slot", "slot"]);
+    expect(await o.alarm()).toBe(T0 + 2 * UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     await o.evict();
-    o.at(T0 + 1000 + IDLE_KEEP_MS);
-    // The key's own grant left a day ago; the route's has not (an evicted object reads it from storage).
+    o.at(T0 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    // The key's own grant stopped counting a day ago (read as a day after it); the route's has not (an evicted object
+    // reads its window from storage).
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await routeRows(o)).toHaveLength(1);
-    expect(await o.alarm()).toBe(T0 + 60_000 + IDLE_KEEP_MS);
-    o.at(T0 + 60_000 + IDLE_KEEP_MS);
+    expect(await o.alarm()).toBe(T0 + 2 * UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    o.at(T0 + 2 * UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect((await o.stored()).tables).toEqual([]);
   });
@@ -707,8 +780,8 @@ describe("recover: grants an isolate made alone while the object could not answe
       { ring: 1, ts: T0 + 5000 + 1 + 101, cost: 2 },
       { ring: 1, ts: T0 + 10_000 + 2, cost: 1 },
     ]);
-    // The idle alarm: a day after the newest leaves the window.
-    expect(await o.alarm()).toBe(T0 + 10_002 + 3_600_000 + IDLE_KEEP_MS);
+    // The idle alarm: a day after the newest stops counting, read as a day after it (an hour's window is not stored).
+    expect(await o.alarm()).toBe(T0 + 10_002 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     await o.evict();
     expect((await o.peek(hour)).limits[0]?.remaining).toBe(2);
   });

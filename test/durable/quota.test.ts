@@ -6,12 +6,14 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { LimitSpec } from "../../src/core/index.ts";
 import type { QuotaSpec } from "../../src/core/quota.ts";
+import { UNSTORED_WINDOW_MS } from "../../src/object/budgets.ts";
 import type { RateLimiter } from "../../src/object/index.ts";
 import { IDLE_KEEP_MS } from "../../src/object/key.ts";
 import { object, T0 } from "./object.ts";
 
 // T0 is 2027-01-15T08:00:00Z.
 const DAY_END = Date.UTC(2027, 0, 16);
+const MONTH_END = Date.UTC(2027, 1, 1);
 const monthly: QuotaSpec[] = [{ limit: 5, period: "month", zone: "UTC" }];
 const daily: QuotaSpec[] = [{ limit: 3, period: "day", zone: "UTC" }];
 const wide: LimitSpec[] = [{ limit: 1_000, windowMs: 60_000, tickMs: 1 }];
@@ -47,23 +49,25 @@ describe("quotas at the key's object", () => {
 
   it("counts survive an eviction; a new period starts afresh; the alarm deletes the state a day after it ends", async () => {
     const o = await object();
-    for (let i = 0; i < 3; i++) await o.take(wide, 1, { quotas: daily });
+    for (let i = 0; i < 5; i++) await o.take(wide, 1, { quotas: monthly });
     await o.evict();
-    expect((await o.take(wide, 1, { quotas: daily })).allowed).toBe(false);
-    // A raised limit keeps what the day has used.
-    expect((await o.take(wide, 1, { quotas: [{ ...daily[0], limit: 4 } as QuotaSpec] })).quotas?.[0]?.remaining).toBe(
+    expect((await o.take(wide, 1, { quotas: monthly })).allowed).toBe(false);
+    // A raised limit keeps what the month has used.
+    expect((await o.take(wide, 1, { quotas: [{ ...monthly[0], limit: 6 } as QuotaSpec] })).quotas?.[0]?.remaining).toBe(
       0,
     );
-    // The sliding window's rows leave at T0 + 60 s, which alone would keep the key a day after; the quota's count
-    // keeps it until a day after midnight.
-    o.at(T0 + 120_000 + IDLE_KEEP_MS);
+    // The sliding window's rows are read as counting a day after them (a minute's window is not stored), which alone
+    // would keep the key a day after that; the month's count keeps it until a day after the month ends. (A day's count
+    // ends within a day of its grants: it never keeps them longer.)
+    o.at(T0 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
-    expect((await o.stored()).meta).toHaveLength(2); // quotas, and the window of the key's budget
-    o.at(DAY_END + IDLE_KEEP_MS);
-    expect(await o.alarm()).toBe(DAY_END + IDLE_KEEP_MS);
+    expect((await o.stored()).meta.map((m) => (m as { k: string }).k)).toEqual(["quotas"]);
+    expect(await o.rows()).toHaveLength(1);
+    expect(await o.alarm()).toBe(MONTH_END + IDLE_KEEP_MS);
+    o.at(MONTH_END + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect((await o.stored()).tables).toEqual([]);
-    expect((await o.take(wide, 1, { quotas: daily })).quotas?.[0]?.remaining).toBe(2);
+    expect((await o.take(wide, 1, { quotas: monthly })).quotas?.[0]?.remaining).toBe(4);
   });
 
   it("all or nothing: a refusal by either counts in neither", async () => {
@@ -163,8 +167,8 @@ describe("credits at the key's object", () => {
     const o = await object();
     expect(await o.stub.credit(credits, 10)).toBe(15);
     await o.take(wide, 1, { credits });
-    expect(await o.alarm()).toBe(T0 + 60_000 + IDLE_KEEP_MS);
-    o.at(T0 + 60_000 + IDLE_KEEP_MS);
+    expect(await o.alarm()).toBe(T0 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    o.at(T0 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toEqual([]);
     const { meta } = await o.stored();
@@ -223,21 +227,21 @@ describe("usage at the key's object", () => {
     await o.take(wide, 1, { usage });
     o.at(T0 + DAY);
     await o.take(wide, 1, { usage });
-    // A day after the first grant left its window the second has only just left its own: nothing goes.
-    expect(await o.alarm()).toBe(T0 + 60_000 + IDLE_KEEP_MS);
-    o.at(T0 + 60_000 + IDLE_KEEP_MS);
+    // A day after the first grant stopped counting (read as a day after it) the second still counts: nothing goes.
+    expect(await o.alarm()).toBe(T0 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    o.at(T0 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect((await o.slots()).map((r) => r.ts)).toContain(T0 + DAY);
-    expect(await o.alarm()).toBe(T0 + DAY + 60_000 + IDLE_KEEP_MS);
-    // A day after that, the grants' rows go; the days stay.
-    o.at(T0 + DAY + 60_000 + IDLE_KEEP_MS);
+    expect(await o.alarm()).toBe(T0 + DAY + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    // A day after that one stops counting, the grants' rows go; the days stay.
+    o.at(T0 + DAY + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await o.rows()).toEqual([]);
     expect((await o.stub.usage(usage, { period: "day", ...all })).map((p) => p.requests)).toEqual([1, 1]);
     // The alarm is set for when the first day leaves the 3 days kept.
     expect(await o.alarm()).toBe(dayOf(T0) + 4 * DAY);
-    // Seen again half an hour before: the alarm stays set for then, and the first day leaves on time while the grant's
-    // state is kept (until a day after it stops counting).
+    // Seen again half an hour before: the alarm stays set for then, and the first two days leave on time while the
+    // grant's state is kept (until a day after it stops counting, read as a day after it).
     const seen = dayOf(T0) + 4 * DAY - 1_800_000;
     o.at(seen);
     await o.take(wide, 1, { usage });
@@ -246,16 +250,17 @@ describe("usage at the key's object", () => {
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await days()).toEqual([dayOf(T0) + DAY, dayOf(T0) + 3 * DAY]);
     expect(await o.rows()).toHaveLength(1);
-    expect(await o.alarm()).toBe(seen + 60_000 + IDLE_KEEP_MS);
-    o.at(seen + 60_000 + IDLE_KEEP_MS);
-    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
-    expect(await o.rows()).toEqual([]);
-    expect(await days()).toEqual([dayOf(T0) + DAY, dayOf(T0) + 3 * DAY]);
-    // Then each day leaves at its time; the last one takes what is left of the key with it.
     expect(await o.alarm()).toBe(dayOf(T0) + 5 * DAY);
     o.at(dayOf(T0) + 5 * DAY);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect(await days()).toEqual([dayOf(T0) + 3 * DAY]);
+    expect(await o.rows()).toHaveLength(1);
+    expect(await o.alarm()).toBe(seen + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    o.at(seen + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    expect(await runDurableObjectAlarm(o.stub)).toBe(true);
+    expect(await o.rows()).toEqual([]);
+    expect(await days()).toEqual([dayOf(T0) + 3 * DAY]);
+    // Then the last day leaves at its time and takes what is left of the key with it.
     expect(await o.alarm()).toBe(dayOf(T0) + 7 * DAY);
     o.at(dayOf(T0) + 7 * DAY);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);

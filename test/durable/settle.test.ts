@@ -6,6 +6,7 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { Decision, LimitSpec } from "../../src/core/index.ts";
 import type { QuotaSpec } from "../../src/core/quota.ts";
+import { UNSTORED_WINDOW_MS } from "../../src/object/budgets.ts";
 import type { RateLimiter } from "../../src/object/index.ts";
 import { IDLE_KEEP_MS } from "../../src/object/key.ts";
 import type { RefundedGrant } from "../../src/protocol.ts";
@@ -112,8 +113,8 @@ describe("settling a grant at the key's object", () => {
   it("a settle after the idle alarm deleted the key's state: nothing to give back, its debt recorded once", async () => {
     const o = await object();
     const d = await o.take(tenPerSecond, 8);
-    expect(await o.alarm()).toBe(T0 + 1_000 + IDLE_KEEP_MS);
-    o.at(T0 + 1_000 + IDLE_KEEP_MS);
+    expect(await o.alarm()).toBe(T0 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
+    o.at(T0 + UNSTORED_WINDOW_MS + IDLE_KEEP_MS);
     expect(await runDurableObjectAlarm(o.stub)).toBe(true);
     expect((await o.stored()).tables).toEqual([]);
     // Settled for less: nothing left to give back (the grant left its window long ago), nothing kept.
