@@ -77,9 +77,9 @@ export class Acquire {
         const blocked = denyCache.get(cached, now);
         const retryAt = blocked && (cost === 1 ? blocked.until : blocked.retryAt.get(cost));
         if (blocked && retryAt !== undefined && !refusals.completesPenalty(name, plan, blocked, now)) {
-          // Refused by the limits while this isolate holds units of the key's that expired unspent (the object counts
-          // them until they go back): to the object, carrying them back.
-          if (entry && blocked.blockedBy === undefined && leases.expiredUnspent(entry, now) >= cost) break;
+          // Refused while this isolate holds units of the key's that expired unspent (the object counts them until they
+          // go back): to the object, carrying them back. (Not under a block: its answer dropped the key's leases here.)
+          if (entry && leases.expiredUnspent(entry, now) >= cost) break;
           refusals.refusedHere(name, plan, blocked, now);
           return this.#cachedDenial(r, blocked, retryAt, now);
         }

@@ -41,8 +41,8 @@ export interface LimitsOptions {
  */
 export function parseLimits(value: unknown, field: string, options: LimitsOptions = {}): Limit[] {
   const { defaultName = (w: string) => w, fields = SLIDING_FIELDS } = options;
+  // An empty list is refused by the core's check below, with the same message (`normalizeLimits`).
   const list = array(value, field);
-  if (list.length === 0) throw new ConfigError(`${field}: expected at least one limit`);
   const limits = list.map((item, i): Limit => {
     const f = `${field}[${i}]`;
     const l = object(item, f);

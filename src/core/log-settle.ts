@@ -59,13 +59,6 @@ export function recordUses(log: Rings, t: number, uses: readonly Use[]): SlotRow
   return writes;
 }
 
-/** The shortest window of the limits that live in `ring`. */
-export function shortestWindow(ring: Ring, log: Rings): number {
-  let w = Number.POSITIVE_INFINITY;
-  for (const l of log.limits) if (l.tickMs === ring.tickMs) w = Math.min(w, l.windowMs);
-  return w;
-}
-
 /** The longest window of the limits that live in `ring`: a slot older than it counts nowhere. */
 export function longestWindow(ring: Ring, log: Rings): number {
   let w = 0;

@@ -268,14 +268,14 @@ describe("a refusal on units this isolate's leases left unspent", () => {
    * `last`), and other isolates' requests (leases off) since, until the key has `free` units left at the object beside
    * the leases'.
    */
-  async function unspentLeases(w: World, free: number) {
+  async function unspentLeases(w: World, free: number, settings: Record<string, unknown> = {}) {
     for (let i = 0; i < 12; i++) {
       await w.direct();
       await vi.advanceTimersByTimeAsync(200);
     }
     const held = w.client.leases.get("key:a")?.held ?? [];
     expect(held.map((h) => h.left)).toEqual([1, 2]);
-    const config = parseLimiterConfig({ limits: ONE_MINUTE, leases: false }, "test") as LimiterConfig;
+    const config = parseLimiterConfig({ limits: ONE_MINUTE, ...settings, leases: false }, "test") as LimiterConfig;
     const plan = config.defaultPlan as Plan;
     // Each from an isolate of its own: none answers from a deny cache.
     const other = () =>
@@ -354,4 +354,38 @@ describe("a refusal on units this isolate's leases left unspent", () => {
     expect((await again).reason).toBe("cached_denial");
     expect(w.asked(from)).toBe(3);
   });
+  it("counts the room by the fullest limit: units coming back that cover the cost under a roomier one ask nothing", async () => {
+    // 20 a minute and 40 an hour: after the first lease's unit comes back, 2 left in the minute, 22 in the hour.
+    const limits = { limits: [...ONE_MINUTE, { limit: 40, window: "1h" }] };
+    const w = world(limits);
+    w.unheld();
+    const { last, from } = await unspentLeases(w, 1, limits);
+    await vi.advanceTimersByTimeAsync(last - Date.now() - 5);
+    const r = w.limit(5);
+    await vi.advanceTimersByTimeAsync(100);
+    expect((await r).reason).toBe("over_limit");
+    expect(w.takes[from]?.d?.limits.map((l) => l.remaining)).toEqual([2, 22]);
+    // The second lease's 2 coming back make 4 in the minute: not 5, though the hour would have room.
+    expect(w.asked(from)).toBe(1);
+  });
+
+  it("an operator's block drops the leases at its answer: nothing left unspent, later requests refused from the cache", async () => {
+    const w = world();
+    w.unheld();
+    const { first, last, other } = await unspentLeases(w, 0);
+    await vi.advanceTimersByTimeAsync(Math.max(0, first - Date.now() + 5));
+    w.store.blocks.set("key:a", Date.now() + 60_000);
+    // A request of 3 (2 units here) goes to the object, which refuses it under the block.
+    const refused = w.limit(3);
+    await vi.advanceTimersByTimeAsync(50);
+    expect((await refused).reason).toBe("blocked");
+    // The block's answer dropped the second lease here, its 2 units settled at once: none left to go back later.
+    expect(w.client.leases.get("key:a")?.held ?? []).toEqual([]);
+    await vi.advanceTimersByTimeAsync(last - Date.now() + 5);
+    const from = w.takes.length;
+    expect((await w.limit()).reason).toBe("blocked");
+    expect(w.takes.length).toBe(from);
+    expect((await other()).allowed).toBe(false);
+  });
+
 });
