@@ -18,7 +18,9 @@ export interface Rings {
  * Settles one lease in `log` at its clock `t` (see {@link Settlement}, checked, its rings the log's): moves its used
  * units to `issuedAt + lastUseMs` plus the margin, when that is earlier than their record, and takes back its unused
  * units. Never earlier than a use: a settled unit counts in the windows that still hold its use (ring.ts, `record`),
- * and is taken out once its use has left every window of its ring.
+ * and is taken out once its use has left every window of its ring. A use that has left the ring's shortest window,
+ * whose record has too, stays where it is recorded: moved, it would count less only in the longer windows, a little
+ * earlier, for two rows.
  *
  * @returns the rows to write, in order
  */
@@ -33,7 +35,9 @@ export function settleLease(log: Rings, t: number, s: Settlement): SlotRow[] {
     if (used > 0 && at <= t - longestWindow(ring, log)) {
       const row = ring.giveBack(from, used);
       if (row) writes.push(row);
-    } else if (used > 0) writes.push(...ring.move(from, at, used, t));
+    } else if (used > 0 && Math.max(at, from) > t - shortestWindow(ring, log)) {
+      writes.push(...ring.move(from, at, used, t));
+    }
     const row = unused > 0 ? ring.giveBack(from, unused) : null;
     if (row) writes.push(row);
   });
@@ -57,6 +61,13 @@ export function recordUses(log: Rings, t: number, uses: readonly Use[]): SlotRow
     }
   }
   return writes;
+}
+
+/** The shortest window of the limits that live in `ring`. */
+function shortestWindow(ring: Ring, log: Rings): number {
+  let w = Number.POSITIVE_INFINITY;
+  for (const l of log.limits) if (l.tickMs === ring.tickMs) w = Math.min(w, l.windowMs);
+  return w;
 }
 
 /** The longest window of the limits that live in `ring`: a slot older than it counts nowhere. */

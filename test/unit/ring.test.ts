@@ -267,6 +267,17 @@ describe("recording before a short window (a use settled after the fact)", () =>
     expect(log.rows()).toEqual([]);
   });
 
+  it("a use whose record has left the second's window too stays where it is: no rows for the minute alone", () => {
+    const log = new KeyLog(TWO);
+    log.take(0, { cost: 0, leaseUnits: 5, leaseMs: 400 }); // recorded at 400
+    // Settled at 1_500: the second's window (500, 1500] holds neither the use (104) nor the record (400).
+    expect(log.settle(1_500, { recordedAt: [400], issuedAt: 0, used: 5, lastUseMs: 100, unused: 0 })).toEqual([]);
+    expect(log.rows().map((r) => [r.ts, r.cost])).toEqual([[400, 5]]);
+    // They count in the minute until 60_400 (moved, until 60_104): later, never earlier.
+    expect(log.peek(60_399).limits.map((l) => l.remaining)).toEqual([30, 295]);
+    expect(log.peek(60_400).limits.map((l) => l.remaining)).toEqual([30, 300]);
+  });
+
   it("units used elsewhere long ago count in the minute's window only", () => {
     const log = new KeyLog(TWO);
     log.take(10_000, { cost: 2 });
