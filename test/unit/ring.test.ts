@@ -278,6 +278,27 @@ describe("recording before a short window (a use settled after the fact)", () =>
     expect(log.peek(60_400).limits.map((l) => l.remaining)).toEqual([30, 300]);
   });
 
+  it("moves a use whose record lies exactly at the second's edge no more than one further out", () => {
+    const log = new KeyLog(TWO);
+    log.take(0, { cost: 0, leaseUnits: 5, leaseMs: 400 }); // recorded at 400
+    // At 1_400 the second's window is (400, 1400]: the record at 400 has just left it.
+    expect(log.settle(1_400, { recordedAt: [400], issuedAt: 0, used: 5, lastUseMs: 100, unused: 0 })).toEqual([]);
+  });
+
+  it("judges each ring by its own shortest window", () => {
+    // A 1 ms ring (a second, a minute) and a 10 ms ring (100 ms): the second is the 1 ms ring's shortest window.
+    const log = new KeyLog([...TWO, { limit: 64, windowMs: 100, tickMs: 10 }]);
+    const lease = log.take(0, { cost: 0, leaseUnits: 3, leaseMs: 400 }).decision.lease;
+    expect(lease?.recordedAt).toEqual([400, 400]);
+    // Settled at 700: the use (~104) has left the second, the record (400) has not: moved there. The 10 ms ring's
+    // 100 ms window holds neither: its record stays.
+    const rows = log.settle(700, { recordedAt: [400, 400], issuedAt: 0, used: 3, lastUseMs: 100, unused: 0 });
+    expect(rows.map((r) => [r.ring, r.ts, r.cost])).toEqual([
+      [1, 400, 0],
+      [1, 104, 3],
+    ]);
+  });
+
   it("units used elsewhere long ago count in the minute's window only", () => {
     const log = new KeyLog(TWO);
     log.take(10_000, { cost: 2 });
