@@ -79,7 +79,7 @@ export class Acquire {
         if (blocked && retryAt !== undefined && !refusals.completesPenalty(name, plan, blocked, now)) {
           // Refused while this isolate holds units of the key's that expired unspent (the object counts them until they
           // go back): to the object, carrying them back. (Not under a block: its answer dropped the key's leases here.)
-          if (entry && leases.expiredUnspent(entry, now) >= cost) break;
+          if (entry && leases.expiredUnspent(entry, now, blocked.applied ?? null) >= cost) break;
           refusals.refusedHere(name, plan, blocked, now);
           return this.#cachedDenial(r, blocked, retryAt, now);
         }
@@ -144,7 +144,8 @@ export class Acquire {
       }
       // Refused by a limit on units of this isolate's leases that expired unspent (they may have expired while the call
       // was out): once more, carrying them back, when they and the room left cover the cost.
-      const unspent = refusedByLimits(d) ? this.#p.leases.expiredUnspent(entry, this.#p.now()) : 0;
+      const applied = d.limitsOverride ?? null;
+      const unspent = refusedByLimits(d) ? this.#p.leases.expiredUnspent(entry, this.#p.now(), applied) : 0;
       if (unspent > 0 && Math.min(...d.limits.map((l) => l.remaining)) + unspent >= cost) {
         this.#p.refusals.grantedHere(name, plan);
         return this.#atObject(r, { ...at, now: this.#p.now() });

@@ -245,14 +245,12 @@ export class LeaseTable {
   }
 
   /**
-   * The units of the key's leases that expired unspent by `now`: the object counts them until the key's next call from
-   * here gives them back.
+   * The units of the key's leases under `applied` limits that expired unspent by `now`: the object counts them until the
+   * key's next call from here gives them back (those of leases under other limits are in other rings: freeing nothing).
    */
-  expiredUnspent(e: KeyLeases, now: number): number {
+  expiredUnspent(e: KeyLeases, now: number, applied: readonly NamedLimit[] | null): number {
     expire(e, now);
-    let units = 0;
-    for (const h of e.expired) units += h.left;
-    return units;
+    return unitsReturning(e, now, applied);
   }
 
   /**

@@ -24,9 +24,12 @@ export class Refusals {
    */
   penalized(name: string, plan: Plan, ask: TakeAsk): TakeAsk {
     if (!plan.penalty) return ask;
-    // Net of refusals the object counted that this isolate then granted from a lease (they may make it negative).
-    const refused = Math.max(0, this.#here.get(name) ?? 0);
-    this.#here.delete(name);
+    // Net of refusals the object counted that this isolate then granted after all (they may make it negative: what is
+    // left below zero is taken off the next report).
+    const here = this.#here.get(name) ?? 0;
+    const refused = Math.max(0, here);
+    if (here < 0) this.#here.set(name, here);
+    else this.#here.delete(name);
     // Counted at the object before this call's answer: until it comes (saw), a refusal sent together with this call
     // counts them as the object's, so one that completes the penalty goes there too and learns of the block.
     if (refused > 0) this.#count(this.#atObject, name, refused);

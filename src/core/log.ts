@@ -159,7 +159,7 @@ export class KeyLog {
     const units = cost + extra;
     if (units === 0) return { decision: decisionAt(this.#layout, t, cost, { allowed: true }), writes: given };
     const at = extra > 0 ? t + lifetime : t;
-    const recorded = this.rings.map((r) => r.record(at, units));
+    const recorded = this.rings.map((r) => r.record(at, units, t));
     const writes = given.length > 0 ? [...given, ...recorded] : recorded;
     const recordedAt = recorded.map((w) => w.ts);
     const lease = extra > 0 ? { units: extra, lifetimeMs: lifetime, recordedAt } : null;

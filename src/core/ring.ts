@@ -130,7 +130,8 @@ export class Ring {
   }
 
   #append(ts: number, cost: number, key: number): void {
-    this.#insert(this.#end, ts, cost, key);
+    // Loaded rows count in every window until the load's eviction.
+    this.#insert(this.#end, ts, cost, key, ts);
   }
 
   /**
@@ -138,7 +139,7 @@ export class Ring {
    * the window of each limit with `ts > now − W` (whose head is then at or before `i`: every slot after it is in that
    * window too), and before the window of the others (whose head, at or after `i`, moves up with the slots it names).
    */
-  #insert(i: number, ts: number, cost: number, key: number, now = ts): void {
+  #insert(i: number, ts: number, cost: number, key: number, now: number): void {
     if (this.size === this.#mask + 1) this.#grow();
     for (let j = this.#end; j > i; j--) {
       const to = j & this.#mask;
@@ -249,10 +250,10 @@ export class Ring {
    * goes before leases recorded in the future). When the ring has no free slot it adds them to the
    * next later slot instead, or, with none later, moves the newest slot later to `at` and adds them
    * there (later is always safe). Returns the one row to write. The ring must be evicted to `now`
-   * (by default `at`) and have room (`fits`); `at` may lie before `now` — a use settled after the
-   * fact — within the longest window: the units then count in the windows that still hold `at` only.
+   * and have room (`fits`); `at` may lie before `now` — a use settled after the fact — within the
+   * longest window: the units then count in the windows that still hold `at` only.
    */
-  record(at: number, units: number, now = at): SlotRow {
+  record(at: number, units: number, now: number): SlotRow {
     const ts = roundUp(at, this.tickMs);
     let i = this.#end;
     while (i > this.#start && this.#tsAt(i - 1) >= ts) i--;
@@ -266,11 +267,20 @@ export class Ring {
     if (this.size >= this.capacity) {
       // Full, and later than every slot (a lease recorded further ahead than the ring's slack): the newest slot
       // moves later to `ts` and takes the units. Moving a record later is always safe, and it stays the newest.
-      const p = (this.#end - 1) & this.#mask;
+      const last = this.#end - 1;
+      const p = last & this.#mask;
+      const before = this.#cost[p] as number;
       this.#ts[p] = ts;
-      this.#cost[p] = (this.#cost[p] as number) + units;
-      for (const m of this.#members) m.used += units;
-      return this.#row(this.#end - 1);
+      this.#cost[p] = before + units;
+      for (const m of this.#members) {
+        if (m.head <= last) m.used += units;
+        else if (ts > now - m.windowMs) {
+          // A window that held no slot (the newest had left it) holds the moved one now: all of its units count.
+          m.head = last;
+          m.used += before + units;
+        }
+      }
+      return this.#row(last);
     }
     this.#insert(i, ts, units, this.#takeKey(), now);
     return this.#row(i);

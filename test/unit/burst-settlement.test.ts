@@ -369,6 +369,26 @@ describe("a refusal on units this isolate's leases left unspent", () => {
     expect(w.asked(from)).toBe(1);
   });
 
+  it("takes the refusal it asks again for off the refusals it next reports towards a penalty", async () => {
+    const penalty = { penalty: { after: 100, within: "10m", block: "15m", max_block: "1d" } };
+    const w = world(penalty);
+    w.unheld();
+    const { last, from } = await unspentLeases(w, 1, penalty);
+    await vi.advanceTimersByTimeAsync(last - Date.now() - 5);
+    const r = w.limit(4);
+    await vi.advanceTimersByTimeAsync(100);
+    expect((await r).reason).toBe("granted");
+    // The key is full: three answered from the deny cache; the next call reports them less the refusal the object
+    // counted and this isolate then granted.
+    for (let i = 0; i < 3; i++) expect((await w.limit()).reason).toBe("cached_denial");
+    await vi.advanceTimersByTimeAsync(1_100);
+    const next = w.limit();
+    await vi.advanceTimersByTimeAsync(50);
+    await next;
+    expect(w.asked(from)).toBe(3);
+    expect(w.takes.at(-1)?.ask).toMatchObject({ cost: 1, refused: 2 });
+  });
+
   it("an operator's block drops the leases at its answer: nothing left unspent, later requests refused from the cache", async () => {
     const w = world();
     w.unheld();
@@ -387,5 +407,4 @@ describe("a refusal on units this isolate's leases left unspent", () => {
     expect(w.takes.length).toBe(from);
     expect((await other()).allowed).toBe(false);
   });
-
 });

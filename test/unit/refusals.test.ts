@@ -43,16 +43,22 @@ describe("Refusals", () => {
     expect(r.completesPenalty("k", plan, full, 0)).toBe(true);
   });
 
-  it("a refusal the object counted and this isolate then granted from a lease is one fewer reported, never below 0", () => {
+  it("a refusal the object counted and this isolate then granted is one fewer reported: below 0, off the next report", () => {
     const r = new Refusals();
     r.refusedHere("k", plan, full, 0);
     r.grantedHere("k", plan);
     r.grantedHere("k", plan);
+    // 1 − 2: none reported, one left to take off.
     expect(r.penalized("k", plan, ask)).toEqual({ cost: 1, penalty, refused: 0 });
     r.refusedHere("k", plan, full, 0);
     r.refusedHere("k", plan, full, 0);
     r.grantedHere("k", plan);
-    expect(r.penalized("k", plan, ask)).toEqual({ cost: 1, penalty, refused: 1 });
+    // −1 + 2 − 1.
+    expect(r.penalized("k", plan, ask)).toEqual({ cost: 1, penalty, refused: 0 });
+    r.refusedHere("k", plan, full, 0);
+    r.refusedHere("k", plan, full, 0);
+    expect(r.penalized("k", plan, ask)).toEqual({ cost: 1, penalty, refused: 2 });
+    expect(r.penalized("k", plan, ask)).toEqual({ cost: 1, penalty, refused: 0 });
   });
 
   it("counts nothing for a plan without a penalty, nor while the key is blocked", () => {

@@ -309,6 +309,56 @@ describe("recording before a short window (a use settled after the fact)", () =>
     expect(log.take(10_000, { cost: 1 }).decision.allowed).toBe(false);
   });
 
+  it("a full ring whose newest slot had left the short window counts it there again once moved into it", () => {
+    // 2 a second and 5 a minute at 1 ms: five slots fill the ring, all older than the second by 59_950.
+    const log = new KeyLog([
+      { limit: 2, windowMs: 1000 },
+      { limit: 5, windowMs: 60_000 },
+    ]);
+    expect(allowed(log, [0, 100, 1200, 1300, 2400])).toEqual([true, true, true, true, true]);
+    // A use reported at 59_950 (+ a millisecond and the margin): later than every slot, the newest moves there with it.
+    log.record(59_950, [{ ageMs: 0, units: 1 }]);
+    expect(log.peek(59_952).limits.map((l) => l.remaining)).toEqual([0, 0]);
+    // The second holds those 2 units until 60_952: nothing more fits in it before then (it granted a third before).
+    expect(log.take(60_101, { cost: 1 }).decision.allowed).toBe(false);
+    expect(log.take(60_952, { cost: 1 }).decision.allowed).toBe(true);
+  });
+
+  it("property: a full ring's limits count exactly the slots it holds in each window, and never record earlier", () => {
+    const limits = [
+      { limit: 1_000, windowMs: 10 },
+      { limit: 1_000, windowMs: 100 },
+    ];
+    const step = fc.record({
+      advance: fc.integer({ min: 0, max: 40 }),
+      age: fc.integer({ min: -30, max: 99 }),
+      units: fc.integer({ min: 1, max: 3 }),
+    });
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 6 }),
+        fc.array(step, { minLength: 1, maxLength: 60 }),
+        (capacity, steps) => {
+          const ring = new Ring(1, capacity, limits);
+          let now = 0;
+          for (const { advance, age, units } of steps) {
+            now += advance;
+            ring.evict(now);
+            const at = now - age;
+            expect(ring.record(at, units, now).ts).toBeGreaterThanOrEqual(at);
+            expect(ring.size).toBeLessThanOrEqual(capacity);
+            const rows = ring.rows();
+            limits.forEach((l, j) => {
+              const held = rows.filter((r) => r.ts > now - l.windowMs).reduce((n, r) => n + r.cost, 0);
+              expect(ring.remaining(j)).toBe(l.limit - held);
+            });
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
   it("property: a ring's limits count exactly the slots each window holds, whatever order the times come in", () => {
     const limits = [
       { limit: 1_000, windowMs: 10 },
