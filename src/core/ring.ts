@@ -131,7 +131,7 @@ export class Ring {
 
   #append(ts: number, cost: number, key: number): void {
     // Loaded rows count in every window until the load's eviction.
-    this.#insert(this.#end, ts, cost, key, ts);
+    this.#insert(this.#end, { ts, cost, key }, ts);
   }
 
   /**
@@ -139,7 +139,8 @@ export class Ring {
    * the window of each limit with `ts > now − W` (whose head is then at or before `i`: every slot after it is in that
    * window too), and before the window of the others (whose head, at or after `i`, moves up with the slots it names).
    */
-  #insert(i: number, ts: number, cost: number, key: number, now: number): void {
+  #insert(i: number, slot: { readonly ts: number; readonly cost: number; readonly key: number }, now: number): void {
+    const { ts, cost, key } = slot;
     if (this.size === this.#mask + 1) this.#grow();
     for (let j = this.#end; j > i; j--) {
       const to = j & this.#mask;
@@ -282,7 +283,7 @@ export class Ring {
       }
       return this.#row(last);
     }
-    this.#insert(i, ts, units, this.#takeKey(), now);
+    this.#insert(i, { ts, cost: units, key: this.#takeKey() }, now);
     return this.#row(i);
   }
 
